@@ -1,0 +1,49 @@
+# Everything runs from a local virtual environment so that a fresh Debian machine with
+# Python 3.11 needs nothing but these targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv demo test lint typecheck proto bench bench-quick clean
+
+help:
+	@echo "make demo         run the exporter against the built-in simulated kubelet"
+	@echo "make test         lint, type-check and run the whole test suite"
+	@echo "make bench        benchmarks on a real-sized node (1000 pods, 512 CPUs)"
+	@echo "make bench-quick  the same on a small node, in seconds"
+	@echo "make proto        regenerate exporter/pb from proto/"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/podres-exporter demo $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+typecheck: lint
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+proto: $(STAMP)
+	$(BIN)/python -m exporter.pb.generate
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.cycle --pods 1000 --cpus 512
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.cycle --pods 100 --cpus 64 --rounds 5
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,328 @@
+"""Kubernetes facts the reconciler and the allocator model need: resource quantities, the
+parts of a pod spec that decide QoS and exclusive-CPU eligibility, and kubelet config.
+
+Parsing here works on already-decoded JSON (dicts), so it stays pure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from reconciler.cpuset import CPUSetError, parse_cpuset
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
+            "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+
+
+class SpecError(ValueError):
+    """A pod spec or kubelet config value that cannot be understood."""
+
+
+_QUANTITY = re.compile(
+    r"^(?P<num>[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
+
+
+def parse_quantity(value: object) -> Decimal:
+    """A Kubernetes resource quantity (``"500m"``, ``"2"``, ``"12Gi"``, ``"1e3"``, ``4``)."""
+    if isinstance(value, bool):
+        raise SpecError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value.strip()
+    else:
+        raise SpecError(f"not a quantity: {value!r}")
+    match = _QUANTITY.match(text)
+    if not match:
+        raise SpecError(f"not a quantity: {value!r}")
+    try:
+        number = Decimal(match["num"])
+    except InvalidOperation:
+        raise SpecError(f"not a quantity: {value!r}") from None
+    if number > Decimal("1e30"):
+        raise SpecError(f"quantity out of range: {value!r}")
+    suffix = match["suffix"] or ""
+    return number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+
+
+def cpu_millis(value: object) -> int:
+    """CPU quantity in millicores, rounded up as the kubelet does."""
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def memory_bytes(value: object) -> int:
+    return math.ceil(parse_quantity(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """The CPU and memory of one ``resources`` block; ``None`` where not set. A request left
+    unset while its limit is set defaults to the limit, as the API server does."""
+
+    cpu_request_m: int | None = None
+    cpu_limit_m: int | None = None
+    memory_request: int | None = None
+    memory_limit: int | None = None
+
+    @classmethod
+    def from_json(cls, obj: object) -> Resources:
+        if not isinstance(obj, Mapping):
+            return cls()
+        requests = obj.get("requests") or {}
+        limits = obj.get("limits") or {}
+        if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+            raise SpecError("resources.requests/limits must be objects")
+        cpu_limit = cpu_millis(limits["cpu"]) if "cpu" in limits else None
+        mem_limit = memory_bytes(limits["memory"]) if "memory" in limits else None
+        cpu_request = cpu_millis(requests["cpu"]) if "cpu" in requests else cpu_limit
+        mem_request = memory_bytes(requests["memory"]) if "memory" in requests else mem_limit
+        return cls(cpu_request, cpu_limit, mem_request, mem_limit)
+
+    @property
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.cpu_request_m, self.cpu_limit_m,
+                                            self.memory_request, self.memory_limit))
+
+    @property
+    def guaranteed(self) -> bool:
+        """Requests equal limits for both CPU and memory (and both are set)."""
+        return (self.cpu_limit_m is not None and self.memory_limit is not None
+                and self.cpu_request_m == self.cpu_limit_m
+                and self.memory_request == self.memory_limit)
+
+    @property
+    def integer_cpus(self) -> int | None:
+        """The CPU request in whole CPUs when it is a positive integer, else ``None``."""
+        m = self.cpu_request_m
+        if m is None or m <= 0 or m % 1000:
+            return None
+        return m // 1000
+
+    def legacy_cpus(self) -> int:
+        """What the per-container model would pin for a shared container (SPEC §3.3)."""
+        m = self.cpu_limit_m if self.cpu_limit_m is not None else self.cpu_request_m
+        return max(1, math.ceil((m or 0) / 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    name: str
+    resources: Resources = Resources()
+    sidecar: bool = False  # a restartable init container (restartPolicy: Always)
+    init: bool = False  # an ordinary init container: runs to completion, never listed
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    namespace: str
+    name: str
+    uid: str = ""
+    containers: tuple[ContainerSpec, ...] = ()
+    init_containers: tuple[ContainerSpec, ...] = ()  # sidecars and ordinary init containers
+    resources: Resources | None = None  # pod-level .spec.resources
+    qos_class: str | None = None  # status.qosClass as reported
+    phase: str | None = None
+
+    @property
+    def sidecars(self) -> tuple[ContainerSpec, ...]:
+        return tuple(c for c in self.init_containers if c.sidecar)
+
+    @property
+    def long_running(self) -> tuple[ContainerSpec, ...]:
+        """Containers in PodResources ``List`` order: sidecars first, then app containers."""
+        return self.sidecars + self.containers
+
+    @property
+    def qos(self) -> str:
+        if self.qos_class:
+            return self.qos_class
+        return compute_qos(self)
+
+    @property
+    def guaranteed(self) -> bool:
+        return self.qos == "Guaranteed"
+
+    @property
+    def budget_cpus(self) -> int | None:
+        """The integer pod-level CPU budget; ``None`` without one or when fractional."""
+        if self.resources is None:
+            return None
+        return self.resources.integer_cpus
+
+    @property
+    def has_pod_cpu_budget(self) -> bool:
+        return self.resources is not None and self.resources.cpu_request_m is not None
+
+    def container(self, name: str) -> ContainerSpec | None:
+        for c in self.long_running:
+            if c.name == name:
+                return c
+        return None
+
+    def eligible(self, container: ContainerSpec) -> bool:
+        """Whether the static policy would give this container exclusive CPUs (SPEC §2.2)."""
+        if container.init and not container.sidecar:
+            return False
+        if not self.guaranteed:
+            return False
+        r = container.resources
+        return r.guaranteed and r.integer_cpus is not None
+
+
+def compute_qos(pod: PodSpec) -> str:
+    """The QoS class as the API server derives it; pod-level resources decide when set."""
+    if pod.resources is not None and pod.resources.is_set:
+        return "Guaranteed" if pod.resources.guaranteed else "Burstable"
+    everything = pod.containers + pod.init_containers
+    if all(not c.resources.is_set for c in everything):
+        return "BestEffort"
+    if all(c.resources.guaranteed for c in everything):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _container_from_json(obj: object, *, init: bool) -> ContainerSpec:
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str):
+        raise SpecError("a container without a name")
+    sidecar = init and obj.get("restartPolicy") == "Always"
+    return ContainerSpec(
+        name=obj["name"],
+        resources=Resources.from_json(obj.get("resources")),
+        sidecar=sidecar,
+        init=init and not sidecar,
+    )
+
+
+def pod_spec_from_json(obj: Mapping[str, Any]) -> PodSpec:
+    """One item of a ``v1.PodList`` (or a bare Pod manifest)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        raise SpecError("pod without metadata/spec objects")
+    if not isinstance(status, Mapping):
+        status = {}
+    pod_resources = spec.get("resources")
+    return PodSpec(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        containers=tuple(_container_from_json(c, init=False)
+                         for c in spec.get("containers") or ()),
+        init_containers=tuple(_container_from_json(c, init=True)
+                              for c in spec.get("initContainers") or ()),
+        resources=Resources.from_json(pod_resources) if isinstance(pod_resources, Mapping)
+        else None,
+        qos_class=status.get("qosClass") if isinstance(status.get("qosClass"), str) else None,
+        phase=status.get("phase") if isinstance(status.get("phase"), str) else None,
+    )
+
+
+def pod_list_from_json(obj: object) -> tuple[PodSpec, ...]:
+    """A ``v1.PodList`` as the kubelet's ``/pods`` returns it."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("items", []), list):
+        raise SpecError("not a PodList: expected an object with an 'items' list")
+    pods = []
+    for item in obj.get("items") or ():
+        if not isinstance(item, Mapping):
+            raise SpecError("PodList item is not an object")
+        pods.append(pod_spec_from_json(item))
+    return tuple(pods)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletConfig:
+    """The kubelet configuration fields that shape CPU and memory placement (v1beta1)."""
+
+    cpu_manager_policy: str = "none"
+    cpu_manager_policy_options: tuple[tuple[str, str], ...] = ()
+    reserved_system_cpus: frozenset[int] | None = None
+    memory_manager_policy: str = "None"
+    topology_manager_policy: str = "none"
+    topology_manager_scope: str = "container"
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+    kube_reserved: tuple[tuple[str, str], ...] = ()
+    system_reserved: tuple[tuple[str, str], ...] = ()
+    reserved_memory: tuple[Any, ...] = field(default=())
+
+    def gate(self, name: str) -> bool | None:
+        """A feature gate's explicit setting, ``None`` when the config does not list it."""
+        for key, value in self.feature_gates:
+            if key == name:
+                return value
+        return None
+
+    def option(self, name: str) -> str | None:
+        for key, value in self.cpu_manager_policy_options:
+            if key == name:
+                return value
+        return None
+
+    @property
+    def static_cpu(self) -> bool:
+        return self.cpu_manager_policy.lower() == "static"
+
+    @property
+    def pod_level_resource_managers(self) -> bool:
+        return bool(self.gate("PodLevelResourceManagers"))
+
+    def reserved_cpu_quantity_m(self) -> int:
+        """kubeReserved.cpu + systemReserved.cpu, in millicores."""
+        total = 0
+        for pairs in (self.kube_reserved, self.system_reserved):
+            for key, value in pairs:
+                if key == "cpu":
+                    total += cpu_millis(value)
+        return total
+
+
+def _pairs(obj: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(obj, Mapping):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in obj.items()))
+
+
+def kubelet_config_from_json(obj: object) -> KubeletConfig:
+    """The body of the kubelet's ``/configz`` (``{"kubeletconfig": {...}}``) or the bare
+    configuration object."""
+    if not isinstance(obj, Mapping):
+        raise SpecError("configz is not a JSON object")
+    cfg = obj.get("kubeletconfig", obj)
+    if not isinstance(cfg, Mapping):
+        raise SpecError("configz 'kubeletconfig' is not an object")
+    # configz is camelCase, but hand-written fixtures are not always: match keys loosely.
+    loose = {str(k).replace("_", "").lower(): v for k, v in cfg.items()}
+
+    def get(name: str, default: Any = None) -> Any:
+        return loose.get(name.lower(), default)
+
+    reserved_text = get("reservedSystemCPUs")
+    try:
+        reserved = parse_cpuset(reserved_text) if isinstance(reserved_text, str) else None
+    except CPUSetError as exc:
+        raise SpecError(f"reservedSystemCPUs: {exc}") from None
+    gates_obj = get("featureGates") or {}
+    gates = tuple(sorted((str(k), bool(v)) for k, v in gates_obj.items())) \
+        if isinstance(gates_obj, Mapping) else ()
+    reserved_memory = get("reservedMemory") or ()
+    return KubeletConfig(
+        cpu_manager_policy=str(get("cpuManagerPolicy") or "none"),
+        cpu_manager_policy_options=_pairs(get("cpuManagerPolicyOptions")),
+        reserved_system_cpus=reserved if reserved else None,
+        memory_manager_policy=str(get("memoryManagerPolicy") or "None"),
+        topology_manager_policy=str(get("topologyManagerPolicy") or "none"),
+        topology_manager_scope=str(get("topologyManagerScope") or "container"),
+        feature_gates=gates,
+        kube_reserved=_pairs(get("kubeReserved")),
+        system_reserved=_pairs(get("systemReserved")),
+        reserved_memory=tuple(reserved_memory) if isinstance(reserved_memory, list) else (),
+    )

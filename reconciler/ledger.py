@@ -1,0 +1,170 @@
+"""The ledger: the reconciled picture of a node (SPEC §3, JSON form §4.3).
+
+Immutable; ``to_json()`` gives exactly the documented ``podres.ledger/v1`` object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reconciler.cpuset import format_cpuset
+
+SCHEMA = "podres.ledger/v1"
+
+# Order matters: it is the order of JSON keys, metric label values and table columns.
+CPU_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
+             "pod_idle")
+ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")
+MEMORY_POOLS = ("node_exclusive", "pod_exclusive", "pod_shared")
+ANOMALY_KINDS = (
+    "exclusive_overlap", "container_outside_pod", "unknown_cpu", "reserved_cpu_assigned",
+    "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
+    "numa_misaligned", "memory_over_budget",
+)
+
+Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
+Basis = Literal["spec", "podresources"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCounts:
+    reserved: int = 0
+    node_shared: int = 0
+    node_exclusive: int = 0
+    pod_exclusive: int = 0
+    pod_shared: int = 0
+    pod_idle: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in CPU_POOLS}
+
+    @property
+    def total(self) -> int:
+        return sum(self.to_json().values())
+
+
+@dataclass(frozen=True, slots=True)
+class PodEntry:
+    namespace: str
+    name: str
+    cpus: frozenset[int]
+    budget_cpus: int | None
+    pod_exclusive_cpus: int
+    pod_shared_cpus: int
+    pod_idle_cpus: int
+    node_exclusive_cpus: int
+    reclaimed_cpus: int | None
+    reclaimable_cpus: int | None
+    estimate_basis: Basis
+    uid: str = ""  # from the pod spec when known; not part of the JSON contract
+    memory: tuple[tuple[str, str, int], ...] = ()  # (pool, memory_type, bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "cpus": format_cpuset(self.cpus),
+            "budget_cpus": self.budget_cpus,
+            "pod_exclusive_cpus": self.pod_exclusive_cpus,
+            "pod_shared_cpus": self.pod_shared_cpus,
+            "pod_idle_cpus": self.pod_idle_cpus,
+            "node_exclusive_cpus": self.node_exclusive_cpus,
+            "reclaimed_cpus": self.reclaimed_cpus,
+            "reclaimable_cpus": self.reclaimable_cpus,
+            "estimate_basis": self.estimate_basis,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEntry:
+    namespace: str
+    pod: str
+    name: str
+    sidecar: bool
+    assignment: Assignment
+    memory_assignment: Assignment
+    cpus: frozenset[int]
+    memory_bytes: int = 0  # memory attributed to the container (its own, or its pod's pool)
+
+    @property
+    def cpu_count(self) -> int:
+        return len(self.cpus)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "name": self.name,
+            "sidecar": self.sidecar,
+            "assignment": self.assignment,
+            "memory_assignment": self.memory_assignment,
+            "cpus": format_cpuset(self.cpus),
+            "cpu_count": self.cpu_count,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    namespace: str | None
+    pod: str | None
+    container: str | None
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "namespace": self.namespace, "pod": self.pod,
+                "container": self.container, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class CPUCell:
+    """One online CPU and who holds it, for the CPU map (not part of the ledger JSON)."""
+
+    id: int
+    pool: str
+    core: int | None = None
+    socket: int | None = None
+    numa_node: int | None = None
+    owner: str = ""  # "namespace/pod[/container]" when owned
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    node_name: str
+    online_cpus: int
+    numa_nodes: int | None
+    kubelet: tuple[tuple[str, Any], ...]
+    cpu_pools: PoolCounts
+    cpu_pools_by_numa: tuple[tuple[int, PoolCounts], ...]
+    memory_pools: tuple[tuple[str, tuple[int, int, int]], ...]  # type → (node_ex, pod_ex, pod_sh)
+    pods: tuple[PodEntry, ...]
+    containers: tuple[ContainerEntry, ...]
+    reclaimed_cpus: int
+    reclaimable_cpus: int
+    anomalies: tuple[Anomaly, ...]
+    cpu_map: tuple[CPUCell, ...] = field(default=(), compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "node": {"name": self.node_name, "online_cpus": self.online_cpus,
+                     "numa_nodes": self.numa_nodes, "kubelet": dict(self.kubelet)},
+            "cpu_pools": self.cpu_pools.to_json(),
+            "cpu_pools_by_numa": {str(n): p.to_json() for n, p in self.cpu_pools_by_numa},
+            "memory_pools": {
+                mtype: dict(zip(MEMORY_POOLS, sizes, strict=True))
+                for mtype, sizes in self.memory_pools
+            },
+            "pods": [p.to_json() for p in self.pods],
+            "containers": [c.to_json() for c in self.containers],
+            "reclaimed_cpus": self.reclaimed_cpus,
+            "reclaimable_cpus": self.reclaimable_cpus,
+            "anomalies": [a.to_json() for a in self.anomalies],
+        }
+
+    def anomaly_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(ANOMALY_KINDS, 0)
+        for a in self.anomalies:
+            counts[a.kind] = counts.get(a.kind, 0) + 1
+        return counts

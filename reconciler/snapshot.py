@@ -1,0 +1,89 @@
+"""What the reconciler is given: one full, immutable snapshot of a node.
+
+Sources (the kubelet's socket, its HTTPS endpoint, sysfs, fixture files) are turned into
+these types by ``exporter``; the reconciler never sees protobuf messages or files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from reconciler.kube import KubeletConfig, PodSpec
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBlock:
+    memory_type: str
+    size: int
+    numa_nodes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAlloc:
+    """A container as PodResources ``List`` reports it."""
+
+    name: str
+    cpu_ids: tuple[int, ...] = ()
+    memory: tuple[MemoryBlock, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAlloc:
+    """A pod as PodResources ``List`` reports it; ``cpu_ids``/``memory`` are the pod-level
+    fields (4 and 5), empty on kubelets without pod-level resource managers."""
+
+    namespace: str
+    name: str
+    containers: tuple[ContainerAlloc, ...] = ()
+    cpu_ids: tuple[int, ...] = ()
+    memory: tuple[MemoryBlock, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Allocatable:
+    """``GetAllocatableResources``: CPUs the kubelet may hand out (empty under policy none)."""
+
+    cpu_ids: tuple[int, ...] = ()
+    memory: tuple[MemoryBlock, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    id: int
+    core: int
+    socket: int
+    numa_node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Online CPUs with their place in the machine, and memory per NUMA node."""
+
+    cpus: tuple[CPUInfo, ...]
+    memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
+
+    @property
+    def online(self) -> frozenset[int]:
+        return frozenset(c.id for c in self.cpus)
+
+    @property
+    def numa_nodes(self) -> tuple[int, ...]:
+        return tuple(sorted({c.numa_node for c in self.cpus}))
+
+    def numa_of(self) -> dict[int, int]:
+        return {c.id: c.numa_node for c in self.cpus}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """Everything known about a node at one moment. Optional parts are ``None`` when their
+    source was not configured or failed; the reconciler degrades accordingly."""
+
+    pods: tuple[PodAlloc, ...]
+    node_name: str = ""
+    allocatable: Allocatable | None = None
+    topology: Topology | None = None
+    pod_specs: tuple[PodSpec, ...] | None = None
+    kubelet_config: KubeletConfig | None = None
+    # Free-form facts about the kubelet (version, which RPCs answered), copied to the ledger.
+    kubelet_info: tuple[tuple[str, str], ...] = field(default=())
