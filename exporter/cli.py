@@ -1,0 +1,59 @@
+"""``podres-exporter``: one entry point, one module per command under exporter.commands.
+
+Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
+``run(args) -> int``; heavy imports stay inside ``run`` so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from exporter import __version__
+from exporter.errors import UserError
+
+COMMANDS = ("serve", "demo", "snapshot", "record", "sim", "plan", "doctor", "history", "api")
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"exporter.commands.{name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="podres-exporter",
+        description="Reconciles the kubelet's PodResources API into node_exclusive, "
+        "pod_exclusive and pod_shared CPU and memory ledgers, and publishes them.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        module = _module(name)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP,
+                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args._run(args)
+    except UserError as exc:
+        print(f"podres-exporter {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

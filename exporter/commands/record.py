@@ -1,0 +1,17 @@
+"""`podres-exporter record` (not yet implemented)."""
+
+from __future__ import annotations
+
+import argparse
+
+from exporter.errors import UserError
+
+HELP = "record (not yet implemented)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
+def run(args: argparse.Namespace) -> int:
+    raise UserError("record is not implemented yet")

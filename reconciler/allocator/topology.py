@@ -1,0 +1,129 @@
+"""The machine as the CPU manager sees it: sockets, NUMA nodes, physical cores, SMT threads.
+
+Built from a :class:`reconciler.snapshot.Topology` (sysfs or ``topology.json``) or from a
+``SxCxT`` spec (sockets × cores per socket × threads per core). Generated machines number
+CPUs the way Linux does on most x86 servers: first one thread of every core, socket by
+socket, then the second thread of every core, so on ``1x4x2`` the siblings of CPU 0 is 4.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from reconciler.snapshot import CPUInfo, Topology
+
+_SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+MAX_CPUS = 4096
+
+
+class TopologyError(ValueError):
+    """A topology spec or description that cannot describe a machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class CPUTopology:
+    """Immutable description of the CPUs. ``core`` ids are unique machine-wide."""
+
+    cpus: tuple[CPUInfo, ...]
+    memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
+    # Derived lookups (filled in __post_init__).
+    by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
+    core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+    numa_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+    socket_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
+                                                    repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.cpus:
+            raise TopologyError("a topology needs at least one CPU")
+        cores: dict[int, set[int]] = {}
+        numas: dict[int, set[int]] = {}
+        sockets: dict[int, set[int]] = {}
+        for cpu in self.cpus:
+            if cpu.id in self.by_id:
+                raise TopologyError(f"CPU {cpu.id} listed twice")
+            self.by_id[cpu.id] = cpu
+            cores.setdefault(cpu.core, set()).add(cpu.id)
+            numas.setdefault(cpu.numa_node, set()).add(cpu.id)
+            sockets.setdefault(cpu.socket, set()).add(cpu.id)
+        self.core_cpus.update({k: frozenset(v) for k, v in sorted(cores.items())})
+        self.numa_cpus.update({k: frozenset(v) for k, v in sorted(numas.items())})
+        self.socket_cpus.update({k: frozenset(v) for k, v in sorted(sockets.items())})
+
+    @property
+    def online(self) -> frozenset[int]:
+        return frozenset(self.by_id)
+
+    @property
+    def numa_nodes(self) -> tuple[int, ...]:
+        return tuple(self.numa_cpus)
+
+    @property
+    def threads_per_core(self) -> int:
+        return max(len(c) for c in self.core_cpus.values())
+
+    def memory_of(self, numa: int) -> int:
+        for node, size in self.memory:
+            if node == numa:
+                return size
+        return 0
+
+    def numa_of(self, cpu: int) -> int:
+        return self.by_id[cpu].numa_node
+
+    def numa_set(self, cpus: Iterable[int]) -> frozenset[int]:
+        return frozenset(self.by_id[c].numa_node for c in cpus if c in self.by_id)
+
+    def cpus_of_numa(self, nodes: Iterable[int]) -> frozenset[int]:
+        out: set[int] = set()
+        for n in nodes:
+            out |= self.numa_cpus.get(n, frozenset())
+        return frozenset(out)
+
+    def to_snapshot(self) -> Topology:
+        return Topology(cpus=self.cpus, memory=self.memory)
+
+    def to_json(self) -> dict[str, object]:
+        """The ``topology.json`` form of a fixture directory (SPEC §4.2)."""
+        return {
+            "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
+                     for c in sorted(self.cpus, key=lambda c: c.id)],
+            "memory": [{"numa_node": n, "bytes": b} for n, b in self.memory],
+        }
+
+
+def from_snapshot(topology: Topology) -> CPUTopology:
+    return CPUTopology(cpus=tuple(sorted(topology.cpus, key=lambda c: c.id)),
+                       memory=topology.memory)
+
+
+def from_spec(spec: str, numa_per_socket: int = 1,
+              memory_per_numa: int = 64 * 2**30) -> CPUTopology:
+    """``"2x8x2"``: 2 sockets of 8 cores with 2 threads each; ``numa_per_socket`` splits each
+    socket's cores evenly into NUMA nodes."""
+    match = _SPEC.match(spec)
+    if not match:
+        raise TopologyError(f"topology {spec!r} is not SOCKETSxCORESxTHREADS (e.g. 2x8x2)")
+    sockets, cores, threads = (int(g) for g in match.groups())
+    if sockets < 1 or cores < 1 or threads < 1:
+        raise TopologyError(f"topology {spec!r}: every count must be at least 1")
+    if sockets * cores * threads > MAX_CPUS:
+        raise TopologyError(f"topology {spec!r}: more than {MAX_CPUS} CPUs")
+    if numa_per_socket < 1 or cores % numa_per_socket:
+        raise TopologyError(
+            f"--numa-per-socket {numa_per_socket} must divide the {cores} cores of a socket")
+    per_numa = cores // numa_per_socket
+    total_cores = sockets * cores
+    cpus = []
+    for t in range(threads):
+        for s in range(sockets):
+            for c in range(cores):
+                core = s * cores + c
+                cpus.append(CPUInfo(id=t * total_cores + core, core=core, socket=s,
+                                    numa_node=s * numa_per_socket + c // per_numa))
+    memory = tuple((n, memory_per_numa) for n in range(sockets * numa_per_socket))
+    return CPUTopology(cpus=tuple(cpus), memory=memory)

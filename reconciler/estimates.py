@@ -1,0 +1,36 @@
+"""Reclaimed and reclaimable cores (SPEC §3.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from reconciler.kube import Resources
+
+
+def legacy_cost(containers: Sequence[tuple[bool, int, Resources | None]]) -> int:
+    """What the per-container model would have pinned for a pod with a pod block.
+
+    Each item is ``(exclusive, exclusive_cpu_count, spec_resources_or_None)``: exclusive
+    containers cost their own CPUs; shared ones ``max(1, ceil(limit, else request))`` when
+    the spec is known and 1 otherwise (every sidecar used to pin at least a core).
+    """
+    cost = 0
+    for exclusive, count, resources in containers:
+        if exclusive:
+            cost += count
+        elif resources is not None:
+            cost += resources.legacy_cpus()
+        else:
+            cost += 1
+    return cost
+
+
+def reclaimable_cores(exclusive_counts: Sequence[int]) -> int:
+    """Cores a pod without a block could give back by moving its 1-CPU padding containers
+    into a 1-CPU pod shared pool. The largest exclusive container (first on ties) stays
+    exclusive; with k ≥ 2 one-CPU candidates left, k − 1 cores come back."""
+    if not exclusive_counts:
+        return 0
+    largest = max(range(len(exclusive_counts)), key=lambda i: (exclusive_counts[i], -i))
+    k = sum(1 for i, n in enumerate(exclusive_counts) if n == 1 and i != largest)
+    return k - 1 if k >= 2 else 0

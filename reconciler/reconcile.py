@@ -1,0 +1,467 @@
+"""Snapshot → ledger: classification (SPEC §3.2), CPU and memory pools (§3.1), estimates
+(§3.3) and anomalies (§3.4).
+
+Every CPU is owned at most once. Ownership is decided in ``List`` order: pod by pod, and
+inside a pod its exclusive sets (in container order) before its shared or idle remainder.
+Pod-level and container-level lists are never added together.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from reconciler.cpuset import MAX_CPU_ID, format_cpuset
+from reconciler.estimates import legacy_cost, reclaimable_cores
+from reconciler.kube import KubeletConfig, PodSpec
+from reconciler.ledger import (
+    CPU_POOLS,
+    Anomaly,
+    Assignment,
+    Basis,
+    ContainerEntry,
+    CPUCell,
+    Ledger,
+    PodEntry,
+    PoolCounts,
+)
+from reconciler.snapshot import ContainerAlloc, MemoryBlock, NodeSnapshot, PodAlloc
+
+
+@dataclass(slots=True)
+class _PodView:
+    """The classification of one listed pod, before CPUs are handed to pools."""
+
+    alloc: PodAlloc
+    spec: PodSpec | None
+    block: frozenset[int]  # B: the pod block (online ids only)
+    pod_level: bool
+    legacy_pattern: bool
+    assignments: list[Assignment]
+    sets: list[frozenset[int]]  # each container's own reported set, online ids only
+    exclusive: frozenset[int] = frozenset()
+    remainder: frozenset[int] = frozenset()
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+
+def reconcile(snapshot: NodeSnapshot) -> Ledger:
+    return _Reconciler(snapshot).run()
+
+
+def _valid(cpu: int) -> bool:
+    return 0 <= cpu <= MAX_CPU_ID
+
+
+class _Reconciler:
+    def __init__(self, snapshot: NodeSnapshot) -> None:
+        self.snap = snapshot
+        self.config: KubeletConfig | None = snapshot.kubelet_config
+        self.topology = snapshot.topology
+        self.numa_of: dict[int, int] = self.topology.numa_of() if self.topology else {}
+        self.online = self._online_cpus()
+        self.reserved = self._reserved_cpus()
+        self.specs = self._index_specs(snapshot.pod_specs)
+        self.anomalies: list[Anomaly] = []
+
+    # -- node facts -------------------------------------------------------------------
+
+    def _online_cpus(self) -> frozenset[int]:
+        if self.topology is not None:
+            return self.topology.online
+        ids: set[int] = set()
+        if self.snap.allocatable is not None:
+            ids.update(self.snap.allocatable.cpu_ids)
+        if self.config is not None and self.config.reserved_system_cpus:
+            ids.update(self.config.reserved_system_cpus)
+        for pod in self.snap.pods:
+            ids.update(pod.cpu_ids)
+            for c in pod.containers:
+                ids.update(c.cpu_ids)
+        return frozenset(cpu for cpu in ids if _valid(cpu))
+
+    def _reserved_cpus(self) -> frozenset[int]:
+        alloc = self.snap.allocatable
+        if alloc is not None and alloc.cpu_ids:
+            return self.online - frozenset(alloc.cpu_ids)
+        if self.config is not None and self.config.reserved_system_cpus:
+            return self.config.reserved_system_cpus & self.online
+        return frozenset()
+
+    @staticmethod
+    def _index_specs(specs: Iterable[PodSpec] | None) -> dict[tuple[str, str], PodSpec]:
+        if specs is None:
+            return {}
+        index: dict[tuple[str, str], PodSpec] = {}
+        for spec in specs:
+            index.setdefault((spec.namespace, spec.name), spec)
+        return index
+
+    def _anomaly(self, kind: str, pod: PodAlloc | None, container: str | None,
+                 detail: str) -> None:
+        self.anomalies.append(Anomaly(kind, pod.namespace if pod else None,
+                                      pod.name if pod else None, container, detail))
+
+    def _known(self, ids: Iterable[int], pod: PodAlloc, container: str | None) -> frozenset[int]:
+        """The online subset of reported ids; the rest raise ``unknown_cpu`` once."""
+        reported = frozenset(ids)
+        known = reported & self.online
+        if len(known) != len(reported):
+            bad = sorted(reported - known)
+            shown = ",".join(str(i) for i in bad[:16]) + (",…" if len(bad) > 16 else "")
+            self._anomaly("unknown_cpu", pod, container,
+                          f"reported CPU ids not online on this node: {shown}")
+        return known
+
+    # -- classification (§3.2) ----------------------------------------------------------
+
+    def _classify(self, pod: PodAlloc) -> _PodView:
+        spec = self.specs.get((pod.namespace, pod.name))
+        block = self._known(pod.cpu_ids, pod, None)
+        sets = [self._known(c.cpu_ids, pod, c.name) for c in pod.containers]
+        raw = [frozenset(c.cpu_ids) for c in pod.containers]
+        if pod.cpu_ids:
+            assignments: list[Assignment] = [
+                "pod_exclusive" if r else "pod_shared" for r in raw]
+            return _PodView(pod, spec, block, True, False, assignments, sets)
+        shared_idx = self._legacy_shared(raw, spec)
+        if shared_idx:
+            assignments = ["pod_shared" if (i in shared_idx or not r) else "pod_exclusive"
+                           for i, r in enumerate(raw)]
+            union = frozenset().union(*sets)
+            view = _PodView(pod, spec, union, True, True, assignments, sets)
+            self._anomaly("legacy_shared_report", pod, None,
+                          "containers report the pod shared pool as their own CPUs "
+                          "(1.36 reporting); counted once as pod_shared")
+            return view
+        assignments = ["node_exclusive" if r else "node_shared" for r in raw]
+        return _PodView(pod, spec, frozenset(), False, False, assignments, sets)
+
+    @staticmethod
+    def _legacy_shared(raw: list[frozenset[int]], spec: PodSpec | None) -> set[int]:
+        """Indexes of containers that report a shared set (the 1.36 pattern), or none."""
+        nonempty = [(i, s) for i, s in enumerate(raw) if s]
+        if len(nonempty) < 2:
+            return set()
+        identical: dict[frozenset[int], list[int]] = defaultdict(list)
+        for i, s in nonempty:
+            identical[s].append(i)
+        shared = {i for group in identical.values() if len(group) >= 2 for i in group}
+        if spec is not None and spec.has_pod_cpu_budget:
+            for a, (i, si) in enumerate(nonempty):
+                for j, sj in nonempty[a + 1:]:
+                    if si & sj:
+                        shared.update((i, j))
+        return shared
+
+    # -- the whole node -------------------------------------------------------------------
+
+    def run(self) -> Ledger:
+        views = [self._classify(pod) for pod in self.snap.pods]
+        owner: dict[int, tuple[str, int, str]] = {}  # cpu → (pool, pod index, owner name)
+        for index, view in enumerate(views):
+            self._assign(index, view, owner)
+        containers, pods = self._entries(views)
+        pools, by_numa, cells = self._pools(owner, views)
+        for view in views:
+            self.anomalies.extend(view.anomalies)
+        self._memory_anomalies_and_pools(views)
+        return Ledger(
+            node_name=self.snap.node_name,
+            online_cpus=len(self.online),
+            numa_nodes=len(self.topology.numa_nodes) if self.topology else None,
+            kubelet=self._kubelet_info(),
+            cpu_pools=pools,
+            cpu_pools_by_numa=by_numa,
+            memory_pools=self._memory_pools,
+            pods=pods,
+            containers=containers,
+            reclaimed_cpus=sum(p.reclaimed_cpus or 0 for p in pods),
+            reclaimable_cpus=sum(p.reclaimable_cpus or 0 for p in pods),
+            anomalies=tuple(self.anomalies),
+            cpu_map=cells,
+        )
+
+    def _assign(self, index: int, view: _PodView, owner: dict[int, tuple[str, int, str]]) -> None:
+        pod = view.alloc
+        exclusive: set[int] = set()
+        overlaps: dict[int, set[int]] = defaultdict(set)
+        for c, assignment, cpus in zip(pod.containers, view.assignments, view.sets,
+                                       strict=True):
+            if assignment not in ("pod_exclusive", "node_exclusive"):
+                continue
+            if assignment == "pod_exclusive" and not view.legacy_pattern and cpus - view.block:
+                view.anomalies.append(Anomaly(
+                    "container_outside_pod", pod.namespace, pod.name, c.name,
+                    f"exclusive CPUs {format_cpuset(cpus - view.block)} are outside the "
+                    f"pod block {format_cpuset(view.block)}"))
+            name = f"{pod.namespace}/{pod.name}/{c.name}"
+            for cpu in cpus:
+                held = owner.get(cpu)
+                if held is None:
+                    owner[cpu] = (assignment, index, name)
+                elif held[1] != index:
+                    overlaps[held[1]].add(cpu)
+            exclusive |= cpus
+        view.exclusive = frozenset(exclusive)
+        view.remainder = view.block - view.exclusive
+        has_shared = "pod_shared" in view.assignments
+        if view.pod_level:
+            pool = "pod_shared" if has_shared else "pod_idle"
+            name = f"{pod.namespace}/{pod.name}"
+            for cpu in view.remainder:
+                held = owner.get(cpu)
+                if held is None:
+                    owner[cpu] = (pool, index, name)
+                elif held[1] != index:
+                    overlaps[held[1]].add(cpu)
+            if has_shared and not view.remainder:
+                view.anomalies.append(Anomaly(
+                    "empty_pod_shared_pool", pod.namespace, pod.name, None,
+                    "pod-shared containers have no CPU left in the pod block "
+                    f"{format_cpuset(view.block) or '(empty)'}"))
+        for other, cpus in overlaps.items():
+            first = self.snap.pods[other]
+            view.anomalies.append(Anomaly(
+                "exclusive_overlap", pod.namespace, pod.name, None,
+                f"CPUs {format_cpuset(cpus)} are already exclusive to "
+                f"{first.namespace}/{first.name}; counted once, for the first owner"))
+        assigned_reserved = (view.exclusive | view.block) & self.reserved
+        if assigned_reserved:
+            view.anomalies.append(Anomaly(
+                "reserved_cpu_assigned", pod.namespace, pod.name, None,
+                f"reserved CPUs {format_cpuset(assigned_reserved)} are allocated to the pod"))
+        self._spec_anomalies(view)
+
+    def _spec_anomalies(self, view: _PodView) -> None:
+        pod, spec = view.alloc, view.spec
+        single_numa = (self.config is not None and self.topology is not None
+                       and self.config.topology_manager_policy == "single-numa-node")
+        if single_numa:
+            subjects: list[tuple[str | None, frozenset[int]]] = []
+            if view.pod_level and not view.legacy_pattern:
+                subjects.append((None, view.block))
+            subjects += [(c.name, s) for c, a, s in zip(pod.containers, view.assignments,
+                                                         view.sets, strict=True)
+                         if a in ("pod_exclusive", "node_exclusive")]
+            for container, cpus in subjects:
+                nodes = {self.numa_of[cpu] for cpu in cpus if cpu in self.numa_of}
+                if len(nodes) > 1:
+                    view.anomalies.append(Anomaly(
+                        "numa_misaligned", pod.namespace, pod.name, container,
+                        f"CPUs {format_cpuset(cpus)} span NUMA nodes "
+                        f"{','.join(str(n) for n in sorted(nodes))} under single-numa-node"))
+        if spec is None:
+            return
+        if view.pod_level and not view.legacy_pattern and view.block:
+            budget = spec.budget_cpus
+            if budget != len(view.block):
+                want = "no integer pod CPU budget" if budget is None else f"budget {budget}"
+                view.anomalies.append(Anomaly(
+                    "budget_mismatch", pod.namespace, pod.name, None,
+                    f"pod block holds {len(view.block)} CPUs but the spec has {want}"))
+        if self.config is not None and self.config.static_cpu:
+            fractional_budget = spec.has_pod_cpu_budget and spec.budget_cpus is None
+            for c, assignment in zip(pod.containers, view.assignments, strict=True):
+                cspec = spec.container(c.name)
+                if cspec is None or fractional_budget:
+                    continue
+                if spec.eligible(cspec) and assignment not in ("pod_exclusive",
+                                                               "node_exclusive"):
+                    view.anomalies.append(Anomaly(
+                        "missing_exclusive", pod.namespace, pod.name, c.name,
+                        f"eligible for {cspec.resources.integer_cpus} exclusive CPUs under "
+                        "the static policy but reported none"))
+
+    # -- entries ----------------------------------------------------------------------
+
+    def _entries(self, views: list[_PodView]) -> tuple[tuple[ContainerEntry, ...],
+                                                        tuple[PodEntry, ...]]:
+        containers: list[ContainerEntry] = []
+        pods: list[PodEntry] = []
+        for view in views:
+            pod, spec = view.alloc, view.spec
+            mem_assign, mem_bytes = self._memory_assignments(view)
+            for i, (c, assignment, cpus) in enumerate(zip(pod.containers, view.assignments,
+                                                          view.sets, strict=True)):
+                cspec = spec.container(c.name) if spec else None
+                if assignment == "pod_shared":
+                    held = view.remainder
+                elif assignment == "node_shared":
+                    held = frozenset()
+                else:
+                    held = cpus
+                containers.append(ContainerEntry(
+                    namespace=pod.namespace, pod=pod.name, name=c.name,
+                    sidecar=bool(cspec and cspec.sidecar), assignment=assignment,
+                    memory_assignment=mem_assign[i], cpus=held, memory_bytes=mem_bytes[i]))
+            pods.append(self._pod_entry(view))
+        return tuple(containers), tuple(pods)
+
+    def _pod_entry(self, view: _PodView) -> PodEntry:
+        pod, spec = view.alloc, view.spec
+        basis: Basis = "spec" if spec is not None else "podresources"
+        has_shared = "pod_shared" in view.assignments
+        node_exclusive = frozenset().union(*(
+            s for a, s in zip(view.assignments, view.sets, strict=True)
+            if a == "node_exclusive"))
+        reclaimed: int | None = None
+        reclaimable: int | None = None
+        if view.pod_level:
+            shared_specs = [spec.container(c.name) if spec else None for c in pod.containers]
+            cost = legacy_cost(
+                [(a in ("pod_exclusive", "node_exclusive"), len(s),
+                  cs.resources if cs is not None else None)
+                 for a, s, cs in zip(view.assignments, view.sets, shared_specs, strict=True)])
+            reclaimed = cost - len(view.block)
+        else:
+            reclaimable = reclaimable_cores(
+                [len(s) for a, s in zip(view.assignments, view.sets, strict=True)
+                 if a == "node_exclusive"])
+        return PodEntry(
+            namespace=pod.namespace, name=pod.name, cpus=view.block,
+            budget_cpus=spec.budget_cpus if spec else None,
+            pod_exclusive_cpus=len(view.exclusive) if view.pod_level else 0,
+            pod_shared_cpus=len(view.remainder) if view.pod_level and has_shared else 0,
+            pod_idle_cpus=len(view.remainder) if view.pod_level and not has_shared else 0,
+            node_exclusive_cpus=len(node_exclusive),
+            reclaimed_cpus=reclaimed, reclaimable_cpus=reclaimable, estimate_basis=basis,
+            uid=spec.uid if spec else "",
+        )
+
+    # -- pools (§3.1) -----------------------------------------------------------------
+
+    def _pools(self, owner: Mapping[int, tuple[str, int, str]], views: list[_PodView],
+               ) -> tuple[PoolCounts, tuple[tuple[int, PoolCounts], ...], tuple[CPUCell, ...]]:
+        del views
+        counts = dict.fromkeys(CPU_POOLS, 0)
+        numa_counts: dict[int, dict[str, int]] = {}
+        if self.topology is not None:
+            numa_counts = {n: dict.fromkeys(CPU_POOLS, 0) for n in self.topology.numa_nodes}
+        info = {c.id: c for c in self.topology.cpus} if self.topology else {}
+        cells: list[CPUCell] = []
+        for cpu in sorted(self.online):
+            held = owner.get(cpu)
+            if held is not None:
+                pool, who = held[0], held[2]
+            elif cpu in self.reserved:
+                pool, who = "reserved", ""
+            else:
+                pool, who = "node_shared", ""
+            counts[pool] += 1
+            meta = info.get(cpu)
+            if meta is not None:
+                numa_counts[meta.numa_node][pool] += 1
+                cells.append(CPUCell(cpu, pool, meta.core, meta.socket, meta.numa_node, who))
+            else:
+                cells.append(CPUCell(cpu, pool, owner=who))
+        by_numa = tuple((n, PoolCounts(**c)) for n, c in sorted(numa_counts.items()))
+        return PoolCounts(**counts), by_numa, tuple(cells)
+
+    # -- memory -----------------------------------------------------------------------
+
+    _memory_pools: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+
+    @staticmethod
+    def _mem_by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for b in blocks:
+            out[b.memory_type] += b.size
+        return out
+
+    def _memory_assignments(self, view: _PodView) -> tuple[list[Assignment], list[int]]:
+        pod = view.alloc
+        pod_level = bool(pod.memory) or self._legacy_memory(pod.containers)
+        assigns: list[Assignment] = []
+        sizes: list[int] = []
+        pod_mem = self._pod_memory(pod)
+        exclusive_total = sum(sum(b.size for b in c.memory) for c in pod.containers
+                              if c.memory and not self._shares_memory(c, pod.containers))
+        shared_bytes = max(0, sum(pod_mem.values()) - exclusive_total)
+        for c in pod.containers:
+            shares = self._shares_memory(c, pod.containers)
+            if pod_level:
+                a: Assignment = "pod_exclusive" if c.memory and not shares else "pod_shared"
+            else:
+                a = "node_exclusive" if c.memory else "node_shared"
+            assigns.append(a)
+            sizes.append(shared_bytes if a == "pod_shared"
+                         else sum(b.size for b in c.memory))
+        return assigns, sizes
+
+    @staticmethod
+    def _memory_key(c: ContainerAlloc) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
+        return tuple(sorted((b.memory_type, b.size, b.numa_nodes) for b in c.memory))
+
+    def _legacy_memory(self, containers: tuple[ContainerAlloc, ...]) -> bool:
+        keys = [self._memory_key(c) for c in containers if c.memory]
+        return len(keys) != len(set(keys))
+
+    def _shares_memory(self, c: ContainerAlloc, containers: tuple[ContainerAlloc, ...]) -> bool:
+        """A container reporting the same memory blocks as a sibling reports the pod's
+        shared memory (1.36 pattern), not its own."""
+        if not c.memory:
+            return False
+        key = self._memory_key(c)
+        return sum(1 for o in containers if o.memory and self._memory_key(o) == key) >= 2
+
+    def _pod_memory(self, pod: PodAlloc) -> dict[str, int]:
+        if pod.memory:
+            return self._mem_by_type(pod.memory)
+        total: dict[str, int] = defaultdict(int)
+        seen: set[tuple[tuple[str, int, tuple[int, ...]], ...]] = set()
+        for c in pod.containers:
+            key = self._memory_key(c)
+            if not c.memory or key in seen:
+                continue
+            seen.add(key)
+            for mtype, size in self._mem_by_type(c.memory).items():
+                total[mtype] += size
+        return total if self._legacy_memory(pod.containers) else {}
+
+    def _memory_anomalies_and_pools(self, views: list[_PodView]) -> None:
+        pools: dict[str, list[int]] = {}
+
+        def add(mtype: str, slot: int, size: int) -> None:
+            pools.setdefault(mtype, [0, 0, 0])[slot] += size
+
+        for view in views:
+            pod, spec = view.alloc, view.spec
+            pod_mem = self._pod_memory(pod)
+            exclusive: dict[str, int] = defaultdict(int)
+            pod_level = bool(pod_mem)
+            for c in pod.containers:
+                if not c.memory or self._shares_memory(c, pod.containers):
+                    continue
+                for mtype, size in self._mem_by_type(c.memory).items():
+                    add(mtype, 1 if pod_level else 0, size)
+                    exclusive[mtype] += size
+            for mtype, total in pod_mem.items():
+                left = total - exclusive.get(mtype, 0)
+                if left < 0:
+                    self._anomaly("memory_over_budget", pod, None,
+                                  f"containers hold {exclusive[mtype]} bytes of {mtype}, more "
+                                  f"than the pod's {total}")
+                add(mtype, 2, max(0, left))
+            budget = spec.resources.memory_limit if spec and spec.resources else None
+            if budget is not None and pod.memory:
+                held = pod_mem.get("memory", 0)
+                if held > budget:
+                    self._anomaly("memory_over_budget", pod, None,
+                                  f"pod memory blocks hold {held} bytes, over the pod "
+                                  f"budget of {budget}")
+        self._memory_pools = tuple((mtype, (v[0], v[1], v[2]))
+                                   for mtype, v in sorted(pools.items()))
+
+    def _kubelet_info(self) -> tuple[tuple[str, object], ...]:
+        info: dict[str, object] = {}
+        if self.config is not None:
+            info.update(
+                cpu_manager_policy=self.config.cpu_manager_policy,
+                memory_manager_policy=self.config.memory_manager_policy,
+                topology_manager_policy=self.config.topology_manager_policy,
+                topology_manager_scope=self.config.topology_manager_scope,
+                pod_level_resource_managers=self.config.pod_level_resource_managers,
+            )
+        info.update(self.snap.kubelet_info)
+        return tuple(info.items())
