@@ -32,7 +32,8 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def add_flag(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> argparse.Action:
+def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str,
+             *aliases: str, **kwargs: Any) -> argparse.Action:
     """``parser.add_argument`` with the environment variable as the default and named in
     the help text."""
     var = env_name(flag)
@@ -50,4 +51,4 @@ def add_flag(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> argpa
     help_text = kwargs.get("help", "")
     if help_text != argparse.SUPPRESS:
         kwargs["help"] = f"{help_text} [env {var}]".strip()
-    return parser.add_argument(flag, **kwargs)
+    return parser.add_argument(flag, *aliases, **kwargs)

@@ -220,11 +220,11 @@ class _Reconciler:
                     "empty_pod_shared_pool", pod.namespace, pod.name, None,
                     "pod-shared containers have no CPU left in the pod block "
                     f"{format_cpuset(view.block) or '(empty)'}"))
-        for other, cpus in overlaps.items():
+        for other, taken in overlaps.items():
             first = self.snap.pods[other]
             view.anomalies.append(Anomaly(
                 "exclusive_overlap", pod.namespace, pod.name, None,
-                f"CPUs {format_cpuset(cpus)} are already exclusive to "
+                f"CPUs {format_cpuset(taken)} are already exclusive to "
                 f"{first.namespace}/{first.name}; counted once, for the first owner"))
         assigned_reserved = (view.exclusive | view.block) & self.reserved
         if assigned_reserved:

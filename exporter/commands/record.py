@@ -1,17 +1,56 @@
-"""`podres-exporter record` (not yet implemented)."""
+"""``podres-exporter record DIR``: capture a live node into a fixture directory."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+from pathlib import Path
 
+from exporter.commands._sources import add_source_flags, source_options
 from exporter.errors import UserError
 
-HELP = "record (not yet implemented)"
+HELP = "capture a live node into a fixture directory (for bug reports and tests)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    parser.add_argument("directory", metavar="DIR", help="where to write the fixture files")
+    add_source_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserError("record is not implemented yet")
+    return asyncio.run(_record(args))
+
+
+async def _record(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from exporter.reader import NodeReader
+    from exporter.sources.fixture import CHECKPOINT_FILES, write_fixture_dir
+
+    options = source_options(args)
+    reader = NodeReader(options)
+    try:
+        reading = await reader.read()
+    finally:
+        await reader.close()
+    for message in reading.errors.values():
+        print(f"podres-exporter record: warning: {message}", file=sys.stderr)
+    raw = reading.raw
+    if options.kubelet_root:
+        checkpoints = {}
+        for name in CHECKPOINT_FILES:
+            path = Path(options.kubelet_root, name)
+            if path.exists():
+                try:
+                    checkpoints[name] = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as exc:
+                    print(f"podres-exporter record: warning: {path}: {exc}", file=sys.stderr)
+        raw = replace(raw, checkpoints=checkpoints)
+    try:
+        written = write_fixture_dir(args.directory, raw)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
+    for path in written:
+        print(path)
+    return 0

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -58,7 +58,10 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{path}: invalid JSON: {exc}") from None
 
 
-def parse_message(obj: Any, message: Message, origin: str) -> Message:
+M = TypeVar("M", bound=Message)
+
+
+def parse_message(obj: Any, message: M, origin: str) -> M:
     """protobuf's JSON mapping, lowerCamel or original field names (``ParseDict`` accepts
     both); unknown fields are an error so typos do not silently read as empty."""
     try:
@@ -94,7 +97,7 @@ def load_fixture_dir(directory: str | Path) -> FixtureDir:
     checkpoints = {name: _read_text(root / name) for name in CHECKPOINT_FILES
                    if (root / name).exists()}
     return FixtureDir(
-        KubeletState(listing, allocatable, pod_list, configz, metrics),  # type: ignore[arg-type]
+        KubeletState(listing, allocatable, pod_list, configz, metrics),
         topology, checkpoints)
 
 

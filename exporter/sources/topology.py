@@ -80,7 +80,7 @@ def _safe_iterdir(path: Path) -> list[Path]:
 
 
 def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
-    """``{"cpus": [{"id", "core", "socket", "numa_node"}…], "memory": [{"numa_node", "bytes"}…]}``"""
+    """Parse the ``topology.json`` of a fixture directory (SPEC §4.2)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("cpus"), list):
         raise SourceError("topology", "parse", f"{origin}: expected an object with a 'cpus' list")
     cpus = []

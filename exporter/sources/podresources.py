@@ -1,0 +1,163 @@
+"""PodResources v1 client over the kubelet's unix socket (``grpc.aio``).
+
+Responses are fetched as raw bytes (no deserializer on the call) so that the caller can
+recognise an unchanged node by content before paying for decoding; ``decode_*`` turn the
+bytes into messages. Every call carries a deadline, and an RPC the kubelet answers with
+``UNIMPLEMENTED`` is remembered and not asked again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from typing import Final
+
+import grpc
+import grpc.aio
+
+from exporter.errors import SourceError
+from exporter.pb import api_pb2
+
+DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_TIMEOUT: Final = 5.0
+DEFAULT_MAX_RECV: Final = 16 << 20
+SOURCE: Final = "podresources"
+
+_SERVICE = "/v1.PodResourcesLister/"
+
+
+class Unimplemented(Exception):
+    """The kubelet does not offer this RPC (older kubelet, or the endpoint disabled)."""
+
+
+def _diagnose(path: str) -> str | None:
+    """Why a unix socket cannot be reached, in operator terms; None when it can."""
+    if not os.path.exists(path):
+        parent = os.path.dirname(path) or "."
+        where = "" if os.path.isdir(parent) else f" (directory {parent} does not exist either)"
+        return (f"socket {path} does not exist{where}: is the kubelet running, and is its "
+                "pod-resources directory mounted?")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except PermissionError:
+        return (f"permission denied on {path}: the socket is root-only, run the exporter "
+                "as uid 0")
+    except ConnectionRefusedError:
+        return f"connection refused on {path}: nothing is listening (kubelet restarting?)"
+    except OSError as exc:
+        if exc.errno == errno.ENOTSOCK:
+            return f"{path} is not a socket"
+        return f"cannot connect to {path}: {exc.strerror or exc}"
+    finally:
+        probe.close()
+    return None
+
+
+class PodResourcesClient:
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_receive_bytes: int = DEFAULT_MAX_RECV) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self.max_receive_bytes = max_receive_bytes
+        self.unimplemented: set[str] = set()
+        self._channel: grpc.aio.Channel | None = None
+
+    def _get_channel(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                f"unix://{os.path.abspath(self.socket_path)}",
+                options=[
+                    ("grpc.max_receive_message_length", self.max_receive_bytes),
+                    ("grpc.max_send_message_length", 4 << 20),
+                    # A restarted kubelet is a new socket inode: reconnect promptly.
+                    ("grpc.initial_reconnect_backoff_ms", 200),
+                    ("grpc.max_reconnect_backoff_ms", 2000),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+        return self._channel
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def reset(self) -> None:
+        """Drop the channel so the next call dials the socket afresh."""
+        await self.close()
+
+    async def _call(self, rpc: str, request: bytes) -> bytes:
+        if rpc in self.unimplemented:
+            raise Unimplemented(rpc)
+        method = self._get_channel().unary_unary(_SERVICE + rpc)
+        try:
+            response: bytes = await method(request, timeout=self.timeout)
+            return response
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                self.unimplemented.add(rpc)
+                raise Unimplemented(rpc) from None
+            raise self._error(rpc, exc) from None
+
+    def _error(self, rpc: str, exc: grpc.aio.AioRpcError) -> SourceError:
+        code = exc.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return SourceError(SOURCE, rpc, f"no answer from {self.socket_path} within "
+                               f"{self.timeout:g}s (deadline exceeded)")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            reason = _diagnose(self.socket_path)
+            return SourceError(SOURCE, rpc, reason or f"unavailable: {exc.details()}")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return SourceError(SOURCE, rpc, f"response larger than the receive limit of "
+                               f"{self.max_receive_bytes} bytes (raise "
+                               "--podresources.max-receive-bytes): " + str(exc.details()))
+        return SourceError(SOURCE, rpc, f"{code.name}: {exc.details()}")
+
+    async def list_raw(self) -> bytes:
+        return await self._call("List", b"")
+
+    async def allocatable_raw(self) -> bytes | None:
+        """``None`` when the kubelet lacks ``GetAllocatableResources``."""
+        try:
+            return await self._call("GetAllocatableResources", b"")
+        except Unimplemented:
+            return None
+
+    async def list(self) -> api_pb2.ListPodResourcesResponse:
+        return decode_list(await self.list_raw())
+
+    async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None:
+        raw = await self.allocatable_raw()
+        return None if raw is None else decode_allocatable(raw)
+
+    async def get(self, namespace: str, name: str) -> api_pb2.PodResources | None:
+        """One pod; ``None`` when unknown to the kubelet. Raises ``Unimplemented`` when the
+        kubelet has no ``Get``."""
+        request = api_pb2.GetPodResourcesRequest(pod_name=name, pod_namespace=namespace)
+        try:
+            raw = await self._call("Get", request.SerializeToString())
+        except SourceError as exc:
+            if "NOT_FOUND" in str(exc):
+                return None
+            raise
+        response = api_pb2.GetPodResourcesResponse.FromString(raw)
+        return response.pod_resources
+
+
+def decode_list(raw: bytes) -> api_pb2.ListPodResourcesResponse:
+    try:
+        return api_pb2.ListPodResourcesResponse.FromString(raw)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise SourceError(SOURCE, "List", f"undecodable response: {exc}") from None
+
+
+def decode_allocatable(raw: bytes) -> api_pb2.AllocatableResourcesResponse:
+    try:
+        return api_pb2.AllocatableResourcesResponse.FromString(raw)
+    except Exception as exc:
+        raise SourceError(SOURCE, "GetAllocatableResources",
+                          f"undecodable response: {exc}") from None
