@@ -161,11 +161,11 @@ class _Reconciler:
         owner: dict[int, tuple[str, int, str]] = {}  # cpu → (pool, pod index, owner name)
         for index, view in enumerate(views):
             self._assign(index, view, owner)
-        containers, pods = self._entries(views)
+        pod_memory = self._memory_anomalies_and_pools(views)
+        containers, pods = self._entries(views, pod_memory)
         pools, by_numa, cells = self._pools(owner, views)
         for view in views:
             self.anomalies.extend(view.anomalies)
-        self._memory_anomalies_and_pools(views)
         return Ledger(
             node_name=self.snap.node_name,
             online_cpus=len(self.online),
@@ -275,8 +275,8 @@ class _Reconciler:
 
     # -- entries ----------------------------------------------------------------------
 
-    def _entries(self, views: list[_PodView]) -> tuple[tuple[ContainerEntry, ...],
-                                                        tuple[PodEntry, ...]]:
+    def _entries(self, views: list[_PodView], pod_memory: list[tuple[tuple[str, str, int], ...]],
+                 ) -> tuple[tuple[ContainerEntry, ...], tuple[PodEntry, ...]]:
         containers: list[ContainerEntry] = []
         pods: list[PodEntry] = []
         for view in views:
@@ -295,10 +295,10 @@ class _Reconciler:
                     namespace=pod.namespace, pod=pod.name, name=c.name,
                     sidecar=bool(cspec and cspec.sidecar), assignment=assignment,
                     memory_assignment=mem_assign[i], cpus=held, memory_bytes=mem_bytes[i]))
-            pods.append(self._pod_entry(view))
+            pods.append(self._pod_entry(view, pod_memory[len(pods)]))
         return tuple(containers), tuple(pods)
 
-    def _pod_entry(self, view: _PodView) -> PodEntry:
+    def _pod_entry(self, view: _PodView, memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
         pod, spec = view.alloc, view.spec
         basis: Basis = "spec" if spec is not None else "podresources"
         has_shared = "pod_shared" in view.assignments
@@ -326,7 +326,7 @@ class _Reconciler:
             pod_idle_cpus=len(view.remainder) if view.pod_level and not has_shared else 0,
             node_exclusive_cpus=len(node_exclusive),
             reclaimed_cpus=reclaimed, reclaimable_cpus=reclaimable, estimate_basis=basis,
-            uid=spec.uid if spec else "",
+            uid=spec.uid if spec else "", memory=memory,
         )
 
     # -- pools (§3.1) -----------------------------------------------------------------
@@ -419,8 +419,11 @@ class _Reconciler:
                 total[mtype] += size
         return total if self._legacy_memory(pod.containers) else {}
 
-    def _memory_anomalies_and_pools(self, views: list[_PodView]) -> None:
+    def _memory_anomalies_and_pools(self, views: list[_PodView],
+                                    ) -> list[tuple[tuple[str, str, int], ...]]:
+        """Node memory pools (kept on self) and each pod's (pool, type, bytes) rows."""
         pools: dict[str, list[int]] = {}
+        per_pod: list[tuple[tuple[str, str, int], ...]] = []
 
         def add(mtype: str, slot: int, size: int) -> None:
             pools.setdefault(mtype, [0, 0, 0])[slot] += size
@@ -430,12 +433,14 @@ class _Reconciler:
             pod_mem = self._pod_memory(pod)
             exclusive: dict[str, int] = defaultdict(int)
             pod_level = bool(pod_mem)
+            rows: dict[tuple[str, str], int] = defaultdict(int)
             for c in pod.containers:
                 if not c.memory or self._shares_memory(c, pod.containers):
                     continue
                 for mtype, size in self._mem_by_type(c.memory).items():
                     add(mtype, 1 if pod_level else 0, size)
                     exclusive[mtype] += size
+                    rows[("pod_exclusive" if pod_level else "node_exclusive", mtype)] += size
             for mtype, total in pod_mem.items():
                 left = total - exclusive.get(mtype, 0)
                 if left < 0:
@@ -443,6 +448,8 @@ class _Reconciler:
                                   f"containers hold {exclusive[mtype]} bytes of {mtype}, more "
                                   f"than the pod's {total}")
                 add(mtype, 2, max(0, left))
+                rows[("pod_shared", mtype)] += max(0, left)
+            per_pod.append(tuple((pool, mtype, size) for (pool, mtype), size in rows.items()))
             budget = spec.resources.memory_limit if spec and spec.resources else None
             if budget is not None and pod.memory:
                 held = pod_mem.get("memory", 0)
@@ -452,6 +459,7 @@ class _Reconciler:
                                   f"budget of {budget}")
         self._memory_pools = tuple((mtype, (v[0], v[1], v[2]))
                                    for mtype, v in sorted(pools.items()))
+        return per_pod
 
     def _kubelet_info(self) -> tuple[tuple[str, object], ...]:
         info: dict[str, object] = {}

@@ -1,0 +1,1 @@
+"""The metric catalogue and its text-exposition renderer."""
