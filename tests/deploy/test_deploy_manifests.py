@@ -1,0 +1,500 @@
+"""Deployment artefacts: plain manifests, the Helm chart, and the CRD-backed objects.
+
+Real tools only: ``kubernetes-validate --strict`` (bundled Kubernetes schemas), the Helm v4
+SDK through ``helm-python-sdk`` (render and ``lint --strict``), ``yamllint``, and jsonschema
+against the ServiceMonitor / PrometheusRule CRD schemas in ``deploy/crds``. When
+``deploy/crds/npm`` has been installed (``npm ci --prefix deploy/crds/npm``), the validators
+that ``@kubernetes-models/prometheus-operator`` generated from the upstream CRDs are run too.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+MANIFESTS = DEPLOY / "manifests"
+OPTIONAL = MANIFESTS / "optional"
+CHART = DEPLOY / "helm" / "podres-exporter"
+CRDS = DEPLOY / "crds"
+NPM_DIR = CRDS / "npm"
+YAMLLINT_CONFIG = DEPLOY / ".yamllint.yml"
+BIN = Path(sys.executable).parent
+
+RELEASE = "podres-exporter"
+NAMESPACE = "podres-system"
+# Kubernetes versions the built-in kinds are validated against: the oldest supported by
+# the chart (Chart.yaml kubeVersion) and the one Pod-Level Resource Managers went beta in.
+KUBE_VERSIONS = ("1.31.0", "1.37.0")
+# Labels only Helm adds (the plain manifests are applied with kubectl).
+HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+ALL_OPTIONS = {"legacyProxyAuthz": True, "api": {"enabled": True}}
+CRD_KINDS = ("ServiceMonitor", "PrometheusRule")
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a dev dependency")
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [doc for doc in yaml.safe_load_all(fh) if doc]
+
+
+def plain_objects(*, optional: bool = False) -> list[dict[str, Any]]:
+    files = sorted(MANIFESTS.glob("*.yaml"))
+    if optional:
+        files += sorted(OPTIONAL.glob("*.yaml"))
+    return [doc for path in files for doc in load_docs(path)]
+
+
+def render(values: dict[str, Any] | None = None) -> dict[str, str]:
+    chart = helm.Chart.load(str(CHART))
+    return chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def rendered_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    objects = []
+    for path, text in sorted(render(values).items()):
+        if path.endswith(".txt"):
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return objects
+
+
+def key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def normalize(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    for meta in (obj.get("metadata"), obj.get("spec", {}).get("template", {}).get("metadata")):
+        if meta and "labels" in meta:
+            for label in HELM_ONLY_LABELS:
+                meta["labels"].pop(label, None)
+    return obj
+
+
+def by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for obj in objects:
+        assert key(obj) not in out, f"duplicate object {key(obj)}"
+        out[key(obj)] = normalize(obj)
+    return out
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str = RELEASE) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind}/{name}, found {len(found)}"
+    return found[0]
+
+
+def strictify(schema: Any) -> Any:
+    """additionalProperties: false wherever an object schema lists its properties: unknown
+    fields are errors, as with ``kubectl apply --validate=strict``."""
+    if isinstance(schema, dict):
+        schema = {k: strictify(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strictify(v) for v in schema]
+    return schema
+
+
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    name = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}[kind]
+    schema = yaml.safe_load(
+        (CRDS / f"{name}.monitoring.coreos.com.v1.openapi.yaml").read_text(encoding="utf-8"))
+    schema = strictify(schema)
+    # Against the meta-schema, but without its "regex" format check: the CRD patterns are Go
+    # (RE2) regular expressions, e.g. ^(?i)(abort|warn)?$, which ECMA 262 rejects and
+    # Python's re accepts.
+    jsonschema.Draft7Validator(jsonschema.Draft7Validator.META_SCHEMA).validate(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    errors = crd_validator(obj["kind"]).iter_errors(obj)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
+
+
+def validate_builtin(obj: dict[str, Any]) -> None:
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            pytest.fail(f"{key(obj)} invalid for Kubernetes {version}: {path}: {exc.message}")
+
+
+def rule_groups_from_sources() -> list[dict[str, Any]]:
+    groups = []
+    for path in sorted((ROOT / "dashboards" / "prometheus").glob("*.rules.yml")):
+        groups.extend(yaml.safe_load(path.read_text(encoding="utf-8"))["groups"])
+    return groups
+
+
+# --------------------------------------------------------------------------- sync
+
+
+def test_generated_files_are_in_sync_with_rule_sources() -> None:
+    proc = subprocess.run([sys.executable, str(DEPLOY / "build.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_prometheusrule_holds_every_rule_group_unchanged() -> None:
+    sources = rule_groups_from_sources()
+    assert sources, "no rule groups in dashboards/prometheus/*.rules.yml"
+    plain = one(plain_objects(), "PrometheusRule")
+    rendered = one(rendered_objects(), "PrometheusRule")
+    assert plain["spec"]["groups"] == sources
+    assert rendered["spec"]["groups"] == sources
+
+
+def test_default_chart_renders_the_plain_manifests() -> None:
+    plain = by_key([o for o in plain_objects() if o["kind"] != "Namespace"])
+    rendered = by_key(rendered_objects())
+    assert sorted(rendered) == sorted(plain)
+    for k, obj in plain.items():
+        assert rendered[k] == obj, f"{k} differs between the chart and deploy/manifests"
+
+
+def test_chart_options_render_the_optional_manifests() -> None:
+    plain = by_key([o for o in plain_objects(optional=True) if o["kind"] != "Namespace"])
+    rendered = by_key(rendered_objects(ALL_OPTIONS))
+    assert sorted(rendered) == sorted(plain)
+    for k, obj in plain.items():
+        assert rendered[k] == obj, f"{k} differs between the chart and deploy/manifests"
+
+
+def test_optional_objects_are_off_by_default() -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in rendered_objects()}
+    assert ("ClusterRole", "podres-exporter-legacy-proxy") not in kinds
+    assert ("Deployment", "podres-exporter-api") not in kinds
+    off = rendered_objects({"serviceMonitor": {"enabled": False},
+                            "prometheusRule": {"enabled": False}})
+    assert not [o for o in off if o["kind"] in CRD_KINDS]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("variant", ["plain", "plain+optional"])
+def test_plain_manifests_pass_kubernetes_validate_cli(variant: str) -> None:
+    """The verified command line, as an operator would run it, on every file."""
+    files = sorted(MANIFESTS.glob("*.yaml"))
+    if variant == "plain+optional":
+        files = sorted(OPTIONAL.glob("*.yaml"))
+    exe = BIN / "kubernetes-validate"
+    assert exe.exists(), "kubernetes-validate is a dev dependency"
+    for version in KUBE_VERSIONS:
+        proc = subprocess.run([str(exe), "--strict", "-k", version, *map(str, files)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "ERROR" not in proc.stdout
+        # Only the CRD kinds may be skipped (no built-in schema).
+        for line in proc.stdout.splitlines():
+            if line.startswith("WARN"):
+                assert any(kind in line for kind in CRD_KINDS), line
+
+
+@pytest.mark.parametrize("values", [{}, ALL_OPTIONS], ids=["defaults", "all-options"])
+def test_rendered_chart_passes_kubernetes_validate(values: dict[str, Any]) -> None:
+    objects = rendered_objects(values)
+    builtin = [o for o in objects if o["kind"] not in CRD_KINDS]
+    assert {o["kind"] for o in builtin} >= {"DaemonSet", "ServiceAccount", "ClusterRole",
+                                             "ClusterRoleBinding", "Service"}
+    for obj in builtin:
+        validate_builtin(obj)
+
+
+def test_kubernetes_validate_catches_a_broken_object() -> None:
+    ds = copy.deepcopy(one(plain_objects(), "DaemonSet"))
+    ds["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["pathh"] = "/"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("values", [{}, ALL_OPTIONS,
+                                    {"history": {"existingSecret": "db", "storage":
+                                                 {"type": "hostPath"}},
+                                     "kubeletRoot": {"enabled": False},
+                                     "kubelet": {"caFile": "", "insecureSkipVerify": True},
+                                     "extraArgs": ["--collector.pods=false"],
+                                     "priorityClassName": "system-node-critical",
+                                     "podAnnotations": {"a": "b"}}],
+                         ids=["defaults", "all-options", "variations"])
+def test_helm_lint_strict_passes(values: dict[str, Any]) -> None:
+    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE,
+                       kube_version="v1.37.0")
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
+
+
+def test_helm_lint_and_render_reject_bad_values() -> None:
+    report = helm.lint(str(CHART), {"legacyProxyAuthz": "yes"}, strict=True)
+    assert report["errors"], "values.schema.json should reject a string for a boolean"
+    with pytest.raises(helm.HelmError):
+        render({"history": {"storage": {"type": "nfs"}}})
+
+
+def test_rendered_variations_are_valid_and_wired() -> None:
+    objects = rendered_objects({"history": {"existingSecret": "podres-db",
+                                            "storage": {"type": "hostPath"}},
+                                "kubeletRoot": {"enabled": False},
+                                "kubelet": {"insecureSkipVerify": True}})
+    ds = one(objects, "DaemonSet")
+    validate_builtin(ds)
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    assert not [a for a in container["args"] if a.startswith("--history.url")]
+    assert not [a for a in container["args"] if a.startswith("--kubelet.root-dir")]
+    assert "--kubelet.insecure-skip-verify" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PODRES_HISTORY_URL"]["valueFrom"]["secretKeyRef"] == {"name": "podres-db",
+                                                                       "key": "url"}
+    volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+    assert "kubelet-root" not in volumes
+    assert volumes["history"]["hostPath"]["type"] == "DirectoryOrCreate"
+
+
+def test_yamllint_on_plain_and_rendered_output(tmp_path: Path) -> None:
+    out = tmp_path / "rendered"
+    for name, values in (("defaults", {}), ("all-options", ALL_OPTIONS)):
+        for path, text in render(values).items():
+            if path.endswith(".txt"):
+                continue
+            target = out / name / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+    exe = BIN / "yamllint"
+    assert exe.exists(), "yamllint is a dev dependency"
+    proc = subprocess.run(
+        [str(exe), "--strict", "-c", str(YAMLLINT_CONFIG), "-f", "parsable", str(out),
+         str(MANIFESTS), str(CHART / "values.yaml"), str(CHART / "Chart.yaml"),
+         *map(str, sorted(CRDS.glob("*.yaml")))],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("source", ["plain", "rendered"])
+def test_crd_objects_validate_against_crd_schemas(source: str) -> None:
+    objects = plain_objects() if source == "plain" else rendered_objects(
+        {"serviceMonitor": {"labels": {"release": "kube-prometheus"}},
+         "prometheusRule": {"labels": {"role": "alert-rules"}}})
+    crd_objects = [o for o in objects if o["kind"] in CRD_KINDS]
+    assert sorted(o["kind"] for o in crd_objects) == sorted(CRD_KINDS)
+    for obj in crd_objects:
+        assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+        assert crd_errors(obj) == [], key(obj)
+
+
+def test_crd_schemas_reject_mistakes() -> None:
+    sm = one(plain_objects(), "ServiceMonitor")
+    bad = copy.deepcopy(sm)
+    bad["spec"]["endpoints"][0]["scheme"] = "ftp"
+    bad["spec"]["endpoints"][0]["intervall"] = "30s"
+    del bad["spec"]["selector"]
+    errors = crd_errors(bad)
+    assert any("scheme" in e for e in errors), errors
+    assert any("intervall" in e for e in errors), errors
+    assert any("selector" in e for e in errors), errors
+    pr = copy.deepcopy(one(plain_objects(), "PrometheusRule"))
+    pr["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
+    pr["spec"]["groups"][0]["rules"][0]["expresion"] = "up"
+    errors = crd_errors(pr)
+    assert any("5 minutes" in e for e in errors), errors
+    assert any("expresion" in e for e in errors), errors
+
+
+def _npm_checker() -> Path | None:
+    node = shutil.which("node")
+    installed = (NPM_DIR / "node_modules" / "@kubernetes-models" / "prometheus-operator").is_dir()
+    if node and installed:
+        return Path(node)
+    if os.environ.get("PODRES_REQUIRE_NPM_CHECKS") == "1":
+        pytest.fail("node and `npm ci --prefix deploy/crds/npm` are required "
+                    "(PODRES_REQUIRE_NPM_CHECKS=1)")
+    pytest.skip("upstream CRD validators not installed: npm ci --prefix deploy/crds/npm")
+    return None
+
+
+def test_crd_objects_pass_upstream_generated_validators() -> None:
+    node = _npm_checker()
+    assert node is not None
+    objects = [o for o in plain_objects() + rendered_objects(ALL_OPTIONS)
+               if o["kind"] in CRD_KINDS]
+    good = subprocess.run([str(node), str(NPM_DIR / "validate.mjs")],
+                          input=json.dumps(objects), capture_output=True, text=True,
+                          timeout=60, cwd=NPM_DIR)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.count("OK ") == len(objects)
+    broken = copy.deepcopy(objects[0])
+    if broken["kind"] == "ServiceMonitor":
+        broken["spec"]["endpoints"][0]["scheme"] = "ftp"
+    else:
+        broken["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
+    bad = subprocess.run([str(node), str(NPM_DIR / "validate.mjs")],
+                         input=json.dumps([broken]), capture_output=True, text=True,
+                         timeout=60, cwd=NPM_DIR)
+    assert bad.returncode == 1 and "FAIL" in bad.stdout
+
+
+# --------------------------------------------------------------------------- security
+
+
+def _daemonsets() -> list[tuple[str, dict[str, Any]]]:
+    return [("plain", one(plain_objects(), "DaemonSet")),
+            ("rendered", one(rendered_objects(), "DaemonSet"))]
+
+
+@pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
+def test_daemonset_security_posture(source: str, ds: dict[str, Any]) -> None:
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["runAsUser"] == 0  # the PodResources socket is root-only
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert "add" not in sc["capabilities"]
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+
+
+@pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
+def test_daemonset_mounts_the_pod_resources_directory(source: str, ds: dict[str, Any]) -> None:
+    pod = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    host_paths = {v["hostPath"]["path"]: v for v in volumes.values() if "hostPath" in v}
+    # The directory, never the socket file (a kubelet restart makes a new socket inode).
+    assert not [p for p in host_paths if p.endswith(".sock")]
+    pr = volumes["pod-resources"]["hostPath"]
+    assert pr == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
+    args = pod["containers"][0]["args"]
+    assert "--podresources.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
+    # /sys and the kubelet root read-only; every host path mount is read-only except none.
+    assert volumes["sys"]["hostPath"]["path"] == "/sys"
+    assert volumes["kubelet-root"]["hostPath"]["path"] == "/var/lib/kubelet"
+    for name, volume in volumes.items():
+        if "hostPath" in volume:
+            assert mounts[name].get("readOnly") is True, f"host path {name} must be read-only"
+    assert f"--sysfs={mounts['sys']['mountPath']}" in args
+    assert f"--kubelet.root-dir={mounts['kubelet-root']['mountPath']}" in args
+    # The history store is writable (the root filesystem is not).
+    assert "emptyDir" in volumes["history"]
+    assert not mounts["history"].get("readOnly")
+    assert "--history.url=sqlite:////var/lib/podres-exporter/history.db" in args
+    assert mounts["history"]["mountPath"] == "/var/lib/podres-exporter"
+
+
+@pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
+def test_daemonset_probes_ports_and_downward_api(source: str, ds: dict[str, Any]) -> None:
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9847,
+                                   "protocol": "TCP"}]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert env["PODRES_NODE_NAME"]["value"] == "$(NODE_NAME)"
+    # $(HOST_IP) in args is expanded by the kubelet only if HOST_IP is defined in env.
+    assert "--kubelet.url=https://$(HOST_IP):10250" in container["args"]
+    assert "--web.listen-address=:9847" in container["args"]
+
+
+def test_rbac_is_least_privilege() -> None:
+    objects = plain_objects()
+    role = one(objects, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""],
+                              "resources": ["nodes/pods", "nodes/configz", "nodes/metrics"],
+                              "verbs": ["get"]}]
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE,
+                                    "namespace": NAMESPACE}]
+    # nodes/proxy only in the optional file / behind legacyProxyAuthz.
+    for obj in objects + rendered_objects():
+        for rule in obj.get("rules", []):
+            assert "nodes/proxy" not in rule["resources"]
+    legacy = one(rendered_objects({"legacyProxyAuthz": True}), "ClusterRole",
+                 "podres-exporter-legacy-proxy")
+    assert legacy["rules"] == [{"apiGroups": [""], "resources": ["nodes/proxy"],
+                                "verbs": ["get"]}]
+
+
+def test_service_and_servicemonitor_select_the_daemonset() -> None:
+    objects = plain_objects()
+    ds = one(objects, "DaemonSet")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    svc = one(objects, "Service")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 9847, "targetPort": "metrics",
+                                     "protocol": "TCP"}]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    sm = one(objects, "ServiceMonitor")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["metadata"]["namespace"] == svc["metadata"]["namespace"]
+
+
+def test_api_deployment_runs_unprivileged() -> None:
+    dep = one(plain_objects(optional=True), "Deployment", "podres-exporter-api")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert not [v for v in pod.get("volumes", []) if "hostPath" in v]
+    (container,) = pod["containers"]
+    assert container["command"] == ["podres-exporter", "api"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert "secretKeyRef" in env["PODRES_HISTORY_URL"]["valueFrom"]
+
+
+def test_namespace_admits_host_path_pods() -> None:
+    ns = one(plain_objects(), "Namespace", NAMESPACE)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    for obj in plain_objects(optional=True):
+        if obj["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == NAMESPACE, key(obj)
+
+
+# --------------------------------------------------------------------------- image
+
+
+def test_dockerfile_builds_the_cli_image() -> None:
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.strip().startswith("#")]
+    assert any(line.startswith("FROM python:3.11-slim") for line in lines)
+    entrypoint = [line for line in lines if line.startswith("ENTRYPOINT")]
+    assert entrypoint and json.loads(entrypoint[-1][len("ENTRYPOINT"):]) == [
+        "podres-exporter", "serve"]
+    assert any("pip install" in line for line in lines)
+    ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    for pattern in (".git", ".venv", "**/__pycache__", "node_modules"):
+        assert any(p.rstrip("/") == pattern for p in ignore), pattern
