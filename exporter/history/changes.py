@@ -1,0 +1,155 @@
+"""What the history records of a ledger, and the differences between two of them.
+
+A ledger is reduced to a :class:`State`: one :class:`AssignmentRow` per container (keyed by
+namespace, pod and container name), the set of current anomalies and a summary. Two states
+give a :class:`Diff` (intervals to close and to open); an unchanged ledger gives an empty one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from reconciler.cpuset import format_cpuset
+from reconciler.ledger import Ledger
+
+AssignmentKey = tuple[str, str, str]  # namespace, pod, container
+AnomalyKey = tuple[str, str, str, str, str]  # kind, namespace, pod, container, detail
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentRow:
+    namespace: str
+    pod: str
+    container: str
+    pod_uid: str
+    sidecar: bool
+    assignment: str
+    memory_assignment: str
+    cpuset: str
+    cpu_count: int
+    memory_bytes: int
+    numa_nodes: str
+
+    @property
+    def key(self) -> AssignmentKey:
+        return (self.namespace, self.pod, self.container)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    assignments: dict[AssignmentKey, AssignmentRow]
+    anomalies: frozenset[AnomalyKey]
+    summary: dict[str, int]
+    online_cpus: int
+
+
+@dataclass(slots=True)
+class Diff:
+    close: list[AssignmentKey] = field(default_factory=list)
+    open: list[AssignmentRow] = field(default_factory=list)
+    resolve: list[AnomalyKey] = field(default_factory=list)
+    raise_: list[AnomalyKey] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.close or self.open or self.resolve or self.raise_)
+
+    @property
+    def rows(self) -> int:
+        return len(self.close) + len(self.open) + len(self.resolve) + len(self.raise_)
+
+
+def clean(text: str, limit: int = 253) -> str:
+    """What the database can hold: no NUL characters (PostgreSQL refuses them), at most
+    ``limit`` characters (Kubernetes names are at most 253)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    return text[:limit]
+
+
+def anomaly_subject(namespace: str, pod: str, container: str) -> str:
+    return "/".join(part for part in (namespace, pod, container) if part)
+
+
+def state_of(ledger: Ledger) -> State:
+    uids = {(p.namespace, p.name): p.uid for p in ledger.pods}
+    numa = {cell.id: cell.numa_node for cell in ledger.cpu_map if cell.numa_node is not None}
+    assignments: dict[AssignmentKey, AssignmentRow] = {}
+    counts = dict.fromkeys(("node_exclusive", "pod_exclusive", "pod_shared", "node_shared"), 0)
+    for c in ledger.containers:
+        counts[c.assignment] = counts.get(c.assignment, 0) + 1
+        namespace, pod, name = clean(c.namespace), clean(c.pod), clean(c.name)
+        key = (namespace, pod, name)
+        if key in assignments:  # a name listed twice: the first listing wins
+            continue
+        nodes = sorted({numa[cpu] for cpu in c.cpus if cpu in numa})
+        assignments[key] = AssignmentRow(
+            namespace=namespace, pod=pod, container=name,
+            pod_uid=clean(uids.get((c.namespace, c.pod), ""), 64), sidecar=c.sidecar,
+            assignment=clean(c.assignment, 16), memory_assignment=clean(c.memory_assignment, 16),
+            cpuset=format_cpuset(c.cpus), cpu_count=len(c.cpus),
+            memory_bytes=c.memory_bytes, numa_nodes=",".join(map(str, nodes)),
+        )
+    anomalies = frozenset(
+        (clean(a.kind, 64), clean(a.namespace or ""), clean(a.pod or ""),
+         clean(a.container or ""), clean(a.detail, 4000))
+        for a in ledger.anomalies)
+    pools = ledger.cpu_pools
+    summary = {
+        "online_cpus": ledger.online_cpus,
+        "cpus_reserved": pools.reserved,
+        "cpus_node_shared": pools.node_shared,
+        "cpus_node_exclusive": pools.node_exclusive,
+        "cpus_pod_exclusive": pools.pod_exclusive,
+        "cpus_pod_shared": pools.pod_shared,
+        "cpus_pod_idle": pools.pod_idle,
+        **{f"containers_{k}": v for k, v in counts.items()},
+        "pods": len(ledger.pods),
+        "reclaimed_cpus": ledger.reclaimed_cpus,
+        "reclaimable_cpus": ledger.reclaimable_cpus,
+        "anomalies": len(ledger.anomalies),
+    }
+    return State(assignments, anomalies, summary, ledger.online_cpus)
+
+
+def diff_states(old_assignments: dict[AssignmentKey, AssignmentRow],
+                old_anomalies: frozenset[AnomalyKey] | set[AnomalyKey],
+                new: State) -> Diff:
+    d = Diff()
+    for key, row in old_assignments.items():
+        now = new.assignments.get(key)
+        if now is None or now != row:
+            d.close.append(key)
+    for key, row in new.assignments.items():
+        before = old_assignments.get(key)
+        if before is None or before != row:
+            d.open.append(row)
+    d.resolve = sorted(set(old_anomalies) - new.anomalies)
+    d.raise_ = sorted(new.anomalies - set(old_anomalies))
+    return d
+
+
+@dataclass(slots=True)
+class Gap:
+    gap_from: datetime
+    gap_to: datetime
+    dropped_writes: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ChangeSet:
+    """One write: the differences a ledger brought (``full`` = reconcile the whole ``state``
+    against what the database holds open), an optional summary and an optional gap."""
+
+    seq: int
+    at: datetime
+    prev_at: datetime
+    diff: Diff | None = None
+    state: State | None = None  # set when full
+    summary: dict[str, int] | None = None
+    gap: Gap | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.state is not None

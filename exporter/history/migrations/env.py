@@ -1,0 +1,24 @@
+"""Alembic environment: migrations run programmatically from ``exporter.history.store``
+on a connection it passes in ``config.attributes["connection"]``."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from exporter.history.schema import metadata
+
+VERSION_TABLE = "podres_alembic_version"
+
+connection = context.config.attributes.get("connection")
+if connection is None:  # pragma: no cover - offline mode is not supported
+    raise RuntimeError("podres-exporter history migrations need a live connection")
+
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    version_table=VERSION_TABLE,
+    render_as_batch=True,
+    transaction_per_migration=False,
+)
+with context.begin_transaction():
+    context.run_migrations()

@@ -1,0 +1,154 @@
+"""The history schema (SQLAlchemy Core). Migrations under ``migrations/`` create exactly this;
+a test compares the migrated database against it on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.types import TypeDecorator
+
+# Naming convention so that constraint names are the same on every backend.
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+})
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """``timestamptz`` on PostgreSQL (for Grafana's ``$__timeFilter``); naive UTC text on
+    SQLite (fixed width, so it sorts). Values are always aware UTC datetimes in Python."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# On SQLite an INTEGER PRIMARY KEY must be exactly "INTEGER" to be the rowid alias.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+nodes = Table(
+    "nodes", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("name", String(253), nullable=False, unique=True),
+    Column("first_seen", UTCDateTime(), nullable=False),
+    Column("last_seen", UTCDateTime(), nullable=False),
+    Column("online_cpus", Integer, nullable=True),
+    # Idempotency of retried batches: the writer that last wrote and its sequence number.
+    Column("writer_id", String(64), nullable=False, server_default=""),
+    Column("writer_seq", BigInteger, nullable=False, server_default=text("0")),
+)
+
+assignment_intervals = Table(
+    "assignment_intervals", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("pod_uid", String(64), nullable=False, server_default=""),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("container", String(253), nullable=False),
+    Column("sidecar", Boolean, nullable=False, server_default=text("false")),
+    Column("assignment", String(16), nullable=False),
+    Column("memory_assignment", String(16), nullable=False),
+    Column("cpuset", Text, nullable=False),
+    Column("cpu_count", Integer, nullable=False),
+    Column("memory_bytes", BigInteger, nullable=False),
+    Column("numa_nodes", String(255), nullable=False, server_default=""),
+    Column("valid_from", UTCDateTime(), nullable=False),
+    Column("valid_to", UTCDateTime(), nullable=True),
+    # At most one open interval per container of a node: duplicates are impossible.
+    Index("uq_assignment_intervals_open", "node_id", "namespace", "pod", "container",
+          unique=True, sqlite_where=text("valid_to IS NULL"),
+          postgresql_where=text("valid_to IS NULL")),
+    Index("ix_assignment_intervals_node_from", "node_id", "valid_from"),
+    Index("ix_assignment_intervals_node_to", "node_id", "valid_to"),
+    Index("ix_assignment_intervals_ns_pod", "namespace", "pod"),
+)
+
+anomaly_intervals = Table(
+    "anomaly_intervals", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("namespace", String(253), nullable=False, server_default=""),
+    Column("pod", String(253), nullable=False, server_default=""),
+    Column("container", String(253), nullable=False, server_default=""),
+    Column("subject", Text, nullable=False, server_default=""),
+    Column("detail", Text, nullable=False, server_default=""),
+    Column("first_seen", UTCDateTime(), nullable=False),
+    Column("last_seen", UTCDateTime(), nullable=False),
+    Column("resolved_at", UTCDateTime(), nullable=True),
+    Index("ix_anomaly_intervals_node_first", "node_id", "first_seen"),
+    Index("ix_anomaly_intervals_node_resolved", "node_id", "resolved_at"),
+    Index("ix_anomaly_intervals_kind", "kind"),
+)
+
+node_summaries = Table(
+    "node_summaries", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("at_epoch", BigInteger, nullable=False),  # unix seconds, for portable bucketing
+    Column("online_cpus", Integer, nullable=False),
+    Column("cpus_reserved", Integer, nullable=False),
+    Column("cpus_node_shared", Integer, nullable=False),
+    Column("cpus_node_exclusive", Integer, nullable=False),
+    Column("cpus_pod_exclusive", Integer, nullable=False),
+    Column("cpus_pod_shared", Integer, nullable=False),
+    Column("cpus_pod_idle", Integer, nullable=False),
+    Column("containers_node_exclusive", Integer, nullable=False),
+    Column("containers_pod_exclusive", Integer, nullable=False),
+    Column("containers_pod_shared", Integer, nullable=False),
+    Column("containers_node_shared", Integer, nullable=False),
+    Column("pods", Integer, nullable=False),
+    Column("reclaimed_cpus", Integer, nullable=False),
+    Column("reclaimable_cpus", Integer, nullable=False),
+    Column("anomalies", Integer, nullable=False),
+    Index("uq_node_summaries_node_at", "node_id", "at_epoch", "at", unique=True),
+    Index("ix_node_summaries_at_epoch", "at_epoch"),
+)
+
+history_gaps = Table(
+    "history_gaps", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("gap_from", UTCDateTime(), nullable=False),
+    Column("gap_to", UTCDateTime(), nullable=False),
+    Column("dropped_writes", Integer, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Index("ix_history_gaps_node_from", "node_id", "gap_from"),
+)
+
+SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
+                 "pod_idle")
+SUMMARY_ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")

@@ -1,0 +1,444 @@
+"""The history store: an SQLAlchemy engine on SQLite (default) or PostgreSQL, migrated to
+the current schema when opened, with the write path used by :class:`HistoryWriter` and the
+read queries used by the API and the CLI.
+
+Everything here is synchronous; async callers run it in a thread (``asyncio.to_thread``)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+
+from exporter.errors import UserError
+from exporter.history.changes import (
+    AnomalyKey,
+    AssignmentKey,
+    AssignmentRow,
+    ChangeSet,
+    Diff,
+    anomaly_subject,
+    diff_states,
+)
+from exporter.history.schema import (
+    anomaly_intervals,
+    assignment_intervals,
+    history_gaps,
+    node_summaries,
+    nodes,
+)
+from exporter.history.timeutil import utc
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+HEAD_REVISION = "0001"
+_PG_MIGRATION_LOCK = 0x706F647265730001  # "podres" + 1: pg_advisory_xact_lock key
+
+
+def default_history_url() -> str:
+    """``sqlite:///$XDG_STATE_HOME/podres-exporter/history.db`` (``~/.local/state`` when the
+    variable is unset), or ``/var/lib/podres-exporter/history.db`` when running as root."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        base = Path("/var/lib/podres-exporter")
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        base = Path(state) / "podres-exporter"
+    return f"sqlite:///{base / 'history.db'}"
+
+
+def redact_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<invalid url>"
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    assignments: int
+    anomalies: int
+    summaries: int
+    gaps: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"assignments": self.assignments, "anomalies": self.anomalies,
+                "summaries": self.summaries, "gaps": self.gaps}
+
+
+class HistoryStore:
+    """A migrated history database. Thread-safe (one engine, pooled connections)."""
+
+    def __init__(self, engine: Engine, *, readonly: bool = False) -> None:
+        self.engine = engine
+        self.readonly = readonly
+        self.dialect = engine.dialect.name
+        self.url = engine.url.render_as_string(hide_password=True)
+        self._node_ids: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (Alembic, programmatically)."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.connect() as conn:
+            conn.execution_options(podres_write=True)
+            if self.dialect == "postgresql":
+                # Many exporters of a fleet may start at once: one migrates, the others wait
+                # and then find the schema current. The lock ends with the transaction.
+                with conn.begin():
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                                 {"k": _PG_MIGRATION_LOCK})
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
+            else:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                conn.commit()
+
+    def revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            ctx = MigrationContext.configure(
+                conn, opts={"version_table": "podres_alembic_version"})
+            return ctx.get_current_revision()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- connections -------------------------------------------------------------------
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[Connection]:
+        if self.readonly:
+            raise UserError("the history store was opened read-only")
+        with self.engine.connect() as conn:
+            conn.execution_options(podres_write=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    # -- writes ------------------------------------------------------------------------
+
+    def _insert(self, table: Any) -> Any:
+        """An INSERT with ``on_conflict_do_nothing`` for this backend."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+            return pg_insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+        return sqlite_insert(table)
+
+    def _node_id(self, conn: Connection, name: str, at: datetime) -> int:
+        cached = self._node_ids.get(name)
+        if cached is not None:
+            return cached
+        conn.execute(self._insert(nodes).values(name=name, first_seen=at, last_seen=at)
+                     .on_conflict_do_nothing(index_elements=["name"]))
+        node_id = conn.execute(select(nodes.c.id).where(nodes.c.name == name)).scalar_one()
+        with self._lock:
+            self._node_ids[name] = int(node_id)
+        return int(node_id)
+
+    def write(self, node: str, writer_id: str, changesets: Sequence[ChangeSet]) -> int:
+        """Apply change-sets in order, in one transaction; change-sets this writer already
+        applied (a retry after a lost commit acknowledgement) are skipped. Returns the
+        number of rows written."""
+        if not changesets:
+            return 0
+        rows = 0
+        with self.write_transaction() as conn:
+            node_id = self._node_id(conn, node, changesets[0].at)
+            current = conn.execute(
+                select(nodes.c.writer_id, nodes.c.writer_seq, nodes.c.last_seen,
+                       nodes.c.online_cpus)
+                .where(nodes.c.id == node_id).with_for_update()).one()
+            last_seen = current.last_seen
+            online = current.online_cpus
+            applied = 0
+            for cs in changesets:
+                if current.writer_id == writer_id and cs.seq <= current.writer_seq:
+                    continue
+                rows += self._apply(conn, node_id, cs)
+                applied = cs.seq
+                last_seen = max(last_seen, cs.at)
+                if cs.state is not None:
+                    online = cs.state.online_cpus
+                elif cs.summary is not None:
+                    online = cs.summary.get("online_cpus", online)
+            if applied:
+                conn.execute(update(nodes).where(nodes.c.id == node_id).values(
+                    writer_id=writer_id, writer_seq=applied, last_seen=last_seen,
+                    online_cpus=online))
+        return rows
+
+    def _apply(self, conn: Connection, node_id: int, cs: ChangeSet) -> int:
+        rows = 0
+        if cs.gap is not None:
+            conn.execute(history_gaps.insert().values(
+                node_id=node_id, gap_from=cs.gap.gap_from, gap_to=cs.gap.gap_to,
+                dropped_writes=cs.gap.dropped_writes, reason=cs.gap.reason))
+            rows += 1
+        diff = self._full_diff(conn, node_id, cs) if cs.state is not None else cs.diff
+        if diff:
+            assert diff is not None
+            rows += self._apply_diff(conn, node_id, diff, cs.at, cs.prev_at)
+        if cs.summary is not None:
+            # A restarted exporter may repeat the last summary's time: keep the first.
+            conn.execute(self._insert(node_summaries).values(
+                node_id=node_id, at=cs.at, at_epoch=int(cs.at.timestamp()), **cs.summary)
+                .on_conflict_do_nothing())
+            conn.execute(update(anomaly_intervals).where(
+                anomaly_intervals.c.node_id == node_id,
+                anomaly_intervals.c.resolved_at.is_(None),
+                anomaly_intervals.c.last_seen < cs.at).values(last_seen=cs.at))
+            rows += 1
+        return rows
+
+    def _full_diff(self, conn: Connection, node_id: int, cs: ChangeSet) -> Diff:
+        assert cs.state is not None
+        a = assignment_intervals
+        old: dict[AssignmentKey, AssignmentRow] = {}
+        for r in conn.execute(select(
+                a.c.namespace, a.c.pod, a.c.container, a.c.pod_uid, a.c.sidecar,
+                a.c.assignment, a.c.memory_assignment, a.c.cpuset, a.c.cpu_count,
+                a.c.memory_bytes, a.c.numa_nodes)
+                .where(a.c.node_id == node_id, a.c.valid_to.is_(None))):
+            row = AssignmentRow(r.namespace, r.pod, r.container, r.pod_uid, bool(r.sidecar),
+                                r.assignment, r.memory_assignment, r.cpuset, r.cpu_count,
+                                r.memory_bytes, r.numa_nodes)
+            old[row.key] = row
+        n = anomaly_intervals
+        old_anomalies: set[AnomalyKey] = {
+            (r.kind, r.namespace, r.pod, r.container, r.detail)
+            for r in conn.execute(select(n.c.kind, n.c.namespace, n.c.pod, n.c.container,
+                                         n.c.detail)
+                                  .where(n.c.node_id == node_id, n.c.resolved_at.is_(None)))}
+        return diff_states(old, old_anomalies, cs.state)
+
+    def _apply_diff(self, conn: Connection, node_id: int, diff: Diff, at: datetime,
+                    prev_at: datetime) -> int:
+        a = assignment_intervals
+        if diff.close:
+            conn.execute(
+                update(a).where(a.c.node_id == bindparam("b_node"),
+                                a.c.namespace == bindparam("b_ns"),
+                                a.c.pod == bindparam("b_pod"),
+                                a.c.container == bindparam("b_container"),
+                                a.c.valid_to.is_(None))
+                .values(valid_to=bindparam("b_to")),
+                [{"b_node": node_id, "b_ns": ns, "b_pod": pod, "b_container": c, "b_to": at}
+                 for ns, pod, c in diff.close])
+        if diff.open:
+            conn.execute(a.insert(), [{
+                "node_id": node_id, "pod_uid": r.pod_uid, "namespace": r.namespace,
+                "pod": r.pod, "container": r.container, "sidecar": r.sidecar,
+                "assignment": r.assignment, "memory_assignment": r.memory_assignment,
+                "cpuset": r.cpuset, "cpu_count": r.cpu_count, "memory_bytes": r.memory_bytes,
+                "numa_nodes": r.numa_nodes, "valid_from": at, "valid_to": None}
+                for r in diff.open])
+        n = anomaly_intervals
+        if diff.resolve:
+            conn.execute(
+                update(n).where(n.c.node_id == bindparam("b_node"),
+                                n.c.kind == bindparam("b_kind"),
+                                n.c.namespace == bindparam("b_ns"),
+                                n.c.pod == bindparam("b_pod"),
+                                n.c.container == bindparam("b_container"),
+                                n.c.detail == bindparam("b_detail"),
+                                n.c.resolved_at.is_(None))
+                .values(resolved_at=bindparam("b_at"), last_seen=bindparam("b_last")),
+                [{"b_node": node_id, "b_kind": k, "b_ns": ns, "b_pod": pod,
+                  "b_container": c, "b_detail": d, "b_at": at, "b_last": min(prev_at, at)}
+                 for k, ns, pod, c, d in diff.resolve])
+        if diff.raise_:
+            conn.execute(n.insert(), [{
+                "node_id": node_id, "kind": k, "namespace": ns, "pod": pod, "container": c,
+                "subject": anomaly_subject(ns, pod, c), "detail": d, "first_seen": at,
+                "last_seen": at, "resolved_at": None} for k, ns, pod, c, d in diff.raise_])
+        return diff.rows
+
+    def prune(self, before: datetime, node: str | None = None) -> PruneResult:
+        """Delete closed intervals, resolved anomalies, summaries and gaps that ended before
+        ``before`` (of one node, or of all)."""
+        before = utc(before)
+        with self.write_transaction() as conn:
+            node_filter: Any = True
+            if node is not None:
+                node_id = conn.execute(select(nodes.c.id).where(nodes.c.name == node)) \
+                    .scalar_one_or_none()
+                if node_id is None:
+                    return PruneResult(0, 0, 0, 0)
+
+                def node_filter_of(table: Any) -> Any:
+                    return table.c.node_id == node_id
+            else:
+                def node_filter_of(table: Any) -> Any:
+                    return node_filter
+
+            a, n, s, g = assignment_intervals, anomaly_intervals, node_summaries, history_gaps
+            ra = conn.execute(delete(a).where(node_filter_of(a), a.c.valid_to.is_not(None),
+                                              a.c.valid_to < before)).rowcount
+            rn = conn.execute(delete(n).where(node_filter_of(n), n.c.resolved_at.is_not(None),
+                                              n.c.resolved_at < before)).rowcount
+            rs = conn.execute(delete(s).where(node_filter_of(s),
+                                              s.c.at_epoch < int(before.timestamp()))).rowcount
+            rg = conn.execute(delete(g).where(node_filter_of(g), g.c.gap_to < before)).rowcount
+        return PruneResult(ra, rn, rs, rg)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def check_schema(self) -> None:
+        with self.engine.connect() as conn:
+            if not inspect(conn).has_table("podres_alembic_version"):
+                raise UserError(
+                    f"{redact_url(self.url)} holds no podres-exporter history (never "
+                    "written to by an exporter)")
+
+    def tables(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return sorted(inspect(conn).get_table_names())
+
+
+# Small helpers shared by the queries module.
+def overlap_filter(valid_from: Any, valid_to: Any, start: datetime | None,
+                   end: datetime | None) -> Any:
+    """Intervals [valid_from, valid_to) that overlap [start, end)."""
+    clauses = []
+    if end is not None:
+        clauses.append(valid_from < end)
+    if start is not None:
+        clauses.append(or_(valid_to.is_(None), valid_to > start))
+    return and_(True, *clauses)
+
+
+def at_filter(valid_from: Any, valid_to: Any, at: datetime) -> Any:
+    return and_(valid_from <= at, or_(valid_to.is_(None), valid_to > at))
+
+
+def _configure_sqlite(engine: Engine, readonly: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so that writes can take the
+        # write lock up front (BEGIN IMMEDIATE) instead of failing on upgrade.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 10000")
+        if not readonly:
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if readonly:
+            cur.execute("PRAGMA query_only = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("podres_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def open_store(url: str | None = None, *, readonly: bool = False,
+               migrate: bool = True) -> HistoryStore:
+    """Open (creating and migrating unless ``readonly``) the history database at ``url``
+    (default :func:`default_history_url`). Errors are :class:`UserError` with one line."""
+    url = url or default_history_url()
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"invalid --history.url {url!r} (examples: sqlite:///path/history.db, "
+                        "postgresql+psycopg://user@host/db)") from None
+    backend = parsed.get_backend_name()
+    kwargs: dict[str, Any] = {}
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if not database or database == ":memory:" or database.startswith("file:"):
+            raise UserError("--history.url: SQLite needs a file path "
+                            "(sqlite:///path/to/history.db)")
+        if not readonly:
+            try:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserError(f"cannot create the history directory for {database}: "
+                                f"{exc.strerror or exc}") from None
+        elif not Path(database).exists():
+            raise UserError(f"history database {database} does not exist")
+        kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
+    elif backend == "postgresql":
+        connect_args: dict[str, Any] = {"connect_timeout": 5}
+        if readonly:
+            connect_args["options"] = "-c default_transaction_read_only=on"
+        kwargs.update(connect_args=connect_args, pool_pre_ping=True, pool_size=5,
+                      max_overflow=10)
+    else:
+        raise UserError(f"--history.url: unsupported database {backend!r} "
+                        "(use sqlite:/// or postgresql+psycopg://)")
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UserError(f"--history.url {redact_url(url)}: {exc}") from None
+    if backend == "sqlite":
+        _configure_sqlite(engine, readonly)
+    store = HistoryStore(engine, readonly=readonly)
+    try:
+        if migrate and not readonly:
+            store.migrate()
+        else:
+            store.check_schema()
+    except UserError:
+        engine.dispose()
+        raise
+    except (DBAPIError, SQLAlchemyError) as exc:
+        engine.dispose()
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        raise UserError(f"history database {redact_url(url)}: "
+                        f"{reason[0] if reason else type(exc).__name__}") from None
+    return store
+
+
+def since(seconds: float) -> datetime:
+    from exporter.history.timeutil import now
+    return now() - timedelta(seconds=seconds)
+
+
+def count_rows(store: HistoryStore) -> dict[str, int]:
+    """Rows per table (tests and benchmarks)."""
+    out: dict[str, int] = {}
+    with store.read() as conn:
+        for table in (nodes, assignment_intervals, anomaly_intervals, node_summaries,
+                      history_gaps):
+            out[table.name] = int(conn.execute(select(func.count()).select_from(table))
+                                  .scalar_one())
+    return out

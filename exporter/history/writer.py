@@ -1,0 +1,319 @@
+"""The history writer: turns each polled ledger into the differences against the previous
+one and writes them in the background, in order, surviving database outages.
+
+- ``submit()`` only appends to an in-memory inbox: the poll loop and scrapes never wait for
+  the database.
+- A converter task reduces each ledger to its :class:`~exporter.history.changes.State` and
+  queues the change-set (nothing at all when the ledger did not change and no summary is due).
+- A flusher task writes queued change-sets in order, several per transaction, in a dedicated
+  thread; on failure it retries the same batch with exponential backoff.
+- ``max_pending`` bounds the queue. Past the bound, change-sets are dropped and counted; once
+  there is room again, one explicit gap row (its span and the dropped count) is written and
+  the latest state is reconciled in full against the database, so history is never wrong,
+  only coarser inside the recorded gap.
+- The first write after start reconciles the node's open intervals in the database with the
+  first ledger (closes what vanished, keeps what is unchanged) instead of duplicating them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
+from exporter.history.store import HistoryStore
+from exporter.history.timeutil import utc
+from reconciler.ledger import Ledger
+
+log = logging.getLogger("podres.history")
+
+MAX_BATCH = 64  # change-sets per transaction when catching up
+
+
+def _transient(exc: BaseException) -> bool:
+    """Errors worth retrying as they are: connection loss, locks, timeouts."""
+    if isinstance(exc, OperationalError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OSError | TimeoutError)
+
+
+class HistoryWriter:
+    def __init__(self, store: HistoryStore, node: str, *, max_pending: int = 10000,
+                 summary_interval: float = 60.0, retention: float = 30 * 86400,
+                 prune_interval: float = 3600.0, retry_initial: float = 0.5,
+                 retry_max: float = 30.0) -> None:
+        if max_pending < 1:
+            raise ValueError("max_pending must be at least 1")
+        self.store = store
+        self.node = node
+        self.max_pending = max_pending
+        self.summary_interval = summary_interval
+        self.retention = retention
+        self.prune_interval = prune_interval
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.writer_id = uuid.uuid4().hex
+        self.rows_written_total = 0
+        self.last_error: str | None = None
+        self._inbox: deque[tuple[Ledger, datetime]] = deque()
+        self._pending: deque[ChangeSet] = deque()
+        self._dropped = 0
+        self._seq = 0
+        # What the queued change-sets leave in the database (None: not known yet, so the
+        # next change-set is a full reconcile).
+        self._basis: State | None = None
+        self._last_at: datetime | None = None
+        self._last_summary_at: datetime | None = None
+        # Gap bookkeeping while the queue is full.
+        self._gap_from: datetime | None = None
+        self._gap_dropped = 0
+        self._gap_latest: tuple[State, datetime] | None = None
+        self._inbox_event = asyncio.Event()
+        self._pending_event = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podres-history")
+        self._last_prune: float | None = None
+        self._carry_gap: Gap | None = None
+        self._closed = False
+
+    # -- public ------------------------------------------------------------------------
+
+    @property
+    def pending_writes(self) -> int:
+        """Change-sets waiting to be written (plus ledgers not yet compared)."""
+        return len(self._pending) + len(self._inbox)
+
+    @property
+    def dropped_writes_total(self) -> int:
+        """Change-sets dropped because the queue was full (recorded as gaps)."""
+        return self._dropped
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        self._tasks = [asyncio.create_task(self._convert_loop(), name="history-convert"),
+                       asyncio.create_task(self._flush_loop(), name="history-flush")]
+
+    def submit(self, ledger: Ledger, at: datetime) -> None:
+        """Queue a ledger observed at ``at``; returns at once."""
+        if self._closed:
+            return
+        self._inbox.append((ledger, utc(at)))
+        self._inbox_event.set()
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted so far is written (True) or ``timeout`` passes."""
+        async def _wait() -> None:
+            while self._inbox or self._pending or self._gap_latest is not None:
+                await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(_wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Flush what can be flushed within ``timeout`` and stop."""
+        if self._closed:
+            return
+        if self._tasks:
+            await self.flush(timeout)
+        self._closed = True
+        self._stop.set()
+        self._inbox_event.set()
+        self._pending_event.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        lost = len(self._pending)
+        if lost:
+            log.warning("history: %d change-sets not written at shutdown", lost)
+            self._dropped += lost
+        self._executor.shutdown(wait=True)
+
+    # -- conversion --------------------------------------------------------------------
+
+    async def _convert_loop(self) -> None:
+        while not self._stop.is_set():
+            await self._inbox_event.wait()
+            self._inbox_event.clear()
+            while self._inbox:
+                ledger, at = self._inbox.popleft()
+                try:
+                    self._convert(ledger, at)
+                except Exception:  # a malformed ledger must not stop the history
+                    log.exception("history: cannot record a ledger")
+                await asyncio.sleep(0)  # let the poll loop run between big ledgers
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _summary_due(self, at: datetime) -> bool:
+        return (self._last_summary_at is None
+                or at - self._last_summary_at >= timedelta(seconds=self.summary_interval))
+
+    def _convert(self, ledger: Ledger, at: datetime) -> None:
+        if self._last_at is not None and at < self._last_at:
+            at = self._last_at  # the clock went back: keep intervals well-formed
+        prev_at = self._last_at or at
+        state = state_of(ledger)
+        summary_due = self._summary_due(at)
+        self._end_gap_if_room()
+        if self._gap_from is not None:  # still no room: count what is lost
+            prev_state = self._gap_latest[0] if self._gap_latest else self._basis
+            changed = prev_state is None or bool(
+                diff_states(prev_state.assignments, prev_state.anomalies, state))
+            if changed or summary_due:
+                self._gap_dropped += 1
+                self._dropped += 1
+            self._gap_latest = (state, at)
+            self._last_at = at
+            if summary_due:
+                self._last_summary_at = at
+            return
+        if self._basis is None:
+            cs = ChangeSet(self._next_seq(), at, prev_at, state=state, gap=self._carry_gap)
+            self._carry_gap = None
+        else:
+            diff = diff_states(self._basis.assignments, self._basis.anomalies, state)
+            cs = ChangeSet(self._next_seq(), at, prev_at, diff=diff if diff else None)
+        if summary_due:
+            cs.summary = state.summary
+        self._last_at = at
+        if cs.state is None and cs.diff is None and cs.summary is None:
+            self._basis = state  # identical content; keep the newest object
+            return
+        if len(self._pending) >= self.max_pending:
+            self._seq -= 1
+            self._gap_from = at
+            self._gap_dropped = 1
+            self._dropped += 1
+            self._gap_latest = (state, at)
+            if summary_due:
+                self._last_summary_at = at
+            log.warning("history: %d writes pending, dropping (a gap will be recorded)",
+                        len(self._pending))
+            return
+        if summary_due:
+            self._last_summary_at = at
+        self._basis = state
+        self._enqueue(cs)
+
+    def _enqueue(self, cs: ChangeSet) -> None:
+        self._pending.append(cs)
+        self._pending_event.set()
+
+    def _end_gap_if_room(self) -> None:
+        if self._gap_from is None or self._gap_latest is None:
+            return
+        if len(self._pending) >= self.max_pending:
+            return
+        state, at = self._gap_latest
+        cs = ChangeSet(self._next_seq(), at, at, state=state, summary=state.summary,
+                       gap=Gap(self._gap_from, at, self._gap_dropped,
+                               f"history queue full ({self.max_pending} pending writes)"))
+        self._last_summary_at = at
+        self._basis = state
+        self._gap_from = None
+        self._gap_dropped = 0
+        self._gap_latest = None
+        self._enqueue(cs)
+
+    # -- flushing ----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = self.retry_initial
+        while not self._stop.is_set():
+            if not self._pending:
+                self._end_gap_if_room()
+            if not self._pending:
+                self._pending_event.clear()
+                await self._pending_event.wait()
+                continue
+            batch = [self._pending[i] for i in range(min(MAX_BATCH, len(self._pending)))]
+            try:
+                rows = await loop.run_in_executor(
+                    self._executor, self.store.write, self.node, self.writer_id, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = _describe(exc)
+                if not _transient(exc) and not self._make_robust(batch, exc):
+                    continue
+                log.warning("history: write failed (%s); retrying in %.1fs",
+                            self.last_error, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, self.retry_max)
+                continue
+            delay = self.retry_initial
+            self.last_error = None
+            self.rows_written_total += rows
+            for _ in batch:
+                self._pending.popleft()
+            self._end_gap_if_room()
+            await self._maybe_prune(loop)
+
+    def _make_robust(self, batch: list[ChangeSet], exc: BaseException) -> bool:
+        """A permanent error (the database disagrees with what the writer believed it holds,
+        or refuses a value). First, every queued change-set is collapsed into one full
+        reconcile of the newest state (with a gap when intermediate changes are lost); if
+        that is refused too, it is dropped and the next ledger reconciles in full. Returns
+        True to retry after a pause, False to go on at once."""
+        head = batch[0]
+        if head.state is None and self._basis is not None:
+            log.warning("history: write rejected (%s); reconciling in full", _describe(exc))
+            newest = self._pending[-1]
+            collapsed = len(self._pending)
+            self._pending.clear()
+            gap = None
+            if collapsed > 1:
+                self._dropped += collapsed - 1
+                gap = Gap(head.prev_at, newest.at, collapsed - 1,
+                          f"write refused by the database: {_describe(exc)}"[:500])
+            self._enqueue(ChangeSet(self._next_seq(), newest.at, head.prev_at,
+                                    state=self._basis, summary=newest.summary, gap=gap))
+            return False
+        log.error("history: dropping a change-set the database refuses: %s", _describe(exc))
+        self._pending.popleft()
+        self._dropped += 1
+        self._carry_gap = Gap(head.prev_at, head.at, 1,
+                              f"write refused by the database: {_describe(exc)}"[:500])
+        if not self._pending:
+            self._basis = None  # the next ledger reconciles in full
+        return False
+
+    async def _maybe_prune(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.retention <= 0:
+            return
+        now = loop.time()
+        if self._last_prune is not None and now - self._last_prune < self.prune_interval:
+            return
+        self._last_prune = now
+        cutoff = (self._last_at or datetime.now().astimezone()) - timedelta(
+            seconds=self.retention)
+        try:
+            await loop.run_in_executor(self._executor, self.store.prune, cutoff, self.node)
+        except Exception as exc:  # pruning again later is fine
+            log.warning("history: prune failed: %s", _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,334 @@
+"""History store and writer, on SQLite and on a real PostgreSQL (``history_url``)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from histsim import SimNode, actual_assignments, expected_assignments
+from sqlalchemy import func, select, text
+
+from exporter.errors import UserError
+from exporter.history import HistoryWriter, open_store
+from exporter.history import queries as q
+from exporter.history.schema import assignment_intervals, metadata
+from exporter.history.store import HistoryStore, count_rows
+
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+
+def at(i: int) -> datetime:
+    return T0 + timedelta(seconds=10 * i)
+
+
+async def run_churn(store: HistoryStore, sim: SimNode, steps: int, start: int = 0,
+                    **kwargs: Any) -> list[tuple[datetime, Any]]:
+    """Drive ``sim`` through ``steps`` steps into ``store``; returns (time, ledger) pairs."""
+    writer = HistoryWriter(store, sim.name, **kwargs)
+    await writer.start()
+    timeline = []
+    for i in range(start, start + steps):
+        if i > start:
+            sim.step()
+        ledger = sim.ledger()
+        writer.submit(ledger, at(i))
+        timeline.append((at(i), ledger))
+        await asyncio.sleep(0)
+    await writer.close()
+    assert writer.pending_writes == 0
+    return timeline
+
+
+def check_timeline(store: HistoryStore, node: str,
+                   timeline: list[tuple[datetime, Any]]) -> None:
+    for when, ledger in timeline:
+        for t in (when, when + timedelta(seconds=5)):
+            got = actual_assignments(q.assignments_at(store, t, node))
+            assert got == expected_assignments(ledger), f"at {t}"
+    assert q.assignments_at(store, T0 - timedelta(seconds=1), node) == []
+
+
+def open_intervals_unique(store: HistoryStore) -> None:
+    a = assignment_intervals
+    with store.read() as conn:
+        dup = conn.execute(
+            select(a.c.node_id, a.c.namespace, a.c.pod, a.c.container, func.count())
+            .where(a.c.valid_to.is_(None))
+            .group_by(a.c.node_id, a.c.namespace, a.c.pod, a.c.container)
+            .having(func.count() > 1)).all()
+        bad = conn.execute(select(func.count()).select_from(a)
+                           .where(a.c.valid_to <= a.c.valid_from)).scalar_one()
+    assert dup == []
+    assert bad == 0
+
+
+def test_migrations_create_the_declared_schema(history_url: str) -> None:
+    store = open_store(history_url)
+    assert store.revision() == "0001"
+    with store.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": "podres_alembic_version"})
+        diffs = compare_metadata(ctx, metadata)
+    assert diffs == []
+    store.close()
+    again = open_store(history_url)  # idempotent
+    assert again.revision() == "0001"
+    again.close()
+
+
+def test_sqlite_is_in_wal_mode(tmp_path: Any) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/h.db")
+    with store.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"
+
+
+async def test_unchanged_cycle_writes_no_rows(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n1", 1, pods=30)
+    writer = HistoryWriter(store, "n1", summary_interval=3600)
+    await writer.start()
+    writer.submit(sim.ledger(), at(0))
+    await writer.flush()
+    before = count_rows(store)
+    written = writer.rows_written_total
+    for i in range(1, 20):
+        writer.submit(sim.ledger(), at(i))  # a new but identical ledger every cycle
+    await writer.flush()
+    assert count_rows(store) == before
+    assert writer.rows_written_total == written
+    await writer.close()
+
+
+async def test_churn_history_at_returns_the_ledger_current_then(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("churny", 7, pods=12)
+    timeline = await run_churn(store, sim, 120, summary_interval=60)
+    check_timeline(store, "churny", timeline)
+    open_intervals_unique(store)
+    # Anomalies: the open ones at each T are those of the ledger.
+    for when, ledger in timeline[::7]:
+        page = q.anomalies(store, node="churny", window=q.Window(at=when), limit=1000)
+        got = {(a["kind"], a["namespace"], a["pod"], a["container"], a["detail"])
+               for a in page.items}
+        assert got == {(a.kind, a.namespace, a.pod, a.container, a.detail)
+                       for a in ledger.anomalies}
+    # Summaries at their own interval: one per 60 s of 10 s cycles.
+    assert count_rows(store)["node_summaries"] == 20
+
+
+async def test_restart_reconciles_open_intervals(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 3, pods=8)
+    first = await run_churn(store, sim, 10)
+    rows = count_rows(store)["assignment_intervals"]
+    # A new exporter process: same ledger again, then a change.
+    writer = HistoryWriter(store, "n", summary_interval=3600)
+    await writer.start()
+    writer.submit(sim.ledger(), at(10))
+    await writer.flush()
+    assert count_rows(store)["assignment_intervals"] == rows  # nothing duplicated
+    # The vanished pod's intervals are closed by the next (changed) ledger.
+    removed = sim.pods.pop(0)
+    writer.submit(sim.ledger(), at(11))
+    await writer.close()
+    open_intervals_unique(store)
+    now = q.assignments_at(store, at(11), "n")
+    assert all(i["pod"] != removed.name for i in now)
+    check_timeline(store, "n", [*first, (at(10), None), (at(11), sim.ledger())][:10])
+    assert actual_assignments(now) == expected_assignments(sim.ledger())
+
+
+async def test_restart_after_pods_vanished_while_down(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 4, pods=6)
+    await run_churn(store, sim, 3)
+    sim.pods = sim.pods[2:]
+    sim.add_pod()
+    timeline = await run_churn(store, sim, 1, start=3)  # first ledger of the new process
+    assert actual_assignments(q.assignments_at(store, timeline[0][0], "n")) == \
+        expected_assignments(timeline[0][1])
+    open_intervals_unique(store)
+
+
+class FlakyStore(HistoryStore):
+    """The real store, but writes fail (as a lost connection does) while ``down``."""
+
+    down = False
+    attempts = 0
+
+    def write(self, node: str, writer_id: str, changesets: Any) -> int:
+        self.attempts += 1
+        if self.down:
+            from sqlalchemy.exc import OperationalError
+            raise OperationalError("INSERT", {}, ConnectionRefusedError("database down"))
+        return super().write(node, writer_id, changesets)
+
+
+def flaky(url: str) -> FlakyStore:
+    real = open_store(url)
+    return FlakyStore(real.engine)
+
+
+async def test_outage_buffers_in_order_and_loses_nothing(history_url: str) -> None:
+    store = flaky(history_url)
+    sim = SimNode("n", 11, pods=10)
+    writer = HistoryWriter(store, "n", retry_initial=0.01, retry_max=0.02,
+                           summary_interval=30)
+    await writer.start()
+    timeline = []
+    for i in range(60):
+        if i:
+            sim.step()
+        if i == 15:
+            store.down = True
+        if i == 45:
+            assert writer.pending_writes > 0
+            attempts = store.attempts
+            await asyncio.sleep(0.1)
+            assert store.attempts > attempts  # retrying
+            store.down = False
+        writer.submit(sim.ledger(), at(i))
+        timeline.append((at(i), sim.ledger()))
+        await asyncio.sleep(0.005)
+    await writer.close()
+    assert writer.dropped_writes_total == 0
+    assert count_rows(store)["history_gaps"] == 0
+    check_timeline(store, "n", timeline)
+
+
+async def test_overflow_records_an_explicit_gap(history_url: str) -> None:
+    store = flaky(history_url)
+    sim = SimNode("n", 12, pods=10)
+    writer = HistoryWriter(store, "n", max_pending=5, retry_initial=0.01, retry_max=0.02,
+                           summary_interval=3600)
+    await writer.start()
+    timeline = []
+    for i in range(40):
+        if i:
+            while sim.step() == "none":
+                pass
+        if i == 10:
+            await writer.flush()
+            store.down = True
+        if i == 30:
+            store.down = False
+        writer.submit(sim.ledger(), at(i))
+        timeline.append((at(i), sim.ledger()))
+        await asyncio.sleep(0.005)
+    await writer.close()
+    dropped = writer.dropped_writes_total
+    assert dropped > 0
+    page = q.gaps(store, node="n")
+    assert len(page.items) == 1
+    gap = page.items[0]
+    assert gap["dropped_writes"] == dropped
+    assert gap["from"] <= gap["to"]
+    gap_from = datetime.fromisoformat(gap["from"])
+    gap_to = datetime.fromisoformat(gap["to"])
+    # Outside the gap the history is exact; inside it, only the gap says "unknown".
+    check_timeline(store, "n", [(t, led) for t, led in timeline
+                                if t < gap_from or t >= gap_to])
+    assert q.gaps(store, window=q.Window(at=gap_from + (gap_to - gap_from) / 2)).items
+    open_intervals_unique(store)
+
+
+async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 13, pods=5)
+    writer = HistoryWriter(store, "n", retry_initial=0.01)
+    await writer.start()
+    writer.submit(sim.ledger(), at(0))
+    await writer.flush()
+    # Someone wrote an open interval behind the writer's back, for the next pod.
+    sim.add_pod()
+    ghost = sim.pods[-1]
+    with store.write_transaction() as conn:
+        conn.execute(assignment_intervals.insert().values(
+            node_id=1, namespace=ghost.namespace, pod=ghost.name, container="c0",
+            assignment="node_shared", memory_assignment="node_shared", cpuset="",
+            cpu_count=0, memory_bytes=0, valid_from=at(0)))
+    writer.submit(sim.ledger(), at(1))
+    sim.step()
+    writer.submit(sim.ledger(), at(2))
+    await writer.close()
+    assert actual_assignments(q.assignments_at(store, at(2), "n")) == \
+        expected_assignments(sim.ledger())
+    open_intervals_unique(store)
+
+
+async def test_hostile_names_round_trip(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("node'; DROP TABLE nodes;--", 5, pods=15, hostile=True)
+    timeline = await run_churn(store, sim, 30)
+    check_timeline(store, sim.name, timeline)
+    assert [n["name"] for n in q.list_nodes(store).items] == [sim.name]
+
+
+async def test_nul_and_overlong_names_are_stored_cleaned(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 6, pods=1)
+    sim.pods[0].name = "nul\x00byte" + "x" * 400
+    await run_churn(store, sim, 1)
+    (item,) = [i for i in q.assignments_at(store, at(0), "n")][:1]
+    assert item["pod"].startswith("nul\ufffdbyte") and len(item["pod"]) == 253
+
+
+async def test_prune_deletes_only_what_ended_before_the_cutoff(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 8, pods=10)
+    timeline = await run_churn(store, sim, 50, summary_interval=10)
+    cutoff = at(25)
+    result = store.prune(cutoff)
+    assert result.summaries == 25
+    assert result.assignments > 0
+    # Everything current at or after the cutoff is intact.
+    check_timeline(store, "n", [(t, led) for t, led in timeline if t >= cutoff])
+    assert store.prune(cutoff).to_json() == {"assignments": 0, "anomalies": 0,
+                                             "summaries": 0, "gaps": 0}
+
+
+async def test_writer_prunes_by_retention(history_url: str) -> None:
+    store = open_store(history_url)
+    sim = SimNode("n", 9, pods=5)
+    await run_churn(store, sim, 40, retention=100.0, summary_interval=10,
+                    prune_interval=0.0)
+    with store.read() as conn:
+        oldest = conn.execute(select(func.min(text("at_epoch"))).select_from(
+            text("node_summaries"))).scalar_one()
+    assert oldest >= int((at(39) - timedelta(seconds=100)).timestamp()) - 10
+
+
+def test_readonly_store_refuses_writes(history_url: str) -> None:
+    open_store(history_url).close()
+    ro = open_store(history_url, readonly=True)
+    with pytest.raises(UserError):
+        ro.prune(T0)
+    assert q.list_nodes(ro).items == []
+
+
+def test_open_errors_are_one_line(tmp_path: Any) -> None:
+    cases = ["nonsense://", "mysql://u@h/db", "sqlite://",
+             "postgresql+psycopg://nobody@/x?host=/nonexistent-dir"]
+    for url in cases:
+        with pytest.raises(UserError) as err:
+            open_store(url)
+        assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="does not exist"):
+        open_store(f"sqlite:///{tmp_path}/missing.db", readonly=True)
+
+
+async def test_submit_never_waits_for_the_database(history_url: str) -> None:
+    store = flaky(history_url)
+    store.down = True
+    writer = HistoryWriter(store, "n", retry_initial=10.0)
+    await writer.start()
+    sim = SimNode("n", 2, pods=5)
+    for i in range(100):
+        sim.step()
+        writer.submit(sim.ledger(), at(i))  # returns at once although nothing is written
+    assert writer.pending_writes > 0
+    await writer.close(timeout=0.05)
+    assert writer.dropped_writes_total > 0
