@@ -40,7 +40,7 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: st
     if var in os.environ:
         raw = os.environ[var]
         action = kwargs.get("action")
-        if action == "store_true":
+        if action in ("store_true", argparse.BooleanOptionalAction):
             kwargs["default"] = raw.strip().lower() in ("1", "true", "yes", "on")
         elif action == "append" or kwargs.get("nargs") in ("+", "*"):
             kwargs["default"] = [item for item in raw.split(",") if item]

@@ -1,0 +1,242 @@
+"""The daemon's core: the poll loop and the state that scrapes and API calls read.
+
+Data flows one way: ``NodeReader`` (sources → snapshot → reconcile) → ``Exporter`` state
+(the ledger, its pre-rendered exposition and JSON) → web handlers and the history writer.
+A scrape never waits on a source: it reads bytes rendered when the ledger last changed,
+plus a few live self-metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from exporter import __version__
+from exporter.errors import SourceError
+from exporter.metrics.exposition import (
+    Sample,
+    ledger_samples,
+    pod_samples,
+    render,
+)
+from exporter.reader import NodeReader, Reading
+from reconciler.ledger import Ledger
+
+log = logging.getLogger("podres.exporter")
+
+SOURCES = ("podresources", "kubelet", "sysfs", "topology", "checkpoint")
+
+
+class HistorySink(Protocol):
+    """What the exporter needs of a history writer (exporter.history.HistoryWriter)."""
+
+    @property
+    def pending_writes(self) -> int: ...
+
+    @property
+    def dropped_writes_total(self) -> int: ...
+
+    def submit(self, ledger: Ledger, at: datetime) -> None: ...
+
+
+@dataclass
+class ServiceOptions:
+    poll_interval: float = 15.0
+    staleness: float = 60.0
+    pods_collector: bool = True
+    pods_max_series: int = 50_000
+
+
+@dataclass(frozen=True)
+class Published:
+    """Everything derived from one ledger, rendered once."""
+
+    ledger: Ledger
+    exposition: bytes
+    ledger_json: bytes
+    cpumap_json: bytes
+
+
+class Exporter:
+    def __init__(self, reader: NodeReader, options: ServiceOptions | None = None, *,
+                 history: HistorySink | None = None,
+                 clock: Callable[[], float] = time.time,
+                 checkpoint_probe: Callable[[], tuple[dict[str, str], bool | None]] | None = None,
+                 ) -> None:
+        self.reader = reader
+        self.options = options or ServiceOptions()
+        self.history = history
+        self.clock = clock
+        self.checkpoint_probe = checkpoint_probe
+        self.published: Published | None = None
+        self.up = False
+        self.last_success: float | None = None
+        self.last_duration = 0.0
+        self.errors_total: Counter[tuple[str, str]] = Counter()
+        self.source_up: dict[str, bool] = {}
+        self.anomalies_observed: Counter[str] = Counter()
+        self.pods_dropped_total = 0
+        self._seen_anomalies: set[tuple[Any, ...]] = set()
+        self._logged_errors: dict[tuple[str, str], str] = {}
+        self._wake = asyncio.Event()
+        self._checkpoints: dict[str, str] = {}
+        self._downgrade_unsafe: bool | None = None
+
+    # -- polling ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Poll now (SIGHUP)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.poll_once()
+            self._wake.clear()
+            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
+            _, pending = await asyncio.wait(waiters, timeout=self.options.poll_interval,
+                                            return_when=asyncio.FIRST_COMPLETED)
+            for task in waiters:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def poll_once(self) -> bool:
+        started = time.perf_counter()
+        errors: dict[tuple[str, str], str] = {}
+        reading: Reading | None = None
+        try:
+            reading = await self.reader.read()
+            errors.update(reading.errors)
+        except SourceError as exc:
+            errors[(exc.source, exc.operation)] = str(exc)
+            # A restarted kubelet is a new socket inode: dial afresh next time.
+            await self.reader.podresources.reset()
+        if self.checkpoint_probe is not None:
+            try:
+                self._checkpoints, self._downgrade_unsafe = self.checkpoint_probe()
+            except SourceError as exc:
+                errors[(exc.source, exc.operation)] = str(exc)
+        self.last_duration = time.perf_counter() - started
+        self._account_errors(errors, configured=self._configured_sources())
+        if reading is None:
+            self.up = False
+            return False
+        self.up = True
+        self.last_success = self.clock()
+        if reading.changed or self.published is None:
+            self._publish(reading.ledger)
+        if self.history is not None:
+            self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
+        return True
+
+    def _configured_sources(self) -> set[str]:
+        opts = self.reader.options
+        sources = {"podresources"}
+        if opts.kubelet_url:
+            sources.add("kubelet")
+        if opts.topology_file:
+            sources.add("topology")
+        elif opts.sysfs:
+            sources.add("sysfs")
+        if self.checkpoint_probe is not None:
+            sources.add("checkpoint")
+        return sources
+
+    def _account_errors(self, errors: dict[tuple[str, str], str], configured: set[str]) -> None:
+        for key in errors:
+            self.errors_total[key] += 1
+        failing = {source for source, _ in errors}
+        self.source_up = {s: s not in failing for s in sorted(configured | failing)}
+        # Log on a change of state only: a kubelet down for an hour is one line, not 240.
+        for key, message in errors.items():
+            if self._logged_errors.get(key) != message:
+                log.warning("source failing", extra={"source": key[0], "operation": key[1],
+                                                     "error": message})
+        for key in set(self._logged_errors) - set(errors):
+            log.info("source recovered", extra={"source": key[0], "operation": key[1]})
+        self._logged_errors = dict(errors)
+
+    def _publish(self, ledger: Ledger) -> None:
+        current = {(a.kind, a.namespace, a.pod, a.container, a.detail) for a in ledger.anomalies}
+        for key in current - self._seen_anomalies:
+            self.anomalies_observed[key[0]] += 1
+        self._seen_anomalies = current
+        samples = ledger_samples(ledger, self._checkpoints, self._downgrade_unsafe)
+        if self.options.pods_collector:
+            pods, dropped = pod_samples(ledger, self.options.pods_max_series)
+            samples.update(pods)
+            if dropped:
+                self.pods_dropped_total += dropped
+                log.warning("per-pod series capped", extra={
+                    "dropped": dropped, "max_series": self.options.pods_max_series})
+        text = render(samples, group=None)
+        self.published = Published(
+            ledger=ledger,
+            exposition=text.encode("utf-8"),
+            ledger_json=json.dumps(ledger.to_json(), ensure_ascii=False).encode("utf-8"),
+            cpumap_json=json.dumps(cpumap(ledger), ensure_ascii=False).encode("utf-8"),
+        )
+
+    # -- reading state ------------------------------------------------------------------
+
+    @property
+    def stale(self) -> bool:
+        if self.last_success is None:
+            return True
+        return self.clock() - self.last_success > self.options.staleness
+
+    @property
+    def ready(self) -> bool:
+        return self.last_success is not None
+
+    def current(self) -> Published | None:
+        """The published state, or None when there is none or it is past staleness."""
+        if self.published is None or self.stale:
+            return None
+        return self.published
+
+    def self_metrics(self) -> str:
+        s: dict[str, list[Sample]] = {
+            "podres_anomalies_observed_total": [
+                ((k,), float(v)) for k, v in sorted(self.anomalies_observed.items())],
+            "podres_pods_series_dropped_total": [((), float(self.pods_dropped_total))],
+            "podres_up": [((), 1.0 if self.up else 0.0)],
+            "podres_poll_duration_seconds": [((), self.last_duration)],
+            "podres_source_up": [((src,), 1.0 if ok else 0.0)
+                                 for src, ok in self.source_up.items()],
+            "podres_source_errors_total": [((src, op), float(n)) for (src, op), n
+                                           in sorted(self.errors_total.items())],
+            "podres_build_info": [((__version__,), 1.0)],
+        }
+        if self.last_success is not None:
+            s["podres_last_success_timestamp_seconds"] = [((), self.last_success)]
+        if self.history is not None:
+            s["podres_history_pending_writes"] = [((), float(self.history.pending_writes))]
+            s["podres_history_dropped_writes_total"] = [
+                ((), float(self.history.dropped_writes_total))]
+        return render(s, always=("podres_source_errors_total",
+                                 "podres_anomalies_observed_total"))
+
+    def metrics_body(self) -> bytes:
+        published = self.current()
+        live = self.self_metrics().encode("utf-8")
+        if published is None:
+            return live
+        return published.exposition + live
+
+
+def cpumap(ledger: Ledger) -> dict[str, Any]:
+    return {
+        "node": ledger.node_name,
+        "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node,
+                  "pool": c.pool, "owner": c.owner} for c in ledger.cpu_map],
+    }

@@ -1,0 +1,102 @@
+"""The exporter's aiohttp application."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from exporter.service import Exporter
+from exporter.web.webconfig import WebConfig
+
+STATIC = Path(__file__).with_name("static")
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_LANDING = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>podres-exporter</title></head>
+<body><h1>podres-exporter</h1><ul>
+<li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/ledger">/api/v1/ledger</a></li>
+<li><a href="/api/v1/cpumap">/api/v1/cpumap</a></li><li><a href="/healthz">/healthz</a></li>
+<li><a href="/readyz">/readyz</a></li></ul></body></html>
+"""
+
+EXPORTER_KEY = web.AppKey("exporter", Exporter)
+
+
+def _auth_middleware(config: WebConfig) -> Any:
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not config.check(request.headers.get("Authorization")):
+            return web.Response(status=401, text="Unauthorized\n",
+                                headers={"WWW-Authenticate": 'Basic realm="podres-exporter"'})
+        return await handler(request)
+    return auth
+
+
+async def metrics(request: web.Request) -> web.Response:
+    exporter = request.app[EXPORTER_KEY]
+    return web.Response(body=exporter.metrics_body(),
+                        headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    exporter = request.app[EXPORTER_KEY]
+    if exporter.ready:
+        return web.Response(text="ready\n")
+    return web.Response(status=503, text="not ready: no successful poll yet\n")
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+def _unavailable(exporter: Exporter) -> web.Response:
+    why = "no successful poll yet" if exporter.last_success is None else \
+        "the PodResources source has been failing longer than the staleness window"
+    return web.Response(status=503, content_type="application/json",
+                        text=json.dumps({"error": why}))
+
+
+async def ledger(request: web.Request) -> web.Response:
+    exporter = request.app[EXPORTER_KEY]
+    current = exporter.current()
+    return _json(current.ledger_json) if current else _unavailable(exporter)
+
+
+async def cpumap(request: web.Request) -> web.Response:
+    exporter = request.app[EXPORTER_KEY]
+    current = exporter.current()
+    return _json(current.cpumap_json) if current else _unavailable(exporter)
+
+
+async def index(request: web.Request) -> web.StreamResponse:
+    page = STATIC / "index.html"
+    if page.is_file():
+        return web.FileResponse(page)
+    return web.Response(text=_LANDING, content_type="text/html")
+
+
+def build_app(exporter: Exporter, web_config: WebConfig | None = None,
+              extra: Callable[[web.Application], None] | None = None) -> web.Application:
+    app = web.Application(middlewares=[_auth_middleware(web_config or WebConfig())])
+    app[EXPORTER_KEY] = exporter
+    app.router.add_get("/", index)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/api/v1/ledger", ledger)
+    app.router.add_get("/api/v1/cpumap", cpumap)
+    if STATIC.is_dir():
+        app.router.add_static("/static/", STATIC)
+    if extra is not None:
+        extra(app)
+    return app
