@@ -24,11 +24,12 @@ def parse_cpuset(text: str) -> frozenset[int]:
         if not part:
             raise CPUSetError(f"empty element in cpuset {text!r}")
         lo_text, sep, hi_text = part.partition("-")
-        try:
-            lo = int(lo_text)
-            hi = int(hi_text) if sep else lo
-        except ValueError:
-            raise CPUSetError(f"not a CPU id or range: {part!r}") from None
+        # ASCII digits only: int() would also take "1_0", "+1" and non-ASCII digits.
+        if not all(t.isascii() and t.isdigit() for t in ((lo_text, hi_text) if sep
+                                                         else (lo_text,))):
+            raise CPUSetError(f"not a CPU id or range: {part!r}")
+        lo = int(lo_text)
+        hi = int(hi_text) if sep else lo
         if lo < 0 or hi < lo or hi > MAX_CPU_ID:
             raise CPUSetError(f"impossible CPU range {part!r}")
         cpus.update(range(lo, hi + 1))
