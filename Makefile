@@ -15,7 +15,10 @@ help:
 	@echo "make proto        regenerate exporter/pb from proto/"
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "podres-exporter needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) || \
+	  { echo "cannot create a virtual environment: on Debian run 'apt-get install python3-venv'"; exit 1; }
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -34,7 +37,7 @@ typecheck: lint
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m exporter.pb.generate
