@@ -499,7 +499,7 @@ class NodeModel:
         if shared_needed and need >= budget:
             return self._reject(pod, f"empty pod shared pool: exclusive containers use the "
                                      f"whole pod budget of {budget} CPUs, and "
-                                     f"{', '.join(shared_needed)} need the shared pool")
+                                     f"{', '.join(shared_needed)} would need the shared pool")
         pod_mem = pod.resources.memory_limit if pod.resources else None
         pod_mem = pod_mem or 0
         slice_mem = {c.name: _mem_limit(c) for c in long_running if eligible[c.name]}
@@ -570,7 +570,7 @@ class NodeModel:
         if shared_needed and need >= budget:
             return self._reject(pod, f"empty pod shared pool: exclusive containers use the "
                                      f"whole pod budget of {budget} CPUs, and "
-                                     f"{', '.join(shared_needed)} need the shared pool")
+                                     f"{', '.join(shared_needed)} would need the shared pool")
         result = self._legacy(pod, work)
         if isinstance(result, Rejection):
             return result

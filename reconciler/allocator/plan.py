@@ -1,0 +1,189 @@
+"""``plan``: legacy vs pod-level reservation of pod templates, the kubelet's admission verdict,
+an optional predicted placement, and a suggested pod budget (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
+from reconciler.allocator.topology import CPUTopology, from_spec
+from reconciler.kube import ContainerSpec, PodSpec, Resources
+from reconciler.manifests import PodTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerPlan:
+    name: str
+    sidecar: bool
+    eligible: bool
+    exclusive_cpus: int
+    cpus: frozenset[int] | None  # predicted cpuset (with a topology), else None
+    assignment: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    budget_cpus: int
+    memory_bytes: int | None
+    shared_containers: tuple[str, ...]  # containers whose CPU request should be removed
+    saving_cpus: int
+    admitted: bool
+    reason: str | None
+
+    def resources(self) -> dict[str, dict[str, str]]:
+        block = {"cpu": str(self.budget_cpus)}
+        if self.memory_bytes:
+            block["memory"] = format_bytes(self.memory_bytes)
+        return {"requests": dict(block), "limits": dict(block)}
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlan:
+    template: PodTemplate
+    qos: str
+    budget_cpus: int | None
+    legacy_cpus: int
+    pod_level_cpus: int
+    reclaimed_cpus: int
+    admitted: bool
+    reason: str | None
+    containers: tuple[ContainerPlan, ...]
+    cpus: frozenset[int] | None = None
+    numa_nodes: tuple[int, ...] | None = None
+    suggestion: Suggestion | None = None
+
+
+def format_bytes(n: int) -> str:
+    for suffix, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n % size == 0:
+            return f"{n // size}{suffix}"
+    return str(n)
+
+
+def _legacy_pinned(pod: PodSpec) -> int:
+    """What the per-container model pins for this pod: its eligible containers' CPUs."""
+    return sum(c.resources.integer_cpus or 0 for c in pod.long_running if pod.eligible(c))
+
+
+def legacy_cost(pod: PodSpec) -> int:
+    """SPEC §3.3 legacy cost of a pod-level pod: exclusive slices plus a whole CPU (at least)
+    for every shared container, as the per-container model would have pinned."""
+    total = 0
+    for c in pod.long_running:
+        if pod.eligible(c):
+            total += c.resources.integer_cpus or 0
+        else:
+            total += c.resources.legacy_cpus()
+    return total
+
+
+def _scratch_model(pod: PodSpec, config: ModelConfig) -> NodeModel:
+    """A node big enough for one pod, so only the kubelet's rules can reject it."""
+    need = sum(max(1, math.ceil((c.resources.cpu_request_m or 0) / 1000))
+               for c in pod.long_running + pod.init_containers)
+    if pod.resources is not None and pod.resources.cpu_request_m:
+        need += math.ceil(pod.resources.cpu_request_m / 1000)
+    cores = max(64, need + 1)
+    scratch = replace(config, topology_policy="none", reserved_cpus=None, reserved_cpu_m=0,
+                      memory_policy="None", options=frozenset())
+    return NodeModel(from_spec(f"1x{cores}x1"), scratch)
+
+
+def _verdict(model: NodeModel, pod: PodSpec) -> tuple[PodPlacement | Rejection, bool]:
+    result = model.admit(pod)
+    return result, isinstance(result, PodPlacement)
+
+
+def suggest(pod: PodSpec, config: ModelConfig) -> Suggestion | None:
+    """A pod budget for a template without one: integer containers stay exclusive, 1-CPU
+    padding (every 1-CPU exclusive container but the largest exclusive one) and the
+    non-eligible containers share a pod shared pool."""
+    if pod.has_pod_cpu_budget or not pod.guaranteed or not pod.long_running:
+        return None
+    exclusive = [c for c in pod.long_running if pod.eligible(c)]
+    largest = max(exclusive, key=lambda c: c.resources.integer_cpus or 0, default=None)
+    candidates = [c for c in exclusive
+                  if c is not largest and c.resources.integer_cpus == 1]
+    kept = [c for c in exclusive if c not in candidates]
+    shared = [c for c in pod.long_running if not pod.eligible(c)]
+    if not candidates and not shared:
+        return None  # everything needs its own cores: a budget would change nothing
+    pool = 0
+    if candidates or shared:
+        millis = sum((c.resources.cpu_limit_m or c.resources.cpu_request_m or 0)
+                     for c in shared)
+        pool = max(1, math.ceil(millis / 1000))
+    budget = sum(c.resources.integer_cpus or 0 for c in kept) + pool
+    if budget <= 0:
+        return None
+    mems = [c.resources.memory_limit for c in pod.long_running]
+    memory = sum(m for m in mems if m) if all(mems) else None
+    init_mem = [c.resources.memory_limit or 0 for c in pod.init_containers if not c.sidecar]
+    if memory is not None and init_mem:
+        memory = max(memory, *init_mem)
+
+    def strip(c: ContainerSpec) -> ContainerSpec:
+        if c not in candidates:
+            return c
+        r = c.resources
+        return replace(c, resources=Resources(None, None, r.memory_request, r.memory_limit))
+
+    mem = memory if memory is not None else 0
+    new_pod = replace(pod, resources=Resources(budget * 1000, budget * 1000, mem, mem),
+                      containers=tuple(strip(c) for c in pod.containers),
+                      init_containers=tuple(strip(c) for c in pod.init_containers),
+                      qos_class=None)
+    result, ok = _verdict(_scratch_model(new_pod, replace(config, pod_level=True)), new_pod)
+    return Suggestion(budget, memory, tuple(c.name for c in candidates),
+                      _legacy_pinned(pod) - budget, ok,
+                      None if ok else getattr(result, "reason", None))
+
+
+def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,
+                   topology: CPUTopology | None = None, want_suggestion: bool = False
+                   ) -> list[PodPlan]:
+    """One :class:`PodPlan` per template. With a ``topology`` the templates are placed on
+    one node of that shape, in order (one pod each), as the kubelet would."""
+    node = NodeModel(topology, config) if topology is not None else None
+    plans = []
+    for i, t in enumerate(templates):
+        pod = t.pod
+        if node is not None and (pod.namespace, pod.name) in node.pods:
+            pod = replace(pod, name=f"{pod.name}-{i}")
+        model = node if node is not None else _scratch_model(pod, config)
+        result, admitted = _verdict(model, pod)
+        pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
+            and pod.budget_cpus is not None
+        legacy = legacy_cost(pod) if pod_path else _legacy_pinned(pod)
+        containers: list[ContainerPlan] = []
+        cpus: frozenset[int] | None = None
+        numa: tuple[int, ...] | None = None
+        if isinstance(result, PodPlacement):
+            pinned = len(result.held)
+            reason = result.note or None
+            for c in result.containers:
+                spec = pod.container(c.name)
+                eligible = spec is not None and pod.eligible(spec)
+                containers.append(ContainerPlan(
+                    c.name, c.sidecar, eligible, len(c.exclusive),
+                    c.cpus if topology is not None else None, c.assignment))
+            if topology is not None:
+                cpus = result.held
+                numa = tuple(sorted(result.numa_nodes(topology)))
+        else:
+            reason = result.reason
+            pinned = pod.budget_cpus if pod_path and config.scope == "pod" and \
+                pod.budget_cpus is not None else _legacy_pinned(pod)
+            for cs in pod.long_running:
+                eligible = pod.eligible(cs)
+                containers.append(ContainerPlan(
+                    cs.name, cs.sidecar, eligible,
+                    (cs.resources.integer_cpus or 0) if eligible else 0, None))
+        plans.append(PodPlan(
+            template=t, qos=pod.qos, budget_cpus=pod.budget_cpus, legacy_cpus=legacy,
+            pod_level_cpus=pinned, reclaimed_cpus=legacy - pinned, admitted=admitted,
+            reason=reason, containers=tuple(containers), cpus=cpus, numa_nodes=numa,
+            suggestion=suggest(pod, config) if want_suggestion else None))
+    return plans

@@ -1,0 +1,161 @@
+"""plan: legacy vs pod-level reservation, admission, placement, suggestions, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.cli import main
+
+DATA = Path(__file__).parent / "data"
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["plan", *args, "--output", "json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_motivating_example(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"))
+    (pod,) = report["pods"]
+    assert pod["kind"] == "Deployment"
+    assert (pod["namespace"], pod["name"]) == ("shop", "web")
+    assert pod["qos"] == "Guaranteed"
+    assert pod["budget_cpus"] == 3
+    assert pod["legacy_cpus"] == 4
+    assert pod["pod_level_cpus"] == 3
+    assert pod["reclaimed_cpus"] == 1
+    assert pod["admitted"] is True
+    assert pod["reason"] is None
+    assert [(c["name"], c["sidecar"], c["eligible"], c["exclusive_cpus"])
+            for c in pod["containers"]] == [("mesh-proxy", True, False, 0),
+                                            ("log-shipper", True, False, 0),
+                                            ("app", False, True, 2)]
+    assert report["total_reclaimed_cpus"] == 1
+
+
+def test_motivating_example_placement(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--topology", "1x8x1",
+                   "--reserved", "0")
+    (pod,) = report["pods"]
+    assert pod["cpus"] == "1-3"
+    assert pod["numa_nodes"] == [0]
+    by = {c["name"]: c for c in pod["containers"]}
+    assert by["app"]["cpus"] == "1-2"
+    assert by["mesh-proxy"]["cpus"] == "3"
+
+
+def test_suggest_proposes_budget_3(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "motivating-nobudget.yaml"), "--suggest")
+    (pod,) = report["pods"]
+    assert pod["budget_cpus"] is None
+    assert pod["legacy_cpus"] == 4 and pod["pod_level_cpus"] == 4
+    s = pod["suggestion"]
+    assert s["budget_cpus"] == 3
+    assert s["saving_cpus"] == 1
+    assert s["admitted"] is True
+    assert s["resources"] == {"requests": {"cpu": "3", "memory": "6Gi"},
+                              "limits": {"cpu": "3", "memory": "6Gi"}}
+    assert sorted(s["move_to_shared_pool"]) == ["log-shipper", "mesh-proxy"]
+    assert "resources:" in s["yaml"] and "cpu: '3'" in s["yaml"]
+
+
+def test_suggest_table_shows_the_block(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-f", str(DATA / "motivating-nobudget.yaml"), "--suggest"]) == 0
+    out = capsys.readouterr().out
+    assert "suggested pod budget: 3 CPUs, saves 1 CPU(s)" in out
+    assert "resources:" in out and "limits:" in out
+    assert "mesh-proxy, log-shipper" in out
+
+
+def test_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"))
+    by = {p["name"]: p for p in report["pods"]}
+    assert [p["kind"] for p in report["pods"]] == [
+        "Pod", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet"]
+    assert by["single"]["legacy_cpus"] == 1 and by["single"]["reclaimed_cpus"] == 0
+    db = by["db"]
+    assert (db["legacy_cpus"], db["pod_level_cpus"], db["reclaimed_cpus"]) == (8, 8, 0)
+    assert db["replicas"] == 3
+    assert by["agent"]["qos"] == "Burstable"
+    assert by["agent"]["pod_level_cpus"] == 0
+    assert by["crunch"]["budget_cpus"] is None
+    assert "fractional" in by["crunch"]["reason"]
+    assert by["crunch"]["replicas"] == 4
+    nightly = by["nightly"]
+    assert nightly["admitted"] is False
+    assert nightly["reason"].startswith("empty pod shared pool")
+
+
+def test_container_scope(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--scope", "container")
+    (pod,) = report["pods"]
+    assert pod["pod_level_cpus"] == 2
+    assert pod["reclaimed_cpus"] == 2
+
+
+def test_topology_rejections(capsys: pytest.CaptureFixture[str]) -> None:
+    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"), "--topology", "2x4x1",
+                   "--reserved", "0")
+    by = {p["name"]: p for p in report["pods"]}
+    assert by["db"]["admitted"] is False
+    assert "single NUMA node" in by["db"]["reason"]
+
+
+def test_directory_and_stdin(capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    report = _plan(capsys, "-f", str(DATA))
+    assert len(report["pods"]) == 8
+    monkeypatch.setattr("sys.stdin", io.StringIO((DATA / "motivating.yaml").read_text()))
+    report = _plan(capsys, "-f", "-")
+    assert report["pods"][0]["reclaimed_cpus"] == 1
+
+
+BAD = {
+    "broken.yaml": ("kind: Pod\nmetadata: {name: x\n", "invalid YAML"),
+    "unknown.yaml": ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+                     "unsupported kind 'Service'"),
+    "nokind.yaml": ("metadata: {name: s}\n", "no 'kind'"),
+    "scalar.yaml": ("just a string\n", "not a Kubernetes object"),
+    "noname.yaml": ("kind: Pod\nspec: {containers: [{name: a}]}\n", "without metadata.name"),
+    "nocontainers.yaml": ("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "no containers"),
+    "notemplate.yaml": ("kind: Deployment\nmetadata: {name: d}\nspec: {}\n",
+                        "missing spec.template"),
+    "badqty.yaml": ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+                    "  - name: a\n    resources: {limits: {cpu: lots}}\n", "not a quantity"),
+    "badreplicas.yaml": ("kind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: -1\n"
+                         "  template: {spec: {containers: [{name: a}]}}\n", "replicas"),
+    "empty.yaml": ("", "no pod templates"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_manifests_give_one_clear_line(name: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    text, message = BAD[name]
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["plan", "-f", str(path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert message in lines[0]
+    assert "Traceback" not in captured.err
+
+
+def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-f", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    good = str(DATA / "motivating.yaml")
+    assert main(["plan", "-f", good, "--topology", "2by4"]) == 2
+    assert "SOCKETSxCORESxTHREADS" in capsys.readouterr().err
+    assert main(["plan", "-f", good, "--topology", "1x4x1", "--reserved", "9"]) == 2
+    assert "--reserved" in capsys.readouterr().err
+    assert main(["plan", "-f", good, "--cpu-policy-options", "turbo"]) == 2
+    assert "turbo" in capsys.readouterr().err
