@@ -1,0 +1,706 @@
+#!/usr/bin/env python3
+"""Generates the Grafana dashboards node.json, fleet.json and history.json (stdlib only).
+
+    python dashboards/grafana/generate.py            # rewrite the JSON files
+    python dashboards/grafana/generate.py --check    # exit 1 if a committed file differs
+
+The JSON files are what Grafana imports; this script keeps panel ids, grid positions and
+data source references consistent. tests/dashboards checks that the committed files are
+its output, validate against schema/dashboard.schema.json, and that every expression parses
+(promtool) and every SQL query runs (SQLite and PostgreSQL).
+
+Conventions: data sources only through the ``${datasource}`` variable (no UIDs), template
+variables always matched with ``=~`` (so "All" = ``.*`` works), Prometheus 2.42 PromQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_VERSION = 39
+TAGS = ["podres", "kubernetes", "cpu"]
+
+PROM = {"type": "prometheus", "uid": "${datasource}"}
+PG = {"type": "grafana-postgresql-datasource", "uid": "${datasource}"}
+
+ASSIGNMENT_COLORS = {
+    "node_exclusive": "purple",
+    "pod_exclusive": "blue",
+    "pod_shared": "green",
+    "node_shared": "text",
+    "pod_idle": "yellow",
+    "reserved": "orange",
+}
+
+
+class Layout:
+    """Panels laid out left to right on Grafana's 24-column grid, rows stacked."""
+
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self.x = 0
+        self.y = 0
+        self.row_h = 0
+        self.next_id = 1
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def row(self, title: str) -> None:
+        self.newline()
+        self.panels.append({
+            "type": "row", "id": self._id(), "title": title, "collapsed": False,
+            "panels": [], "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+        })
+        self.y += 1
+
+    def newline(self) -> None:
+        if self.x:
+            self.y += self.row_h
+        self.x = 0
+        self.row_h = 0
+
+    def add(self, panel: dict[str, Any], w: int, h: int) -> None:
+        if self.x + w > 24:
+            self.newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+
+def prom_target(expr: str, ref: str = "A", legend: str = "", *, instant: bool = False,
+                table: bool = False) -> dict[str, Any]:
+    t: dict[str, Any] = {"datasource": PROM, "refId": ref, "expr": expr, "editorMode": "code",
+                         "range": not instant, "instant": instant}
+    if legend:
+        t["legendFormat"] = legend
+    if table:
+        t["format"] = "table"
+    return t
+
+
+def sql_target(sql: str, ref: str = "A", *, fmt: str = "table") -> dict[str, Any]:
+    return {"datasource": PG, "refId": ref, "format": fmt, "rawQuery": True,
+            "editorMode": "code", "rawSql": sql}
+
+
+def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: str = "",
+          unit: str | None = None, defaults: dict[str, Any] | None = None,
+          options: dict[str, Any] | None = None, overrides: list[dict[str, Any]] | None = None,
+          transformations: list[dict[str, Any]] | None = None,
+          datasource: dict[str, str] = PROM) -> dict[str, Any]:
+    d: dict[str, Any] = dict(defaults or {})
+    if unit:
+        d["unit"] = unit
+    p: dict[str, Any] = {
+        "type": kind, "title": title, "datasource": datasource, "targets": targets,
+        "fieldConfig": {"defaults": d, "overrides": overrides or []},
+        "options": options or {},
+    }
+    if description:
+        p["description"] = description
+    if transformations:
+        p["transformations"] = transformations
+    return p
+
+
+def stat(title: str, expr: str, *, unit: str | None = None, description: str = "",
+         thresholds: list[tuple[float | None, str]] | None = None,
+         mappings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    if thresholds:
+        defaults["thresholds"] = {"mode": "absolute", "steps": [
+            {"value": v, "color": c} for v, c in thresholds]}
+        defaults["color"] = {"mode": "thresholds"}
+    if mappings:
+        defaults["mappings"] = mappings
+    return panel("stat", title, [prom_target(expr, instant=True)], unit=unit,
+                 description=description, defaults=defaults,
+                 options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
+                                            "values": False},
+                          "colorMode": "value", "graphMode": "none", "textMode": "auto"})
+
+
+def timeseries(title: str, targets: list[dict[str, Any]], *, unit: str | None = None,
+               description: str = "", stack: bool = False, min0: bool = True,
+               overrides: list[dict[str, Any]] | None = None,
+               datasource: dict[str, str] = PROM) -> dict[str, Any]:
+    custom: dict[str, Any] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
+                              "showPoints": "never", "spanNulls": False}
+    if stack:
+        custom.update({"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60})
+    defaults: dict[str, Any] = {"custom": custom}
+    if min0:
+        defaults["min"] = 0
+    return panel("timeseries", title, targets, unit=unit, description=description,
+                 defaults=defaults, overrides=overrides, datasource=datasource,
+                 options={"legend": {"displayMode": "table", "placement": "right",
+                                     "showLegend": True, "calcs": ["lastNotNull"]},
+                          "tooltip": {"mode": "multi", "sort": "desc"}})
+
+
+def table(title: str, targets: list[dict[str, Any]], *, description: str = "",
+          transformations: list[dict[str, Any]] | None = None,
+          overrides: list[dict[str, Any]] | None = None, unit: str | None = None,
+          datasource: dict[str, str] = PROM) -> dict[str, Any]:
+    return panel("table", title, targets, description=description, unit=unit,
+                 transformations=transformations, overrides=overrides, datasource=datasource,
+                 options={"showHeader": True, "cellHeight": "sm",
+                          "footer": {"show": False, "reducer": ["sum"], "fields": ""}})
+
+
+def color_overrides(field_names: dict[str, str]) -> list[dict[str, Any]]:
+    """Fixed colours for series named after a pool / assignment."""
+    out = []
+    for name, color in field_names.items():
+        out.append({"matcher": {"id": "byName", "options": name},
+                    "properties": [{"id": "color",
+                                    "value": {"mode": "fixed", "fixedColor": color}}]})
+    return out
+
+
+def organize(exclude: list[str], rename: dict[str, str] | None = None,
+             order: list[str] | None = None) -> dict[str, Any]:
+    opts: dict[str, Any] = {"excludeByName": {k: True for k in exclude},
+                            "renameByName": rename or {}}
+    if order:
+        opts["indexByName"] = {k: i for i, k in enumerate(order)}
+    return {"id": "organize", "options": opts}
+
+
+def datasource_var(plugin: str) -> dict[str, Any]:
+    return {"name": "datasource", "label": "Data source", "type": "datasource",
+            "query": plugin, "refresh": 1, "hide": 0, "regex": "", "options": []}
+
+
+def prom_query_var(name: str, label: str, query: str, *, include_all: bool = False,
+                   multi: bool = False) -> dict[str, Any]:
+    v: dict[str, Any] = {
+        "name": name, "label": label, "type": "query", "datasource": PROM,
+        "query": {"query": query, "refId": f"{name}-variable"},
+        "refresh": 2, "sort": 1, "hide": 0,
+        "includeAll": include_all, "multi": multi, "regex": "", "options": [],
+    }
+    if include_all:
+        v["allValue"] = ".*"
+        v["current"] = {"text": "All", "value": "$__all"}
+    return v
+
+
+def sql_query_var(name: str, label: str, sql: str) -> dict[str, Any]:
+    return {"name": name, "label": label, "type": "query", "datasource": PG,
+            "query": sql, "refresh": 1, "sort": 1, "hide": 0,
+            "includeAll": False, "multi": False, "regex": "", "options": []}
+
+
+def dashboard(uid: str, title: str, description: str, layout: Layout,
+              variables: list[dict[str, Any]], *, time_from: str = "now-6h",
+              refresh: str = "1m") -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": TAGS,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "browser",
+        "refresh": refresh,
+        "time": {"from": time_from, "to": "now"},
+        "timepicker": {},
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [{"title": "podres-exporter", "type": "dashboards", "tags": ["podres"],
+                   "asDropdown": True, "includeVars": False, "keepTime": True,
+                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""}],
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "templating": {"list": variables},
+        "panels": layout.panels,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# node.json: one node
+# --------------------------------------------------------------------------------------
+
+N = 'job=~"$job", instance=~"$node"'
+
+
+def node_dashboard() -> dict[str, Any]:
+    lay = Layout()
+    lay.row("Overview")
+    lay.add(stat("PodResources source up", f"max(podres_up{{{N}}})",
+                 description="podres_up: 1 while polls of the kubelet's PodResources API "
+                             "succeed.",
+                 thresholds=[(None, "red"), (1, "green")],
+                 mappings=[{"type": "value", "options": {
+                     "0": {"text": "DOWN", "color": "red"},
+                     "1": {"text": "UP", "color": "green"}}}]), 4, 4)
+    lay.add(stat("Online CPUs", f"sum(podres_cpus{{{N}}})",
+                 description="Every online CPU lands in exactly one pool."), 4, 4)
+    lay.add(stat("Reclaimed cores", f"sum(podres_reclaimed_cpus{{{N}}})",
+                 description="Cores pod-level resource managers gave back: legacy "
+                             "per-container cost minus pod budgets (SPEC §3.3)."), 4, 4)
+    lay.add(stat("Reclaimable cores", f"sum(podres_reclaimable_cpus{{{N}}})",
+                 description="Cores that pods without a pod-level budget could still give "
+                             "back (1-CPU padding containers)."), 4, 4)
+    lay.add(stat("Active anomalies", f"sum(podres_anomalies{{{N}}}) or vector(0)",
+                 thresholds=[(None, "green"), (1, "red")]), 4, 4)
+    lay.add(stat("Last successful poll",
+                 f"time() - max(podres_last_success_timestamp_seconds{{{N}}})", unit="s",
+                 thresholds=[(None, "green"), (60, "orange"), (300, "red")]), 4, 4)
+
+    lay.row("CPU pools")
+    lay.add(panel("bargauge", "CPU pools by NUMA node", [prom_target(
+        f"sum by (numa_node, pool) (podres_cpus{{{N}}})",
+        legend="NUMA {{numa_node}} · {{pool}}", instant=True)],
+        description="Each online CPU of the node in its pool, per NUMA node "
+                    "(numa_node is empty when the topology is unknown).",
+        defaults={"min": 0, "decimals": 0, "color": {"mode": "fixed", "fixedColor": "blue"}},
+        options={"orientation": "horizontal", "displayMode": "basic",
+                 "showUnfilled": True, "valueMode": "color",
+                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+        10, 10)
+    lay.add(timeseries("CPU pools over time", [prom_target(
+        f"sum by (pool) (podres_cpus{{{N}}})", legend="{{pool}}")], stack=True,
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 14, 10)
+    lay.add(timeseries("Memory pools", [prom_target(
+        f"sum by (memory_type, pool) (podres_memory_bytes{{{N}}})",
+        legend="{{memory_type}} · {{pool}}")], unit="bytes", stack=True), 12, 8)
+    lay.add(timeseries("Containers per assignment", [prom_target(
+        f'sum by (assignment) (podres_containers{{{N}, resource="cpu"}})',
+        legend="{{assignment}}")], stack=True,
+        description="Current containers per CPU assignment (pod_exclusive / pod_shared: "
+                    "pod-level managers; node_*: per-container model).",
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
+
+    lay.row("Pods and containers")
+    pod_q = [
+        prom_target(f'sum by (namespace, pod) (podres_pod_cpus{{{N}, pool="{pool}"}})',
+                    ref=ref, instant=True, table=True)
+        for ref, pool in (("A", "pod_exclusive"), ("B", "pod_shared"), ("C", "pod_idle"),
+                          ("D", "node_exclusive"))
+    ]
+    pod_q.append(prom_target(f"sum by (namespace, pod) (podres_pod_reclaimed_cpus{{{N}}})",
+                             ref="E", instant=True, table=True))
+    lay.add(table("Pods", pod_q,
+                  description="CPUs of each pod per pool and the cores its pod-level budget "
+                              "reclaimed.",
+                  transformations=[
+                      {"id": "merge", "options": {}},
+                      organize(["Time"], {"Value #A": "pod_exclusive", "Value #B": "pod_shared",
+                                          "Value #C": "pod_idle",
+                                          "Value #D": "node_exclusive",
+                                          "Value #E": "reclaimed"}),
+                  ]), 12, 12)
+    lay.add(table("Containers", [prom_target(
+        f"sum by (namespace, pod, container, assignment) (podres_container_cpus{{{N}}})",
+        instant=True, table=True)],
+        description="Each container's CPU assignment and CPU count (for pod_shared: the "
+                    "size of its pod's shared pool).",
+        transformations=[organize(["Time"], {"Value": "cpus"})],
+        overrides=[{"matcher": {"id": "byName", "options": "assignment"},
+                    "properties": [{"id": "custom.cellOptions",
+                                    "value": {"type": "color-text"}},
+                                   {"id": "mappings", "value": [
+                                       {"type": "value", "options": {
+                                           k: {"color": v, "index": i}
+                                           for i, (k, v) in enumerate(
+                                               ASSIGNMENT_COLORS.items())}}]}]}]), 12, 12)
+
+    lay.row("Anomalies")
+    lay.add(table("Current anomalies", [prom_target(
+        f"sum by (kind) (podres_anomalies{{{N}}}) > 0", instant=True, table=True)],
+        description="Allocation errors the exporter sees now (SPEC §3.4); details per pod "
+                    "at the exporter's /api/v1/ledger and in the history dashboard.",
+        transformations=[organize(["Time"], {"Value": "count"})]), 8, 8)
+    lay.add(timeseries("Anomalies observed", [prom_target(
+        f"sum by (kind) (increase(podres_anomalies_observed_total{{{N}}}[$__rate_interval]))",
+        legend="{{kind}}")]), 16, 8)
+
+    lay.row("Pod shared pools and exclusive CPUs (cAdvisor)")
+    lay.add(timeseries("Pod shared pool saturation", [prom_target(
+        "sum by (namespace, pod) (\n"
+        "  sum by (namespace, pod, container) (\n"
+        '    rate(container_cpu_usage_seconds_total{container!="", container!="POD"}'
+        "[$__rate_interval])\n"
+        "  )\n"
+        f'  and on (namespace, pod, container) podres_container_cpus{{{N}, '
+        'assignment="pod_shared"}\n'
+        ")\n"
+        "/ on (namespace, pod)\n"
+        f'max by (namespace, pod) (podres_pod_cpus{{{N}, pool="pod_shared"}} > 0)',
+        legend="{{namespace}}/{{pod}}")], unit="percentunit",
+        description="CPU used by each pod's pod_shared containers (cAdvisor) over the size "
+                    "of its pod shared pool. Near 100 % the sidecars compete for CPU."),
+        12, 9)
+    lay.add(timeseries("CFS throttling of exclusive containers", [prom_target(
+        "(\n"
+        "  sum by (namespace, pod, container) (\n"
+        '    rate(container_cpu_cfs_throttled_periods_total{container!="", container!="POD"}'
+        "[$__rate_interval])\n"
+        "  )\n"
+        "  /\n"
+        "  (sum by (namespace, pod, container) (\n"
+        '    rate(container_cpu_cfs_periods_total{container!="", container!="POD"}'
+        "[$__rate_interval])\n"
+        "  ) > 0)\n"
+        ")\n"
+        "and on (namespace, pod, container)\n"
+        f'podres_container_cpus{{{N}, assignment=~"pod_exclusive|node_exclusive"}}',
+        legend="{{namespace}}/{{pod}}/{{container}}")], unit="percentunit",
+        description="Fraction of CFS periods in which a container holding exclusive CPUs "
+                    "was throttled. Should be empty: the kubelet turns the quota off for "
+                    "exclusive CPUs."), 12, 9)
+
+    lay.row("Kubelet and exporter")
+    lay.add(table("Kubelet configuration", [prom_target(
+        f"max by (cpu_manager_policy, memory_manager_policy, topology_manager_policy, "
+        f"topology_manager_scope, pod_level_resource_managers) (podres_kubelet_info{{{N}}})",
+        instant=True, table=True)],
+        transformations=[organize(["Time", "Value"])]), 12, 5)
+    lay.add(table("Checkpoints", [
+        prom_target(f"max by (file, format) (podres_checkpoint_info{{{N}}})", ref="A",
+                    instant=True, table=True)],
+        description="Checkpoint files read by the exporter; see also the downgrade stat.",
+        transformations=[organize(["Time", "Value"])]), 6, 5)
+    lay.add(stat("Checkpoint downgrade unsafe",
+                 f"max(podres_checkpoint_downgrade_unsafe{{{N}}})",
+                 thresholds=[(None, "green"), (1, "red")],
+                 mappings=[{"type": "value", "options": {
+                     "0": {"text": "safe", "color": "green"},
+                     "1": {"text": "UNSAFE", "color": "red"}}}]), 6, 5)
+    lay.add(timeseries("Poll duration", [prom_target(
+        # A gauge of the last poll, or (if exported as a histogram) the mean.
+        f"max(podres_poll_duration_seconds{{{N}}})\n"
+        f"or\n"
+        f"sum(rate(podres_poll_duration_seconds_sum{{{N}}}[$__rate_interval]))\n"
+        f"/ sum(rate(podres_poll_duration_seconds_count{{{N}}}[$__rate_interval]))",
+        legend="poll")], unit="s"), 8, 8)
+    lay.add(timeseries("Source errors", [prom_target(
+        f"sum by (source, operation) "
+        f"(rate(podres_source_errors_total{{{N}}}[$__rate_interval]))",
+        legend="{{source}} {{operation}}")], unit="reqps"), 8, 8)
+    lay.add(timeseries("History writes", [
+        prom_target(f"max(podres_history_pending_writes{{{N}}})", ref="A", legend="pending"),
+        prom_target(f"sum(increase(podres_history_dropped_writes_total{{{N}}}"
+                    f"[$__rate_interval]))", ref="B", legend="dropped")]), 8, 8)
+
+    variables = [
+        datasource_var("prometheus"),
+        prom_query_var("job", "Job", "label_values(podres_up, job)", include_all=True),
+        prom_query_var("node", "Node", 'label_values(podres_up{job=~"$job"}, instance)'),
+    ]
+    return dashboard("podres-node", "podres-exporter / Node",
+                     "CPU pools, pod-level assignments, reclaimed cores and anomalies of one "
+                     "node (Kubernetes Pod-Level Resource Managers).", lay, variables)
+
+
+# --------------------------------------------------------------------------------------
+# fleet.json: every node
+# --------------------------------------------------------------------------------------
+
+F = 'cluster=~"$cluster", job=~"$job"'
+K = 'cluster=~"$cluster"'  # kubelet / cAdvisor series: not the exporter's job
+
+
+def kubelet_rate(name: str, by: str) -> str:
+    """Both spellings of a kubelet resource-manager metric (1.36 bare, 1.37 kubelet_)."""
+    return (f"sum by ({by}) (rate({{__name__=~\"(kubelet_)?{name}\", {K}}}"
+            f"[$__rate_interval]))")
+
+
+def fleet_dashboard() -> dict[str, Any]:
+    lay = Layout()
+    shared_c = f'sum(podres_containers{{{F}, resource="cpu", assignment="pod_shared"}})'
+    excl_c = f'sum(podres_containers{{{F}, resource="cpu", assignment="pod_exclusive"}})'
+    shared_p = f'sum(podres_cpus{{{F}, pool="pod_shared"}})'
+    excl_p = f'sum(podres_cpus{{{F}, pool="pod_exclusive"}})'
+
+    lay.row("Pod-level resource managers across the fleet")
+    lay.add(stat("Pod-shared per pod-exclusive containers", f"{shared_c} / ({excl_c} > 0)",
+                 description="How many sidecars share a pod's pool per container holding "
+                             "pod-exclusive CPUs."), 5, 4)
+    lay.add(stat("Pod-shared per pod-exclusive CPUs", f"{shared_p} / ({excl_p} > 0)",
+                 description="CPUs in pod shared pools per pod-exclusive CPU."), 5, 4)
+    lay.add(stat("Reclaimed cores", f"sum(podres_reclaimed_cpus{{{F}}})",
+                 description="Cores given back fleet-wide by pod-level budgets."), 5, 4)
+    lay.add(stat("Reclaimable cores", f"sum(podres_reclaimable_cpus{{{F}}})",
+                 description="Cores still pinned by 1-CPU padding containers of pods "
+                             "without a pod-level budget."), 5, 4)
+    lay.add(stat("Nodes reporting", f"count(podres_up{{{F}}} == 1)",
+                 description="Exporters whose PodResources source is up."), 4, 4)
+
+    lay.add(timeseries("Pod-shared per pod-exclusive ratio", [
+        prom_target(f"{shared_c} / ({excl_c} > 0)", ref="A", legend="containers"),
+        prom_target(f"{shared_p} / ({excl_p} > 0)", ref="B", legend="CPUs")]), 12, 8)
+    lay.add(timeseries("Containers per assignment", [prom_target(
+        f'sum by (assignment) (podres_containers{{{F}, resource="cpu"}})',
+        legend="{{assignment}}")], stack=True,
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
+    lay.add(timeseries("Reclaimed and reclaimable cores", [
+        prom_target(f"sum by (cluster) (podres_reclaimed_cpus{{{F}}})", ref="A",
+                    legend="reclaimed {{cluster}}"),
+        prom_target(f"sum by (cluster) (podres_reclaimable_cpus{{{F}}})", ref="B",
+                    legend="reclaimable {{cluster}}")], min0=False), 12, 8)
+    lay.add(timeseries("CPU pools", [prom_target(
+        f"sum by (pool) (podres_cpus{{{F}}})", legend="{{pool}}")], stack=True,
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
+
+    lay.row("Pods and nodes")
+    lay.add(table("Top pods by reclaimed cores", [prom_target(
+        f"topk(20, max by (cluster, namespace, pod) (podres_pod_reclaimed_cpus{{{F}}}))",
+        instant=True, table=True)],
+        transformations=[organize(["Time"], {"Value": "reclaimed cores"}),
+                         {"id": "sortBy", "options": {"sort": [
+                             {"field": "reclaimed cores", "desc": True}]}}]), 8, 10)
+    lay.add(table("Nodes by reclaimed cores", [
+        prom_target(f"sum by (cluster, instance) (podres_reclaimed_cpus{{{F}}})", ref="A",
+                    instant=True, table=True),
+        prom_target(f"sum by (cluster, instance) (podres_reclaimable_cpus{{{F}}})", ref="B",
+                    instant=True, table=True)],
+        transformations=[{"id": "merge", "options": {}},
+                         organize(["Time"], {"Value #A": "reclaimed", "Value #B": "reclaimable",
+                                             "instance": "node"}),
+                         {"id": "sortBy", "options": {"sort": [
+                             {"field": "reclaimed", "desc": True}]}}]), 8, 10)
+    lay.add(table("Nodes with anomalies", [prom_target(
+        f"sum by (cluster, instance, kind) (podres_anomalies{{{F}}}) > 0",
+        instant=True, table=True)],
+        transformations=[organize(["Time"], {"Value": "count", "instance": "node"})]), 8, 10)
+
+    lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")
+    lay.add(timeseries("Kubelet allocation errors", [prom_target(
+        kubelet_rate("resource_manager_allocation_errors_total",
+                     "instance, resource_name, source"),
+        legend="{{instance}} {{resource_name}} {{source}}")], unit="ops",
+        description="resource_manager_allocation_errors_total (1.36) or "
+                    "kubelet_resource_manager_allocation_errors_total (1.37)."), 8, 8)
+    lay.add(timeseries("Kubelet allocations", [prom_target(
+        kubelet_rate("resource_manager_allocations_total", "resource_name, source"),
+        legend="{{resource_name}} {{source}}")], unit="ops"), 8, 8)
+    lay.add(timeseries("Kubelet container assignment events", [prom_target(
+        kubelet_rate("resource_manager_container_assignments", "resource_name, assignment_type"),
+        legend="{{resource_name}} {{assignment_type}}")], unit="ops",
+        description="A counter of assignment events, not current state: current counts are "
+                    "the exporter's podres_containers."), 8, 8)
+    lay.add(timeseries("Older kubelet manager errors", [
+        prom_target(f"sum by (instance) (rate(kubelet_cpu_manager_pinning_errors_total{{{K}}}"
+                    f"[$__rate_interval]))", ref="A", legend="cpu pinning {{instance}}"),
+        prom_target(f"sum by (instance) (rate(kubelet_memory_manager_pinning_errors_total"
+                    f"{{{K}}}[$__rate_interval]))", ref="B", legend="memory pinning {{instance}}"),
+        prom_target(f"sum by (instance) (rate(kubelet_topology_manager_admission_errors_total"
+                    f"{{{K}}}[$__rate_interval]))", ref="C",
+                    legend="topology admission {{instance}}")], unit="ops"), 12, 8)
+    lay.add(table("Exporters down", [prom_target(
+        f'up{{{K}, job=~"(.+-)?podres-exporter"}} == 0 or podres_up{{{F}}} == 0',
+        instant=True, table=True)],
+        description="Scrape failures (up == 0) or a failing PodResources source "
+                    "(podres_up == 0).",
+        transformations=[organize(["Time", "Value"], {"__name__": "metric"})]), 12, 8)
+
+    variables = [
+        datasource_var("prometheus"),
+        prom_query_var("cluster", "Cluster", "label_values(podres_up, cluster)",
+                       include_all=True, multi=True),
+        prom_query_var("job", "Job", 'label_values(podres_up{cluster=~"$cluster"}, job)',
+                       include_all=True),
+    ]
+    return dashboard("podres-fleet", "podres-exporter / Fleet",
+                     "Pod-level resource managers across every node: pod_shared to "
+                     "pod_exclusive ratio, reclaimed cores, anomalies and the kubelet's own "
+                     "allocation errors.", lay, variables, time_from="now-7d", refresh="5m")
+
+
+# --------------------------------------------------------------------------------------
+# history.json: the history store through Grafana's PostgreSQL data source
+# --------------------------------------------------------------------------------------
+
+NODE_SQL = "SELECT name FROM nodes ORDER BY name"
+NAMESPACE_SQL = ("SELECT DISTINCT ai.namespace FROM assignment_intervals ai "
+                 "JOIN nodes n ON n.id = ai.node_id WHERE n.name = '$node' ORDER BY 1")
+POD_SQL = ("SELECT DISTINCT ai.pod FROM assignment_intervals ai "
+           "JOIN nodes n ON n.id = ai.node_id "
+           "WHERE n.name = '$node' AND ai.namespace = '$namespace' ORDER BY 1")
+
+# Intervals of the selected pod overlapping the dashboard's time range.
+POD_INTERVALS = """\
+FROM assignment_intervals ai
+JOIN nodes n ON n.id = ai.node_id
+WHERE n.name = '$node'
+  AND ai.namespace = '$namespace'
+  AND ai.pod = '$pod'
+  AND ai.valid_from <= $__timeTo()
+  AND (ai.valid_to IS NULL OR ai.valid_to >= $__timeFrom())"""
+
+TIMELINE_SQL = f"""\
+SELECT ai.valid_from AS "time", ai.container AS container, ai.assignment AS assignment
+{POD_INTERVALS}
+UNION ALL
+SELECT ai.valid_to AS "time", ai.container AS container, 'gone' AS assignment
+{POD_INTERVALS}
+  AND ai.valid_to IS NOT NULL
+  AND NOT EXISTS (
+    SELECT 1 FROM assignment_intervals nx
+    WHERE nx.node_id = ai.node_id AND nx.namespace = ai.namespace AND nx.pod = ai.pod
+      AND nx.container = ai.container AND nx.valid_from = ai.valid_to)
+ORDER BY 1, 2"""
+
+INTERVALS_SQL = f"""\
+SELECT ai.container AS container, ai.assignment AS assignment,
+       ai.memory_assignment AS memory_assignment, ai.cpuset AS cpuset,
+       ai.cpu_count AS cpus, ai.memory_bytes AS memory_bytes, ai.numa_nodes AS numa_nodes,
+       ai.valid_from AS valid_from, ai.valid_to AS valid_to
+{POD_INTERVALS}
+ORDER BY ai.valid_from DESC, ai.container"""
+
+ANOMALY_SQL = """\
+SELECT an.first_seen AS first_seen, an.last_seen AS last_seen, an.resolved_at AS resolved_at,
+       an.kind AS kind, an.namespace AS namespace, an.pod AS pod, an.container AS container,
+       an.detail AS detail
+FROM anomaly_intervals an
+JOIN nodes n ON n.id = an.node_id
+WHERE n.name = '$node'
+  AND an.first_seen <= $__timeTo()
+  AND (an.resolved_at IS NULL OR an.resolved_at >= $__timeFrom())
+ORDER BY an.first_seen DESC, an.kind"""
+
+POOLS_SQL = """\
+SELECT s.at AS "time",
+       s.cpus_reserved AS reserved, s.cpus_node_shared AS node_shared,
+       s.cpus_node_exclusive AS node_exclusive, s.cpus_pod_exclusive AS pod_exclusive,
+       s.cpus_pod_shared AS pod_shared, s.cpus_pod_idle AS pod_idle
+FROM node_summaries s
+JOIN nodes n ON n.id = s.node_id
+WHERE n.name = '$node' AND $__timeFilter(s.at)
+ORDER BY 1"""
+
+CONTAINERS_SQL = """\
+SELECT s.at AS "time",
+       s.containers_node_exclusive AS node_exclusive, s.containers_pod_exclusive AS pod_exclusive,
+       s.containers_pod_shared AS pod_shared, s.containers_node_shared AS node_shared
+FROM node_summaries s
+JOIN nodes n ON n.id = s.node_id
+WHERE n.name = '$node' AND $__timeFilter(s.at)
+ORDER BY 1"""
+
+RECLAIMED_SQL = """\
+SELECT s.at AS "time", s.reclaimed_cpus AS reclaimed, s.reclaimable_cpus AS reclaimable,
+       s.anomalies AS anomalies
+FROM node_summaries s
+JOIN nodes n ON n.id = s.node_id
+WHERE n.name = '$node' AND $__timeFilter(s.at)
+ORDER BY 1"""
+
+GAPS_SQL = """\
+SELECT g.gap_from AS gap_from, g.gap_to AS gap_to, g.dropped_writes AS dropped_writes,
+       g.reason AS reason
+FROM history_gaps g
+JOIN nodes n ON n.id = g.node_id
+WHERE n.name = '$node'
+  AND g.gap_from <= $__timeTo() AND g.gap_to >= $__timeFrom()
+ORDER BY g.gap_from DESC"""
+
+
+def history_dashboard() -> dict[str, Any]:
+    lay = Layout()
+    value_colors = {**ASSIGNMENT_COLORS, "gone": "transparent"}
+    lay.row("Assignments of $namespace/$pod")
+    lay.add(panel("state-timeline", "Assignment timeline", [sql_target(TIMELINE_SQL)],
+                  datasource=PG,
+                  description="CPU assignment of each container of the pod over time, from "
+                              "the history store's assignment intervals.",
+                  defaults={"color": {"mode": "fixed", "fixedColor": "text"},
+                            "custom": {"fillOpacity": 80, "lineWidth": 0},
+                            "mappings": [{"type": "value", "options": {
+                                k: {"color": v, "index": i}
+                                for i, (k, v) in enumerate(value_colors.items())}}]},
+                  transformations=[{"id": "partitionByValues",
+                                    "options": {"fields": ["container"],
+                                                "keepFields": False}}],
+                  options={"mergeValues": True, "showValue": "auto", "alignValue": "left",
+                           "rowHeight": 0.8,
+                           "legend": {"displayMode": "list", "placement": "bottom",
+                                      "showLegend": True},
+                           "tooltip": {"mode": "single", "sort": "none"}}), 24, 9)
+    lay.add(table("Assignment intervals", [sql_target(INTERVALS_SQL)], datasource=PG,
+                  description="Every interval of the pod's containers that overlaps the time "
+                              "range; an open interval (no valid_to) is the current one.",
+                  overrides=[{"matcher": {"id": "byName", "options": "memory_bytes"},
+                              "properties": [{"id": "unit", "value": "bytes"}]}]), 24, 9)
+
+    lay.row("Anomaly log of $node")
+    lay.add(table("Anomaly log", [sql_target(ANOMALY_SQL)], datasource=PG,
+                  description="Anomalies (SPEC §3.4) with first and last sighting; resolved_at "
+                              "is empty while the anomaly persists."), 24, 10)
+    lay.add(table("History gaps", [sql_target(GAPS_SQL)], datasource=PG,
+                  description="Explicit gaps recorded when the store was unreachable for "
+                              "longer than the writer's buffer."), 24, 5)
+
+    lay.row("Node summaries of $node")
+    lay.add(timeseries("CPU pools", [sql_target(POOLS_SQL, fmt="time_series")], stack=True,
+                       datasource=PG, overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
+    lay.add(timeseries("Containers per assignment",
+                       [sql_target(CONTAINERS_SQL, fmt="time_series")], stack=True,
+                       datasource=PG, overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
+    lay.add(timeseries("Reclaimed and reclaimable cores, anomalies",
+                       [sql_target(RECLAIMED_SQL, fmt="time_series")], min0=False,
+                       datasource=PG), 24, 8)
+
+    variables = [
+        datasource_var("grafana-postgresql-datasource"),
+        sql_query_var("node", "Node", NODE_SQL),
+        sql_query_var("namespace", "Namespace", NAMESPACE_SQL),
+        sql_query_var("pod", "Pod", POD_SQL),
+    ]
+    return dashboard("podres-history", "podres-exporter / History",
+                     "The history store (PostgreSQL fleet database) through Grafana's "
+                     "PostgreSQL data source: assignment timeline of a pod, anomaly log, "
+                     "node summaries.", lay, variables, time_from="now-24h", refresh="")
+
+
+DASHBOARDS = {
+    "node.json": node_dashboard,
+    "fleet.json": fleet_dashboard,
+    "history.json": history_dashboard,
+}
+
+
+def render(name: str) -> str:
+    return json.dumps(DASHBOARDS[name](), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="compare instead of writing; exit 1 when a file is out of date")
+    args = ap.parse_args(argv)
+    stale = []
+    for name in DASHBOARDS:
+        path = HERE / name
+        text = render(name)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"out of date (run {Path(__file__).name}): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
