@@ -31,6 +31,7 @@ BASE_FLAGS = (
     "--no-first-run",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-quic",
     "--disable-dev-shm-usage",
     "--hide-scrollbars",
     "--force-device-scale-factor=1",
