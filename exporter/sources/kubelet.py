@@ -86,10 +86,17 @@ class KubeletClient:
                     raise SourceError(SOURCE, operation,
                                       f"HTTP {resp.status} from {self.url}{path}{hint}: "
                                       f"{body[:200]}")
-                data = await resp.content.read(MAX_BODY + 1)
-                if len(data) > MAX_BODY:
-                    raise SourceError(SOURCE, operation, f"body larger than {MAX_BODY} bytes")
-                return data
+                # StreamReader.read(n) returns what has arrived so far, not the whole body:
+                # read to the end, refusing bodies over the limit.
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > MAX_BODY:
+                        raise SourceError(SOURCE, operation,
+                                          f"body larger than {MAX_BODY} bytes")
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except TimeoutError:
             raise SourceError(SOURCE, operation, f"no answer from {self.url} within "
                               f"{self.timeout:g}s") from None

@@ -1,0 +1,220 @@
+"""Poll-cycle benchmark: ``python -m bench.cycle --pods 1000 --cpus 512 [--rounds N]``.
+
+A synthetic node (bench.synth) is served by the simulated kubelet over a real unix socket.
+In one run it measures:
+
+- floor: the ``List`` + ``GetAllocatableResources`` round trip and protobuf decode alone;
+- cold: ``NodeReader.read()`` on a fresh reader (every pod new): fetch, decode, assemble
+  and reconcile (topology from a topology.json);
+- steady: ``NodeReader.read()`` again with nothing changed.
+
+The headline figures use the floor's sources (PodResources), so the ratios are the
+exporter's own cost over the unavoidable fetch. Unless ``--no-kubelet``, the same cycle is
+measured again with the kubelet's HTTPS endpoint (``/pods``, ``/configz``) as a further
+source: reported under ``with_kubelet``, for information (two more round trips and a pod
+spec per pod to parse).
+
+Medians over the rounds. Prints a table and, as its last line, one JSON object with the
+figures and the ratios to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.synth import SyntheticNode, generate
+from exporter.reader import NodeReader, SourceOptions
+from exporter.sim.server import SimKubelet
+from exporter.sources.podresources import (
+    PodResourcesClient,
+    decode_allocatable,
+    decode_list,
+)
+from exporter.sources.topology import topology_to_json
+
+STEADY_TARGET = 2.0
+COLD_TARGET = 10.0
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
+    await fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def _spread(values: list[float]) -> list[float]:
+    return [round(min(values), 3), round(max(values), 3)]
+
+
+async def _cycles(options: SourceOptions, rounds: int) -> dict[str, Any]:
+    """Cold and steady ``NodeReader.read()`` figures for one set of sources."""
+    warm = NodeReader(options)
+    try:
+        await warm.read()
+    finally:
+        await warm.close()
+    cold: list[float] = []
+    steady: list[float] = []
+    unchanged = True
+    ledger = None
+    for _ in range(rounds):
+        # One reader at a time, and a collected heap before each: every round starts from
+        # the same state (readers kept alive would make each GC pass slower than the last).
+        gc.collect()
+        reader = NodeReader(options)
+        try:
+            # Connect first so that the cold figure is the work of a node full of new
+            # pods, not the dialling of a socket or a TLS handshake.
+            await reader.podresources.list_raw()
+            if reader.kubelet is not None:
+                await reader.kubelet.fetch("/configz")
+            cold.append(await _timed(reader.read))
+            for _ in range(3):
+                start = time.perf_counter()
+                reading = await reader.read()
+                steady.append((time.perf_counter() - start) * 1000.0)
+                unchanged = unchanged and not reading.changed
+            ledger = reading.ledger
+        finally:
+            await reader.close()
+    assert ledger is not None
+    return {"cold": cold, "steady": steady, "unchanged": unchanged,
+            "ledger_pods": len(ledger.pods), "ledger_containers": len(ledger.containers)}
+
+
+async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: Path
+                  ) -> dict[str, Any]:
+    socket_path = str(workdir / "kubelet.sock")
+    topology_file = workdir / "topology.json"
+    topology_file.write_text(json.dumps(topology_to_json(node.topology)))
+    sim = SimKubelet(node.state, socket_path=socket_path,
+                     http_listen="127.0.0.1:0" if kubelet else None)
+    await sim.start()
+    client = PodResourcesClient(socket_path)
+    try:
+        async def floor_once() -> None:
+            list_raw = await client.list_raw()
+            alloc_raw = await client.allocatable_raw()
+            decode_list(list_raw)
+            if alloc_raw is not None:
+                decode_allocatable(alloc_raw)
+
+        for _ in range(5):  # warm the channel, the simulator and the interpreter
+            await floor_once()
+        floor = [await _timed(floor_once) for _ in range(rounds)]
+        base = SourceOptions(socket=socket_path, token_file=None, sysfs=None,
+                             topology_file=str(topology_file), node_name="bench")
+        main = await _cycles(base, rounds)
+        extra = None
+        if kubelet:
+            extra = await _cycles(replace(base, kubelet_url=sim.http_url,
+                                          ca_file=str(sim.cert_path)), rounds)
+    finally:
+        await client.close()
+        await sim.stop()
+
+    floor_ms = _median(floor)
+    result: dict[str, Any] = {
+        "pods": len(node.pods),
+        "containers": node.containers,
+        "cpus": len(node.topology.cpus),
+        "floor_ms": floor_ms,
+        "steady_ms": _median(main["steady"]),
+        "cold_ms": _median(main["cold"]),
+        "steady_ratio": round(_median(main["steady"]) / floor_ms, 2),
+        "cold_ratio": round(_median(main["cold"]) / floor_ms, 2),
+        "rounds": rounds,
+        "list_bytes": len(node.state.list_response.SerializeToString()),
+        "steady_unchanged": main["unchanged"],
+        "ledger_pods": main["ledger_pods"],
+        "ledger_containers": main["ledger_containers"],
+        "kinds": node.kinds,
+        "spread_ms": {"floor": _spread(floor), "steady": _spread(main["steady"]),
+                      "cold": _spread(main["cold"])},
+    }
+    if extra is not None:
+        result["with_kubelet"] = {
+            "steady_ms": _median(extra["steady"]), "cold_ms": _median(extra["cold"]),
+            "steady_ratio": round(_median(extra["steady"]) / floor_ms, 2),
+            "cold_ratio": round(_median(extra["cold"]) / floor_ms, 2),
+            "steady_unchanged": extra["unchanged"],
+            "spread_ms": {"steady": _spread(extra["steady"]), "cold": _spread(extra["cold"])},
+        }
+    return result
+
+
+def _table(result: dict[str, Any]) -> str:
+    kinds = ", ".join(f"{v} {k}" for k, v in result["kinds"].items())
+    lines = [
+        f"node: {result['pods']} pods ({kinds}), {result['containers']} containers, "
+        f"{result['cpus']} CPUs; List response {result['list_bytes']} bytes; "
+        f"{result['rounds']} rounds",
+        "",
+        f"{'measure':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'× floor':>8} "
+        f"{'target':>10}",
+    ]
+    rows: list[tuple[str, dict[str, Any], str, float | None]] = [
+        ("floor", result, "floor", None),
+        ("steady", result, "steady", STEADY_TARGET),
+        ("cold", result, "cold", COLD_TARGET),
+    ]
+    if "with_kubelet" in result:
+        rows += [("steady +kubelet HTTPS", result["with_kubelet"], "steady", None),
+                 ("cold +kubelet HTTPS", result["with_kubelet"], "cold", None)]
+    for label, figures, key, target in rows:
+        ms = figures[f"{key}_ms"]
+        ratio = ms / result["floor_ms"]
+        lo, hi = figures["spread_ms"][key]
+        verdict = "" if target is None else (f"≤{target:g}× " +
+                                             ("ok" if ratio <= target else "OVER"))
+        lines.append(f"{label:<22} {ms:>10.2f} {lo:>9.2f} {hi:>9.2f} {ratio:>8.2f} "
+                     f"{verdict:>10}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cycle", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--cpus", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--containers-per-pod", type=int, default=4)
+    parser.add_argument("--no-kubelet", dest="kubelet", action="store_false",
+                        help="skip the informational cycle with the kubelet's HTTPS endpoint")
+    args = parser.parse_args(argv)
+    if args.pods < 1 or args.cpus < 2 or args.rounds < 1:
+        parser.error("need --pods ≥ 1, --cpus ≥ 2 and --rounds ≥ 1")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    node = generate(args.pods, args.cpus, seed=args.seed,
+                    containers_per_pod=args.containers_per_pod)
+    workdir = Path(tempfile.mkdtemp(prefix="podres-bench-", dir="/tmp"))
+    try:
+        result = asyncio.run(measure(node, rounds=args.rounds, kubelet=args.kubelet,
+                                     workdir=workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(_table(result))
+    print(json.dumps(result, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
