@@ -1,17 +1,177 @@
-"""`podres-exporter history` (not yet implemented)."""
+"""``podres-exporter history``: query and prune the history store.
+
+``history events --since 1h``, ``history at TIME``, ``history prune``; each prints a table or
+``--output json``."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from datetime import datetime, timedelta
+from typing import Any
 
 from exporter.errors import UserError
+from exporter.flags import add_flag, parse_duration
 
-HELP = "history (not yet implemented)"
+HELP = "query the history store (events, what every container held at a time) and prune it"
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    add_flag(parser, "--history.url", dest="history_url", default=None, metavar="URL",
+             help="history database: sqlite:///PATH or postgresql+psycopg://... "
+             "(default: the exporter's SQLite file)")
+    add_flag(parser, "--output", "-o", choices=("table", "json"), default="table",
+             help="output format")
+    add_flag(parser, "--node", default=None, metavar="NAME", help="only this node")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    sub = parser.add_subparsers(dest="history_command", metavar="SUBCOMMAND")
+    sub.required = True
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+
+    events = sub.add_parser("events", help="changes since a time: assignments opened and "
+                            "released, anomalies raised and resolved, gaps",
+                            formatter_class=fmt)
+    _common(events)
+    events.add_argument("--since", default="1h", metavar="DURATION|TIME",
+                        help="a duration back from now (1h, 30m) or a time (RFC 3339, "
+                        "unix seconds)")
+    events.add_argument("--until", default=None, metavar="TIME", help="end (default now)")
+    events.add_argument("--limit", type=int, default=10000, help="at most this many events")
+
+    at = sub.add_parser("at", help="what every container held at TIME", formatter_class=fmt)
+    _common(at)
+    at.add_argument("time", metavar="TIME",
+                    help="RFC 3339 (2026-11-30T09:15:00Z), unix seconds, or 'now'")
+
+    prune = sub.add_parser("prune", help="delete history older than the retention",
+                           formatter_class=fmt)
+    _common(prune)
+    add_flag(prune, "--history.retention", dest="retention", default="30d",
+             type=parse_duration, metavar="DURATION", help="keep this much history")
+    prune.add_argument("--before", default=None, metavar="TIME",
+                       help="delete what ended before TIME instead (overrides retention)")
+
+
+def _time(text: str, flag: str) -> datetime:
+    from exporter.history.timeutil import TimeError, parse_time
+
+    try:
+        return parse_time(text)
+    except TimeError as exc:
+        raise UserError(f"{flag}: {exc}") from None
+
+
+def _since(text: str) -> datetime:
+    from exporter.history.timeutil import now
+
+    try:
+        return now() - timedelta(seconds=parse_duration(text))
+    except argparse.ArgumentTypeError:
+        return _time(text, "--since")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserError("history is not implemented yet")
+    from exporter.history import open_store
+
+    command = args.history_command
+    store = open_store(args.history_url, readonly=command != "prune")
+    try:
+        if command == "events":
+            return _events(store, args)
+        if command == "at":
+            return _at(store, args)
+        return _prune(store, args)
+    finally:
+        store.close()
+
+
+def _emit_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _printable(text: Any) -> str:
+    """Names come from the kubelet: never let control characters reach the terminal."""
+    s = "" if text is None else str(text)
+    return "".join(ch if ch.isprintable() else "?" for ch in s)
+
+
+def _events(store: Any, args: argparse.Namespace) -> int:
+    from exporter.history import queries as q
+    from exporter.history.timeutil import format_time
+
+    start = _since(args.since)
+    end = _time(args.until, "--until") if args.until else None
+    if args.limit < 1:
+        raise UserError("--limit must be at least 1")
+    items = q.events(store, start, end, node=args.node, limit=args.limit)
+    if args.output == "json":
+        _emit_json({"since": format_time(start), "until": format_time(end),
+                    "events": items})
+        return 0
+    rows = []
+    for e in items:
+        if e["event"] == "gap":
+            what = f"until {e['until']}, {e['dropped_writes']} writes dropped"
+            subject = ""
+        elif e["event"].startswith("anomaly"):
+            what = f"{e['kind']}: {e['detail']}"
+            subject = "/".join(x for x in (e["namespace"], e["pod"], e["container"]) if x)
+        else:
+            what = f"{e['assignment']} cpus={e['cpus'] or '-'} mem={e['memory_bytes']}"
+            subject = f"{e['namespace']}/{e['pod']}/{e['container']}"
+        rows.append([_printable(x) for x in (e["time"], e["node"], e["event"], subject, what)])
+    sys.stdout.write(table(["time", "node", "event", "subject", "detail"], rows))
+    return 0
+
+
+def _at(store: Any, args: argparse.Namespace) -> int:
+    from exporter.history import queries as q
+    from exporter.history.timeutil import format_time
+
+    when = _time(args.time, "TIME")
+    items = q.assignments_at(store, when, node=args.node)
+    gap_items = q.gaps(store, node=args.node, window=q.Window(at=when), limit=1000).items
+    items.sort(key=lambda i: (i["node"], i["namespace"], i["pod"], i["container"]))
+    if args.output == "json":
+        _emit_json({"at": format_time(when), "containers": items, "gaps": gap_items})
+        return 0
+    for g in gap_items:
+        print(f"warning: {_printable(g['node'])} has a history gap from {g['from']} to "
+              f"{g['to']} ({g['dropped_writes']} writes dropped): this time is approximate",
+              file=sys.stderr)
+    rows = [[_printable(x) for x in (
+        i["node"], i["namespace"], i["pod"], i["container"], i["assignment"],
+        i["cpus"] or "-", str(i["cpu_count"]), str(i["memory_bytes"]),
+        ",".join(map(str, i["numa_nodes"])) or "-", i["valid_from"])] for i in items]
+    sys.stdout.write(table(["node", "namespace", "pod", "container", "assignment", "cpus",
+                            "count", "memory", "numa", "since"], rows))
+    return 0
+
+
+def _prune(store: Any, args: argparse.Namespace) -> int:
+    from exporter.history.timeutil import format_time, now
+
+    before = _time(args.before, "--before") if args.before else \
+        now() - timedelta(seconds=args.retention)
+    result = store.prune(before, node=args.node)
+    if args.output == "json":
+        _emit_json({"before": format_time(before), "deleted": result.to_json()})
+    else:
+        d = result.to_json()
+        print(f"pruned history before {format_time(before)}: " +
+              ", ".join(f"{v} {k}" for k, v in d.items()))
+    return 0

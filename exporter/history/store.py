@@ -6,6 +6,7 @@ Everything here is synchronous; async callers run it in a thread (``asyncio.to_t
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    NoSuchModuleError,
+    OperationalError,
+    SQLAlchemyError,
+)
 
 from exporter.errors import UserError
 from exporter.history.changes import (
@@ -51,6 +58,8 @@ from exporter.history.schema import (
     nodes,
 )
 from exporter.history.timeutil import utc
+
+log = logging.getLogger("podres.history")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 HEAD_REVISION = "0001"
@@ -97,6 +106,16 @@ class HistoryStore:
         self.url = engine.url.render_as_string(hide_password=True)
         self._node_ids: dict[str, int] = {}
         self._lock = threading.Lock()
+        # Set when the database was unreachable at open: migrate before the first use.
+        self.migration_pending = False
+
+    def ensure_migrated(self) -> None:
+        if not self.migration_pending:
+            return
+        with self._lock:
+            if self.migration_pending:
+                self.migrate()
+                self.migration_pending = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -139,6 +158,7 @@ class HistoryStore:
     def write_transaction(self) -> Iterator[Connection]:
         if self.readonly:
             raise UserError("the history store was opened read-only")
+        self.ensure_migrated()
         with self.engine.connect() as conn:
             conn.execution_options(podres_write=True)
             with conn.begin():
@@ -146,6 +166,7 @@ class HistoryStore:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
+        self.ensure_migrated()
         with self.engine.connect() as conn, conn.begin():
             yield conn
 
@@ -414,7 +435,16 @@ def open_store(url: str | None = None, *, readonly: bool = False,
     store = HistoryStore(engine, readonly=readonly)
     try:
         if migrate and not readonly:
-            store.migrate()
+            try:
+                store.migrate()
+            except OperationalError as exc:
+                if backend != "postgresql":
+                    raise
+                # A fleet database that is down must not stop the exporter from serving
+                # metrics: migrate on first use; the writer buffers and retries meanwhile.
+                log.warning("history database %s unreachable (%s); will retry",
+                            redact_url(url), _first_line(exc))
+                store.migration_pending = True
         else:
             store.check_schema()
     except UserError:
@@ -422,10 +452,13 @@ def open_store(url: str | None = None, *, readonly: bool = False,
         raise
     except (DBAPIError, SQLAlchemyError) as exc:
         engine.dispose()
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        raise UserError(f"history database {redact_url(url)}: "
-                        f"{reason[0] if reason else type(exc).__name__}") from None
+        raise UserError(f"history database {redact_url(url)}: {_first_line(exc)}") from None
     return store
+
+
+def _first_line(exc: BaseException) -> str:
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return reason[0] if reason else type(exc).__name__
 
 
 def since(seconds: float) -> datetime:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PgCluster, create_database
+from conftest import PgCluster, create_database, drop_database
 from histsim import SimNode, actual_assignments, expected_assignments
 from sqlalchemy import func, select
 
@@ -137,3 +137,24 @@ async def test_fleet_of_20_nodes_writing_concurrently(pg_server_url: str) -> Non
             got = actual_assignments(q.assignments_at(check, when, sim.name))
             assert got == expected_assignments(ledger), (sim.name, when)
         assert len(summaries(check, sim.name)) == 20
+    for store in [*stores, check]:
+        store.close()
+    drop_database(pg_server_url, url)
+
+
+async def test_exporter_starts_while_the_database_is_down(own_pg_cluster: PgCluster) -> None:
+    own_pg_cluster.stop()
+    store = open_store(own_pg_cluster.url)  # no error: metrics must still be served
+    assert store.migration_pending
+    writer = HistoryWriter(store, "n", retry_initial=0.05, retry_max=0.2)
+    await writer.start()
+    sim = SimNode("n", 31, pods=5)
+    writer.submit(sim.ledger(), at(0))
+    await asyncio.sleep(0.3)
+    assert writer.pending_writes == 1 and writer.last_error
+    await asyncio.to_thread(own_pg_cluster.start)
+    assert await writer.flush(timeout=30)
+    await writer.close()
+    assert not store.migration_pending
+    assert actual_assignments(q.assignments_at(store, at(0), "n")) == \
+        expected_assignments(sim.ledger())

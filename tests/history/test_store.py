@@ -310,8 +310,8 @@ def test_readonly_store_refuses_writes(history_url: str) -> None:
 
 
 def test_open_errors_are_one_line(tmp_path: Any) -> None:
-    cases = ["nonsense://", "mysql://u@h/db", "sqlite://",
-             "postgresql+psycopg://nobody@/x?host=/nonexistent-dir"]
+    cases = ["nonsense://", "mysql://u@h/db", "sqlite://", "sqlite:///:memory:",
+             "postgresql+nodriver://u@h/db", "sqlite:////proc/forbidden/history.db"]
     for url in cases:
         with pytest.raises(UserError) as err:
             open_store(url)

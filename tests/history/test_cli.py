@@ -1,0 +1,135 @@
+"""``podres-exporter history`` and ``podres-exporter api`` against real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from histsim import SimNode, actual_assignments, expected_assignments
+
+from exporter.cli import build_parser, main
+from exporter.commands.api import serve_api
+from exporter.history import HistoryWriter, open_store
+
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+
+def at(i: int) -> datetime:
+    return T0 + timedelta(seconds=10 * i)
+
+
+async def populate(url: str, steps: int = 30) -> list[tuple[datetime, Any]]:
+    store = open_store(url)
+    sim = SimNode("node-1", 42, pods=8, hostile=True)
+    writer = HistoryWriter(store, "node-1", summary_interval=10)
+    await writer.start()
+    timeline = []
+    for i in range(steps):
+        if i:
+            sim.step()
+        writer.submit(sim.ledger(), at(i))
+        timeline.append((at(i), sim.ledger()))
+    await writer.close()
+    store.close()
+    return timeline
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def test_history_at_and_events(history_url: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    timeline = await populate(history_url)
+    for when, ledger in timeline[::5]:
+        code, out, _ = await asyncio.to_thread(
+            cli, capsys, "history", "at", when.isoformat(), "--history.url", history_url,
+            "-o", "json")
+        assert code == 0
+        body = json.loads(out)
+        assert actual_assignments(body["containers"]) == expected_assignments(ledger)
+        assert body["gaps"] == []
+    code, out, _ = cli(capsys, "history", "at", str(int(at(10).timestamp())),
+                       "--history.url", history_url)
+    assert code == 0
+    assert out.splitlines()[0].split()[:4] == ["NODE", "NAMESPACE", "POD", "CONTAINER"]
+    code, out, _ = cli(capsys, "history", "events", "--since", at(0).isoformat(),
+                       "--until", at(30).isoformat(), "--history.url", history_url,
+                       "-o", "json")
+    assert code == 0
+    events = json.loads(out)["events"]
+    kinds = {e["event"] for e in events}
+    assert {"assigned", "released"} <= kinds
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+    code, out, _ = cli(capsys, "history", "events", "--since", "1h", "--history.url",
+                       history_url)
+    assert code == 0 and out.startswith("TIME")  # header only: nothing in the last hour
+
+
+async def test_history_prune(history_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    await populate(history_url)
+    code, out, _ = await asyncio.to_thread(
+        cli, capsys, "history", "prune", "--before", at(15).isoformat(),
+        "--history.url", history_url, "-o", "json")
+    assert code == 0
+    deleted = json.loads(out)["deleted"]
+    assert deleted["summaries"] == 15 and deleted["assignments"] > 0
+    code, out, _ = cli(capsys, "history", "prune", "--history.url", history_url)
+    assert code == 0 and out.startswith("pruned history before")
+
+
+@pytest.mark.parametrize("argv", [
+    ["history", "at", "yesterday"],
+    ["history", "events", "--since", "soon"],
+    ["history", "at", "now", "--history.url", "mysql://x"],
+])
+def test_history_errors_are_one_line(argv: list[str], tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/h.db"
+    open_store(url).close()
+    if "--history.url" not in argv:
+        argv = [*argv, "--history.url", url]
+    code, _out, err = cli(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("podres-exporter history: error:")
+
+
+def test_history_on_a_missing_database(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "history", "at", "now", "--history.url",
+                       f"sqlite:///{tmp_path}/none.db")
+    assert code == 2 and "does not exist" in err
+    assert not (tmp_path / "none.db").exists()  # queries never create a database
+
+
+def test_history_url_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PODRES_HISTORY_URL", f"sqlite:///{tmp_path}/env.db")
+    args = build_parser().parse_args(["history", "events"])
+    assert args.history_url == f"sqlite:///{tmp_path}/env.db"
+
+
+async def test_api_command_serves_the_database_read_only(history_url: str) -> None:
+    await populate(history_url, steps=10)
+    args = build_parser().parse_args(["api", "--history.url", history_url,
+                                      "--web.listen-address", "127.0.0.1:0"])
+    stop = asyncio.Event()
+    ready: asyncio.Queue[str] = asyncio.Queue()
+    task = asyncio.create_task(serve_api(args, stop=stop, on_ready=ready.put_nowait))
+    base = await asyncio.wait_for(ready.get(), 30)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/api/v1/nodes") as resp:
+            assert resp.status == 200
+            assert [n["name"] for n in (await resp.json())["items"]] == ["node-1"]
+        async with session.get(base + "/api/v1/openapi.json") as resp:
+            assert (await resp.json())["openapi"].startswith("3.")
+        async with session.post(base + "/api/v1/nodes") as resp:
+            assert resp.status == 405
+    stop.set()
+    assert await task == 0
