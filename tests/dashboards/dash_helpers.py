@@ -122,13 +122,16 @@ def free_port() -> int:
 
 
 def fast_rule_copies(directory: Path) -> list[Path]:
-    """The rule files with every group evaluated each second (so that a test sees recorded
-    series and pending alerts within seconds instead of a group interval)."""
+    """The rule files with every group evaluated each second and range windows of N minutes
+    shortened to N seconds, so that a test scraping every second sees recorded series and
+    pending alerts with their real values within seconds."""
     out = []
     for src in RULE_FILES:
         doc = yaml.safe_load(src.read_text())
         for g in doc["groups"]:
             g["interval"] = "1s"
+            for r in g["rules"]:
+                r["expr"] = re.sub(r"\[(\d+)m\]", r"[\1s]", r["expr"])
         dst = directory / src.name
         dst.write_text(yaml.safe_dump(doc, sort_keys=False))
         out.append(dst)
