@@ -34,9 +34,25 @@ class MemoryEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class CPUCheckpoint:
-    format: str  # "v2" | "v3" | "v4"
+class Checkpoint:
+    """What every checkpoint has: its detected format and policy name."""
+
+    format: str
     policy_name: str
+
+    @property
+    def downgrade_unsafe(self) -> bool:
+        return False
+
+    @property
+    def file(self) -> str:
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class CPUCheckpoint(Checkpoint):
+    """``format``: "v2" | "v3" | "v4"."""
+
     default_cpuset: frozenset[int]
     entries: dict[str, dict[str, frozenset[int]]] = field(default_factory=dict)
     pod_entries: dict[str, frozenset[int]] = field(default_factory=dict)
@@ -52,9 +68,9 @@ class CPUCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryCheckpoint:
-    format: str  # "v1" | "v2" | "v3"
-    policy_name: str
+class MemoryCheckpoint(Checkpoint):
+    """``format``: "v1" | "v2" | "v3"."""
+
     machine_state: dict[str, Any] = field(default_factory=dict)
     entries: dict[str, dict[str, tuple[MemoryEntry, ...]]] = field(default_factory=dict)
     pod_entries: dict[str, tuple[MemoryEntry, ...]] = field(default_factory=dict)
