@@ -1,0 +1,196 @@
+"""A kubelet that restarts, hangs, or refuses /pods: the exporter keeps serving, recovers by
+itself, and withdraws what it can no longer vouch for.
+
+No timing is asserted except the one bound the issue sets (a scrape answers within a second
+while the kubelet hangs); recovery "within two intervals" is asserted as a count of failed
+polls, which does not depend on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import pytest
+
+from exporter.sim.server import Misbehaviour
+from tests.conftest import StartSim
+from tests.service.conftest import (
+    TOKEN,
+    RunServe,
+    SeriesKey,
+    scenario_root,
+    series,
+    value,
+    without_pods,
+)
+
+SCENARIO = "database-pod-scope"
+LEDGER_FAMILIES = ("podres_cpus", "podres_containers", "podres_pod_cpus",
+                   "podres_container_cpus", "podres_kubelet_info", "podres_anomalies")
+
+
+def up(samples: dict[SeriesKey, float]) -> float | None:
+    return value(samples, "podres_up")
+
+
+def list_errors(samples: dict[SeriesKey, float]) -> float:
+    return value(samples, "podres_source_errors_total", source="podresources",
+                 operation="List") or 0.0
+
+
+def has_pod(samples: dict[SeriesKey, float], namespace: str, pod: str) -> bool:
+    return bool(series(samples, "podres_pod_cpus", namespace=namespace, pod=pod)
+                or series(samples, "podres_container_cpus", namespace=namespace, pod=pod))
+
+
+def ledger_series(samples: dict[SeriesKey, float]) -> list[SeriesKey]:
+    return [key for key in samples if key[0] in LEDGER_FAMILIES]
+
+
+async def test_kubelet_restart_recovers_and_forgets_deleted_pods(
+        start_sim: StartSim, run_serve: RunServe, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podres.exporter")
+    directory = scenario_root() / SCENARIO
+    sim = await start_sim(directory, http=True, token=TOKEN)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "500ms")
+    await served.wait_for(lambda s: up(s) == 1.0 and has_pod(s, "batch", "worker"),
+                          what="first poll")
+
+    # The kubelet goes away; while it is down, batch/worker is deleted.
+    await sim.stop_grpc()
+    sim.set_state(without_pods(sim.state, ("batch", "worker")))
+    down = await served.wait_for(lambda s: up(s) == 0.0 and list_errors(s) >= 3,
+                                 what="podres_up 0 over a few failed polls")
+    # Within the staleness window the last ledger stays published (nothing is lost).
+    assert has_pod(down, "batch", "worker")
+
+    # A new socket (new inode) at the same path.
+    before = list_errors(await served.metrics())
+    await sim.start_grpc()
+    back = await served.wait_for(lambda s: up(s) == 1.0, what="podres_up back to 1")
+    # Recovered within two poll intervals: at most the polls of the interval in which the
+    # socket reappeared failed after `before` was read.
+    assert list_errors(back) - before <= 2, (before, list_errors(back))
+    # The first successful poll after the restart already reflects the deletion.
+    assert not has_pod(back, "batch", "worker")
+    assert has_pod(back, "db", "tightly-coupled-database")
+    assert has_pod(back, "web", "frontend")
+    assert value(back, "podres_source_up", source="podresources") == 1.0
+
+    # Logged once per change of state, not once per failed poll.
+    failing = [r for r in caplog.records if r.getMessage() == "source failing"
+               and getattr(r, "source", None) == "podresources"]
+    recovered = [r for r in caplog.records if r.getMessage() == "source recovered"
+                 and getattr(r, "source", None) == "podresources"]
+    assert 1 <= len(failing) <= 2, [getattr(r, "error", "") for r in failing]
+    assert len(failing) < list_errors(back)
+    assert len(recovered) == 1
+
+
+async def test_quick_restart_is_followed(start_sim: StartSim, run_serve: RunServe) -> None:
+    """restart_grpc: the socket is replaced between two polls; the exporter keeps its
+    channel or re-dials, and later changes still come through."""
+    directory = scenario_root() / SCENARIO
+    sim = await start_sim(directory, http=True, token=TOKEN)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "500ms")
+    await served.wait_for(lambda s: up(s) == 1.0, what="first poll")
+    for _ in range(3):
+        await sim.restart_grpc()
+    sim.set_state(without_pods(sim.state, ("web", "frontend")))
+    after = await served.wait_for(
+        lambda s: up(s) == 1.0 and not has_pod(s, "web", "frontend"),
+        what="the deletion after restarts")
+    assert has_pod(after, "batch", "worker")
+
+
+async def test_hanging_kubelet_never_blocks_a_scrape(start_sim: StartSim,
+                                                     run_serve: RunServe) -> None:
+    directory = scenario_root() / SCENARIO
+    misbehaviour = Misbehaviour()
+    sim = await start_sim(directory, http=True, token=TOKEN, misbehaviour=misbehaviour)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "500ms", "--podresources.timeout", "5s",
+                             "--podresources.staleness", "2s")
+    first = await served.wait_for(lambda s: up(s) == 1.0, what="first poll")
+    assert ledger_series(first)
+
+    misbehaviour.delay = 30.0  # every gRPC and HTTPS answer now hangs past the deadline
+    await asyncio.sleep(1.0)  # a poll is now stuck inside the kubelet
+    slowest = 0.0
+    for _ in range(10):
+        started = time.monotonic()
+        status, body = await served.get("/metrics")
+        slowest = max(slowest, time.monotonic() - started)
+        assert status == 200 and b"podres_up" in body
+        await asyncio.sleep(0.2)
+    # The issue's one timed bound: a scrape answers within a second while the kubelet hangs.
+    assert slowest < 1.0, f"/metrics took {slowest:.3f}s while the kubelet hung"
+
+    # Past the deadline the poll fails; past the staleness window the ledger is withdrawn.
+    stale = await served.wait_for(lambda s: up(s) == 0.0 and not ledger_series(s),
+                                  what="ledger withdrawn after staleness", timeout=60)
+    assert list_errors(stale) >= 1
+    assert series(stale, "podres_build_info")
+    assert value(stale, "podres_source_up", source="podresources") == 0.0
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 503 and b"staleness" in body
+    status, _ = await served.get("/healthz")
+    assert status == 200
+    # podres_up 0 stays, and nothing comes back while the kubelet still hangs.
+    for _ in range(3):
+        await asyncio.sleep(0.3)
+        again = await served.metrics()
+        assert up(again) == 0.0 and not ledger_series(again)
+
+    misbehaviour.delay = 0.0
+    await served.wait_for(lambda s: up(s) == 1.0 and bool(ledger_series(s)),
+                          what="recovery after the hang", timeout=60)
+
+
+async def test_pods_forbidden_falls_back_to_podresources_basis(
+        start_sim: StartSim, run_serve: RunServe) -> None:
+    directory = scenario_root() / SCENARIO
+    misbehaviour = Misbehaviour()
+    sim = await start_sim(directory, http=True, token=TOKEN, misbehaviour=misbehaviour)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "500ms")
+    await served.wait_for(lambda s: up(s) == 1.0, what="first poll")
+
+    async def basis() -> dict[str, str]:
+        status, body = await served.get("/api/v1/ledger")
+        assert status == 200
+        return {f"{p['namespace']}/{p['name']}": p["estimate_basis"]
+                for p in json.loads(body)["pods"]}
+
+    assert (await basis())["db/tightly-coupled-database"] == "spec"
+
+    def pods_errors(s: dict[SeriesKey, float]) -> float:
+        return value(s, "podres_source_errors_total", source="kubelet",
+                     operation="pods") or 0.0
+
+    misbehaviour.forbidden_paths = {"/pods"}
+    first = await served.wait_for(lambda s: pods_errors(s) >= 1, what="a /pods error")
+    later = await served.wait_for(lambda s: pods_errors(s) > pods_errors(first),
+                                  what="the /pods error counted again")
+    assert up(later) == 1.0
+    assert value(later, "podres_source_up", source="kubelet") == 0.0
+    assert ledger_series(later)
+    assert has_pod(later, "db", "tightly-coupled-database")
+    for _ in range(100):
+        if set((await basis()).values()) == {"podresources"}:
+            break
+        await asyncio.sleep(0.05)
+    assert set((await basis()).values()) == {"podresources"}
+
+    # /pods allowed again: spec-based estimates come back.
+    misbehaviour.forbidden_paths = set()
+    for _ in range(200):
+        if (await basis())["db/tightly-coupled-database"] == "spec":
+            break
+        await asyncio.sleep(0.05)
+    assert (await basis())["db/tightly-coupled-database"] == "spec"
