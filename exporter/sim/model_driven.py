@@ -72,6 +72,8 @@ class ModelDrivenNode:
         self.node_name = node_name
         self.model = NodeModel(topology, config)
         self.rejected: dict[tuple[str, str], tuple[PodSpec, Rejection]] = {}
+        # The kubelet's own counters (SPEC §2.5), as it would expose them on /metrics.
+        self.counters: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
 
     @property
     def config(self) -> ModelConfig:
@@ -83,7 +85,60 @@ class ModelDrivenNode:
         result = self.model.admit(pod)
         if isinstance(result, Rejection):
             self.rejected[key] = (pod, result)
+        self._count(pod, result)
         return result
+
+    def _inc(self, name: str, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    def _count(self, pod: PodSpec, result: PodPlacement | Rejection) -> None:
+        legacy = self.reporting == "1.35"
+        prefix = "kubelet_" if self.reporting == "1.37" else ""
+        if isinstance(result, Rejection):
+            if result.reason.startswith("topology affinity"):
+                self._inc("kubelet_topology_manager_admission_errors_total")
+            if legacy:
+                self._inc("kubelet_cpu_manager_pinning_errors_total")
+            else:
+                pod_path = self.config.pod_level and self.config.scope == "pod" \
+                    and pod.budget_cpus is not None
+                source = "pod" if pod_path else "node"
+                self._inc(f"{prefix}resource_manager_allocation_errors_total",
+                          resource_name="cpu", source=source)
+            return
+        if legacy:
+            for c in result.containers:
+                if c.exclusive:
+                    self._inc("kubelet_cpu_manager_pinning_requests_total")
+            return
+        if result.block:
+            self._inc(f"{prefix}resource_manager_allocations_total", resource_name="cpu",
+                      source="pod")
+        for c in result.containers:
+            if c.exclusive and not result.block:
+                self._inc(f"{prefix}resource_manager_allocations_total",
+                          resource_name="cpu", source="node")
+            if c.assignment != "node_shared":
+                self._inc(f"{prefix}resource_manager_container_assignments",
+                          resource_name="cpu", assignment_type=c.assignment)
+
+    def metrics_text(self) -> str:
+        """``/metrics``: feature gates and the resource managers' counters."""
+        gates = {"PodLevelResources": True,
+                 "PodLevelResourceManagers": self.config.pod_level}
+        lines = ["# TYPE kubernetes_feature_enabled gauge"]
+        for name, on in sorted(gates.items()):
+            lines.append(f'kubernetes_feature_enabled{{name="{name}",stage="BETA"}} '
+                         f"{1 if on else 0}")
+        typed: set[str] = set()
+        for (name, labels), value in sorted(self.counters.items()):
+            if name not in typed:
+                typed.add(name)
+                lines.append(f"# TYPE {name} counter")
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.append(f"{name}{{{text}}} {value}" if text else f"{name} {value}")
+        return "\n".join(lines) + "\n"
 
     def delete(self, namespace: str, name: str) -> bool:
         gone = self.rejected.pop((namespace, name), None) is not None
@@ -121,7 +176,8 @@ class ModelDrivenNode:
         if self.reporting == "1.35":
             kc["featureGates"] = {"PodLevelResources": True}
         return KubeletState(listing, allocatable,
-                            pod_list_json(self.model, self.rejected.values()), configz)
+                            pod_list_json(self.model, self.rejected.values()), configz,
+                            self.metrics_text())
 
     def topology_json(self) -> dict[str, object]:
         return self.model.topo.to_json()

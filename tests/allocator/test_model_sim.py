@@ -107,3 +107,35 @@ def test_sim_bad_manifest_is_one_line(short_tmp: Path,
                  "--manifests", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unsupported kind 'Gadget'" in err[0], err
+
+
+def test_sim_metrics_count_assignments_and_errors() -> None:
+    import yaml
+
+    from exporter.sim.model_driven import ModelDrivenNode
+    from exporter.sources.kubelet import parse_feature_metrics
+    from reconciler.allocator import ModelConfig, from_spec
+    from reconciler.manifests import templates_from_manifest
+
+    node = ModelDrivenNode(from_spec("1x4x1"),
+                           ModelConfig(scope="pod", reserved_cpus=frozenset({0})), "1.37")
+    doc = yaml.safe_load((PLAN_DATA / "motivating.yaml").read_text())
+    from exporter.sim.model_driven import pods_from_templates
+
+    pods = pods_from_templates(templates_from_manifest(doc))
+    assert [p.name for p in pods] == ["web-0", "web-1"]
+    for pod in pods:
+        node.add(pod)
+    text = node.state().metrics or ""
+    assert parse_feature_metrics(text) == {"PodLevelResources": True,
+                                           "PodLevelResourceManagers": True}
+    assert 'kubelet_resource_manager_allocations_total{resource_name="cpu",source="pod"} 1' \
+        in text
+    assert ('kubelet_resource_manager_container_assignments{assignment_type="pod_shared",'
+            'resource_name="cpu"} 2') in text
+    assert ('kubelet_resource_manager_allocation_errors_total{resource_name="cpu",'
+            'source="pod"} 1') in text
+    assert len(node.rejected) == 1
+    listed = node.state().pod_list or {}
+    phases = {i["metadata"]["name"]: i["status"]["phase"] for i in listed["items"]}
+    assert phases == {"web-0": "Running", "web-1": "Failed"}
