@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,111 @@ def pixels_near(hist: Counter[tuple[int, int, int]], rgb: tuple[int, int, int],
                 tolerance: int = 4) -> int:
     return sum(n for colour, n in hist.items()
                if all(abs(c - r) <= tolerance for c, r in zip(colour, rgb, strict=True)))
+
+
+# ----------------------------------------------------------------------------- DevTools
+
+
+class DevTools:
+    """A minimal Chrome DevTools Protocol client over the browser's loopback WebSocket
+    (aiohttp), for real keyboard and mouse input: Chromium is started with
+    ``--remote-debugging-port=0`` and writes the port it chose to DevToolsActivePort."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.profile: tempfile.TemporaryDirectory[str] | None = None
+        self._ws: Any = None
+        self._http: Any = None
+        self._next_id = 0
+        self.session: str | None = None
+
+    async def start(self, timeout: float = 30.0) -> None:
+        import asyncio
+
+        import aiohttp
+
+        binary = chromium_binary()
+        self.profile = tempfile.TemporaryDirectory(prefix="podres-cdp-")
+        flags = [f for f in BASE_FLAGS if not f.startswith("--virtual-time-budget")]
+        self.proc = subprocess.Popen(
+            [binary, *flags, f"--user-data-dir={self.profile.name}",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             "--window-size=1100,800", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "HOME": self.profile.name})
+        port_file = Path(self.profile.name) / "DevToolsActivePort"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
+            assert self.proc.poll() is None, "chromium exited"
+            assert loop.time() < deadline, "chromium opened no DevTools port"
+            await asyncio.sleep(0.05)
+        port, path = port_file.read_text().splitlines()[:2]
+        self._http = aiohttp.ClientSession()
+        self._ws = await self._http.ws_connect(f"ws://127.0.0.1:{port}{path}", max_msg_size=0)
+
+    async def send(self, method: str, params: dict[str, Any] | None = None,
+                   session: bool = True) -> dict[str, Any]:
+        import asyncio
+
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method,
+                                   "params": params or {}}
+        if session and self.session:
+            message["sessionId"] = self.session
+        await self._ws.send_json(message)
+        while True:
+            reply = await asyncio.wait_for(self._ws.receive_json(), timeout=30)
+            if reply.get("id") == self._next_id:
+                assert "error" not in reply, (method, reply["error"])
+                result: dict[str, Any] = reply.get("result", {})
+                return result
+
+    async def open(self, url: str) -> None:
+        target = await self.send("Target.createTarget", {"url": url}, session=False)
+        attached = await self.send("Target.attachToTarget",
+                                   {"targetId": target["targetId"], "flatten": True},
+                                   session=False)
+        self.session = attached["sessionId"]
+
+    async def evaluate(self, expression: str) -> Any:
+        result = await self.send("Runtime.evaluate",
+                                 {"expression": expression, "returnByValue": True})
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    async def wait_for(self, expression: str, timeout: float = 15.0) -> Any:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            value = await self.evaluate(expression)
+            if value:
+                return value
+            assert loop.time() < deadline, f"timed out waiting for {expression}"
+            await asyncio.sleep(0.1)
+
+    async def press(self, key: str, code: int) -> None:
+        for kind in ("rawKeyDown", "keyUp"):
+            await self.send("Input.dispatchKeyEvent",
+                            {"type": kind, "key": key, "code": key,
+                             "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code})
+
+    async def hover(self, x: float, y: float) -> None:
+        await self.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._http is not None:
+            await self._http.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.profile is not None:
+            self.profile.cleanup()

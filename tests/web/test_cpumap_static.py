@@ -277,3 +277,47 @@ def test_screenshot_shows_the_pools(site: Site, tmp_path: Path) -> None:
     # Every pool's colour is on screen (a CPU cell is ~38x38 px).
     for pool, rgb in POOL_COLOURS.items():
         assert pixels_near(hist, rgb) > 300, f"{pool} colour {rgb} not in the screenshot"
+
+
+async def test_owner_on_keyboard_focus_and_hover(site: Site) -> None:
+    """Real input through the DevTools protocol: Tab reaches the CPU cells, the arrow keys
+    move between them, and hovering a cell shows its owner too."""
+    from cpumap_browser import DevTools
+
+    site.set_json("/api/v1/cpumap", topology_node())
+    site.set_json("/api/v1/ledger", ledger_for(topology_node()))
+    browser = DevTools()
+    try:
+        await browser.start()
+        await browser.open(site.url)
+        await browser.wait_for("document.querySelectorAll('#cpumap .cpu').length === 16")
+
+        active = "document.activeElement && document.activeElement.getAttribute('data-cpu')"
+        for _ in range(40):  # skip link, endpoint links, then the first CPU
+            await browser.press("Tab", 9)
+            if await browser.evaluate(active) is not None:
+                break
+        assert await browser.evaluate(active) == "0"
+        detail = "document.getElementById('cpu-detail').textContent"
+        assert "CPU 0" in await browser.evaluate(detail)
+        assert "Reserved" in await browser.evaluate(detail)
+        # CPU 0's sibling thread is CPU 8, then core 1 (CPUs 1 and 9), then core 2.
+        for expected in ("8", "1", "9", "2"):
+            await browser.press("ArrowRight", 39)
+            assert await browser.evaluate(active) == expected
+        assert "shop/web/app" in await browser.evaluate(detail)
+        assert await browser.evaluate(
+            "getComputedStyle(document.activeElement).outlineStyle") == "solid"
+
+        box = await browser.evaluate(
+            "JSON.stringify(document.querySelector('.cpu[data-cpu=\"4\"]')"
+            ".getBoundingClientRect())")
+        rect = json.loads(box)
+        await browser.hover(rect["x"] + rect["width"] / 2, rect["y"] + rect["height"] / 2)
+        text = await browser.wait_for(
+            "(t => t.includes('CPU 4') && t)(document.getElementById('cpu-detail').textContent)")
+        assert "legacy/db/postgres" in text and "Node exclusive" in text
+        assert await browser.evaluate(
+            "document.querySelector('.cpu[data-cpu=\"12\"]').classList.contains('same-owner')")
+    finally:
+        await browser.close()
