@@ -13,6 +13,15 @@ from typing import Any
 from reconciler.kube import PodSpec, SpecError, pod_spec_from_json
 
 KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
+# Kinds that often sit beside workloads in one manifest and hold no pod template: skipped.
+# Anything else (a typo such as "Deploymnet", a custom resource) is an error.
+NON_WORKLOAD_KINDS = frozenset({
+    "Service", "ConfigMap", "Secret", "ServiceAccount", "Namespace", "Ingress",
+    "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "Role", "RoleBinding",
+    "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "PersistentVolume",
+    "StorageClass", "LimitRange", "ResourceQuota", "PriorityClass", "Endpoints",
+    "EndpointSlice", "CustomResourceDefinition", "RuntimeClass", "IngressClass",
+})
 
 
 class ManifestError(ValueError):
@@ -76,6 +85,8 @@ def templates_from_manifest(doc: object, source: str = "manifest") -> list[PodTe
         for i, item in enumerate(doc["items"]):
             out.extend(templates_from_manifest(item, f"{source} item {i}"))
         return out
+    if kind in NON_WORKLOAD_KINDS:
+        return []
     if kind not in KINDS:
         raise ManifestError(f"{source}: unsupported kind {kind!r} "
                             f"(supported: {', '.join(KINDS)})")

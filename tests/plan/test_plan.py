@@ -119,8 +119,10 @@ def test_directory_and_stdin(capsys: pytest.CaptureFixture[str],
 
 BAD = {
     "broken.yaml": ("kind: Pod\nmetadata: {name: x\n", "invalid YAML"),
-    "unknown.yaml": ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
-                     "unsupported kind 'Service'"),
+    "unknown.yaml": ("apiVersion: apps/v1\nkind: Deploymnet\nmetadata: {name: s}\n",
+                     "unsupported kind 'Deploymnet'"),
+    "only-service.yaml": ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+                          "no pod templates"),
     "nokind.yaml": ("metadata: {name: s}\n", "no 'kind'"),
     "scalar.yaml": ("just a string\n", "not a Kubernetes object"),
     "noname.yaml": ("kind: Pod\nspec: {containers: [{name: a}]}\n", "without metadata.name"),
@@ -147,6 +149,16 @@ def test_bad_manifests_give_one_clear_line(name: str, tmp_path: Path,
     assert len(lines) == 1, captured.err
     assert message in lines[0]
     assert "Traceback" not in captured.err
+
+
+def test_non_workload_kinds_are_skipped(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n---\n"
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n---\n"
+                    + (DATA / "motivating.yaml").read_text())
+    report = _plan(capsys, "-f", str(path))
+    assert [p["name"] for p in report["pods"]] == ["web"]
 
 
 def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
