@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter.errors import UserError
 from exporter.flags import add_flag, parse_duration
-from exporter.sources.fixture import KubeletState
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
 from reconciler.allocator.report import (
     STYLES,
@@ -34,6 +34,9 @@ from reconciler.allocator.report import (
 from reconciler.allocator.topology import CPUTopology
 from reconciler.kube import PodSpec
 from reconciler.manifests import PodTemplate
+
+if TYPE_CHECKING:
+    from exporter.sources.fixture import KubeletState
 
 REPORTING = STYLES
 
@@ -167,6 +170,7 @@ class ModelDrivenNode:
 
     def state(self) -> KubeletState:
         from exporter.sources.convert import allocatable_to_proto, pods_to_proto
+        from exporter.sources.fixture import KubeletState
 
         listing = pods_to_proto(report_pods(self.model, self.reporting))
         allocatable = allocatable_to_proto(report_allocatable(self.model))
