@@ -383,20 +383,29 @@ def node_dashboard() -> dict[str, Any]:
                      "0": {"text": "safe", "color": "green"},
                      "1": {"text": "UNSAFE", "color": "red"}}}]), 6, 5)
     lay.add(timeseries("Poll duration", [prom_target(
-        # A gauge of the last poll, or (if exported as a histogram) the mean.
-        f"max(podres_poll_duration_seconds{{{N}}})\n"
-        f"or\n"
-        f"sum(rate(podres_poll_duration_seconds_sum{{{N}}}[$__rate_interval]))\n"
-        f"/ sum(rate(podres_poll_duration_seconds_count{{{N}}}[$__rate_interval]))",
-        legend="poll")], unit="s"), 8, 8)
+        f"max(podres_poll_duration_seconds{{{N}}})", legend="last poll")], unit="s",
+        description="Duration of the last poll of all sources, reconcile included."), 6, 8)
+    lay.add(panel("state-timeline", "Sources up", [prom_target(
+        f"max by (source) (podres_source_up{{{N}}})", legend="{{source}}")],
+        description="Whether each source (PodResources, kubelet HTTPS, sysfs, checkpoints) "
+                    "answered in the last poll.",
+        defaults={"color": {"mode": "thresholds"},
+                  "thresholds": {"mode": "absolute", "steps": [
+                      {"value": None, "color": "red"}, {"value": 1, "color": "green"}]},
+                  "mappings": [{"type": "value", "options": {
+                      "0": {"text": "down", "color": "red"},
+                      "1": {"text": "up", "color": "green"}}}]},
+        options={"mergeValues": True, "showValue": "never", "rowHeight": 0.8,
+                 "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+                 "tooltip": {"mode": "single", "sort": "none"}}), 6, 8)
     lay.add(timeseries("Source errors", [prom_target(
         f"sum by (source, operation) "
         f"(rate(podres_source_errors_total{{{N}}}[$__rate_interval]))",
-        legend="{{source}} {{operation}}")], unit="reqps"), 8, 8)
+        legend="{{source}} {{operation}}")], unit="reqps"), 6, 8)
     lay.add(timeseries("History writes", [
         prom_target(f"max(podres_history_pending_writes{{{N}}})", ref="A", legend="pending"),
         prom_target(f"sum(increase(podres_history_dropped_writes_total{{{N}}}"
-                    f"[$__rate_interval]))", ref="B", legend="dropped")]), 8, 8)
+                    f"[$__rate_interval]))", ref="B", legend="dropped")]), 6, 8)
 
     variables = [
         datasource_var("prometheus"),

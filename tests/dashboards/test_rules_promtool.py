@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dash_helpers import PROMETHEUS_DIR, REPO, RULE_FILES, all_promql, prom_substitute, promtool, run
+from dash_helpers import (
+    PROMETHEUS_DIR,
+    REPO,
+    RULE_FILES,
+    all_promql,
+    prom_substitute,
+    promtool,
+    run,
+)
 
 RUNBOOK = REPO / "docs" / "runbook.md"
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
