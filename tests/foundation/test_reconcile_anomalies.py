@@ -1,0 +1,277 @@
+"""Every anomaly kind of SPEC §3.4, raised on a hand-built node, and a near miss that is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from foundation.helpers import (
+    GI,
+    STATIC,
+    check_invariants,
+    cspec,
+    ctr,
+    kinds,
+    mem,
+    pod,
+    pspec,
+    snapshot,
+    topology,
+)
+from reconciler.kube import KubeletConfig
+from reconciler.ledger import ANOMALY_KINDS
+from reconciler.reconcile import reconcile
+
+TOPO = topology(8)  # CPUs 0-7, one NUMA node
+TWO_NUMA = topology(8, numa=2, sockets=2)  # 0-3 on node 0, 4-7 on node 1
+
+
+def run(*pods, **kw):  # type: ignore[no-untyped-def]
+    ledger = reconcile(snapshot(*pods, **kw))
+    check_invariants(ledger, kw.get("topo"))
+    return ledger
+
+
+def test_every_kind_has_a_test_here() -> None:
+    source = Path(__file__).read_text(encoding="utf-8")
+    for kind in ANOMALY_KINDS:
+        assert f"def test_{kind}_raised" in source, kind
+        assert f"def test_{kind}_near_miss" in source, kind
+
+
+# -- exclusive_overlap ------------------------------------------------------------------
+
+def test_exclusive_overlap_raised_for_two_pod_blocks() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3]), cpus=[2, 3, 4]),
+                 pod("b", ctr("app", [4, 5]), cpus=[4, 5, 6]), topo=TOPO)
+    overlaps = [a for a in ledger.anomalies if a.kind == "exclusive_overlap"]
+    assert len(overlaps) == 1 and overlaps[0].pod == "b" and "4" in overlaps[0].detail
+    # Counted once, for the first owner.
+    assert ledger.cpu_pools.pod_exclusive + ledger.cpu_pools.pod_idle == 5
+
+
+def test_exclusive_overlap_raised_for_two_exclusive_containers_of_different_pods() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3])), pod("b", ctr("app", [3, 4])), topo=TOPO)
+    assert kinds(ledger) == ["exclusive_overlap"]
+    assert ledger.cpu_pools.node_exclusive == 3
+
+
+def test_exclusive_overlap_near_miss() -> None:
+    # A pod block and its own container slice overlap by design; disjoint pods do not.
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]),
+                 pod("b", ctr("app", [5, 6])), topo=TOPO)
+    assert kinds(ledger) == []
+
+
+# -- container_outside_pod --------------------------------------------------------------
+
+def test_container_outside_pod_raised() -> None:
+    ledger = run(pod("a", ctr("app", [2, 5]), ctr("proxy"), cpus=[2, 3, 4]), topo=TOPO)
+    found = [a for a in ledger.anomalies if a.kind == "container_outside_pod"]
+    assert len(found) == 1 and found[0].container == "app" and "5" in found[0].detail
+
+
+def test_container_outside_pod_near_miss() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]), topo=TOPO)
+    assert "container_outside_pod" not in kinds(ledger)
+
+
+# -- unknown_cpu --------------------------------------------------------------------------
+
+def test_unknown_cpu_raised_for_offline_and_negative_ids() -> None:
+    ledger = run(pod("a", ctr("app", [2, 99]), ctr("b", [-1])), topo=TOPO)
+    found = [a for a in ledger.anomalies if a.kind == "unknown_cpu"]
+    assert {a.container for a in found} == {"app", "b"}
+    assert ledger.online_cpus == 8
+    assert ledger.cpu_pools.node_exclusive == 1
+
+
+def test_unknown_cpu_raised_for_pod_block() -> None:
+    ledger = run(pod("a", ctr("app", [2]), cpus=[2, 3, 1000]), topo=TOPO)
+    assert [a.container for a in ledger.anomalies if a.kind == "unknown_cpu"] == [None]
+
+
+def test_unknown_cpu_near_miss() -> None:
+    ledger = run(pod("a", ctr("app", [0, 7])), topo=TOPO)
+    assert kinds(ledger) == []
+
+
+# -- reserved_cpu_assigned ----------------------------------------------------------------
+
+def test_reserved_cpu_assigned_raised() -> None:
+    ledger = run(pod("a", ctr("app", [0, 1])), topo=TOPO, allocatable=range(1, 8))
+    assert kinds(ledger) == ["reserved_cpu_assigned"]
+    assert ledger.cpu_pools.reserved == 0 and ledger.cpu_pools.node_exclusive == 2
+
+
+def test_reserved_cpu_assigned_raised_for_pod_block_from_config() -> None:
+    config = KubeletConfig(cpu_manager_policy="static", reserved_system_cpus=frozenset({0}))
+    ledger = run(pod("a", ctr("app", [1]), ctr("proxy"), cpus=[0, 1]), topo=TOPO,
+                 config=config)
+    assert "reserved_cpu_assigned" in kinds(ledger)
+
+
+def test_reserved_cpu_assigned_near_miss() -> None:
+    ledger = run(pod("a", ctr("app", [1, 2])), topo=TOPO, allocatable=range(1, 8))
+    assert kinds(ledger) == []
+    assert ledger.cpu_pools.reserved == 1
+
+
+# -- empty_pod_shared_pool ----------------------------------------------------------------
+
+def test_empty_pod_shared_pool_raised() -> None:
+    ledger = run(pod("a", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3]), topo=TOPO)
+    assert kinds(ledger) == ["empty_pod_shared_pool"]
+    proxy = next(c for c in ledger.containers if c.name == "proxy")
+    assert proxy.assignment == "pod_shared" and proxy.cpu_count == 0
+
+
+def test_empty_pod_shared_pool_near_miss() -> None:
+    # A shared pool of one CPU, and a fully exclusive pod with nobody needing the pool.
+    ledger = run(pod("a", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3, 4]),
+                 pod("b", ctr("app", [5, 6]), cpus=[5, 6]), topo=TOPO)
+    assert kinds(ledger) == []
+    assert ledger.cpu_pools.pod_shared == 1 and ledger.cpu_pools.pod_idle == 0
+
+
+# -- legacy_shared_report -----------------------------------------------------------------
+
+def test_legacy_shared_report_raised_for_identical_sets() -> None:
+    ledger = run(pod("a", ctr("proxy", [4]), ctr("shipper", [4]), ctr("app", [2, 3])),
+                 topo=TOPO)
+    assert [a.kind for a in ledger.anomalies] == ["legacy_shared_report"]
+    by_name = {c.name: c for c in ledger.containers}
+    assert by_name["proxy"].assignment == by_name["shipper"].assignment == "pod_shared"
+    assert by_name["app"].assignment == "pod_exclusive"
+    assert ledger.cpu_pools.pod_shared == 1 and ledger.cpu_pools.pod_exclusive == 2
+    assert ledger.cpu_pools.node_exclusive == 0
+    assert ledger.pods[0].cpus == frozenset({2, 3, 4})
+
+
+def test_legacy_shared_report_raised_for_overlap_with_pod_budget() -> None:
+    spec = pspec("a", cspec("app", "2"), cspec("proxy"), budget="3")
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy", [3, 4])), topo=TOPO,
+                 specs=[spec])
+    assert "legacy_shared_report" in kinds(ledger)
+
+
+def test_legacy_shared_report_near_miss() -> None:
+    # Different sets, no pod budget: two node_exclusive containers.
+    ledger = run(pod("a", ctr("proxy", [4]), ctr("app", [2, 3])), topo=TOPO)
+    assert kinds(ledger) == []
+    assert {c.assignment for c in ledger.containers} == {"node_exclusive"}
+    # Overlapping sets without a pod budget are not the 1.36 pattern either.
+    ledger = run(pod("a", ctr("proxy", [3, 4]), ctr("app", [2, 3])), topo=TOPO,
+                 specs=[pspec("a", cspec("app", "2"), cspec("proxy", "2"))])
+    assert "legacy_shared_report" not in kinds(ledger)
+
+
+# -- budget_mismatch ----------------------------------------------------------------------
+
+def test_budget_mismatch_raised() -> None:
+    spec = pspec("a", cspec("app", "2"), budget="3", sidecars=[cspec("proxy", sidecar=True)])
+    ledger = run(pod("a", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3, 4, 5]), topo=TOPO,
+                 specs=[spec])
+    assert kinds(ledger) == ["budget_mismatch"]
+
+
+def test_budget_mismatch_raised_for_fractional_budget() -> None:
+    spec = pspec("a", cspec("app", "2"), budget="2500m")
+    ledger = run(pod("a", ctr("app", [2, 3]), cpus=[2, 3, 4]), topo=TOPO, specs=[spec])
+    assert "budget_mismatch" in kinds(ledger)
+
+
+def test_budget_mismatch_near_miss() -> None:
+    spec = pspec("a", cspec("app", "2"), budget="3", sidecars=[cspec("proxy", sidecar=True)])
+    ledger = run(pod("a", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3, 4]), topo=TOPO,
+                 specs=[spec])
+    assert kinds(ledger) == []
+    # Without a spec the budget is unknown: never a mismatch.
+    ledger = run(pod("a", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3, 4, 5]), topo=TOPO)
+    assert kinds(ledger) == []
+
+
+# -- missing_exclusive --------------------------------------------------------------------
+
+def test_missing_exclusive_raised() -> None:
+    spec = pspec("a", cspec("app", "2", "1Gi"))
+    ledger = run(pod("a", ctr("app")), topo=TOPO, specs=[spec], config=STATIC)
+    found = [a for a in ledger.anomalies if a.kind == "missing_exclusive"]
+    assert len(found) == 1 and found[0].container == "app"
+
+
+def test_missing_exclusive_raised_in_pod_scope() -> None:
+    spec = pspec("a", cspec("app", "2"), budget="3", sidecars=[cspec("proxy", sidecar=True)])
+    ledger = run(pod("a", ctr("proxy"), ctr("app"), cpus=[2, 3, 4]), topo=TOPO,
+                 specs=[spec], config=STATIC)
+    assert [a.container for a in ledger.anomalies if a.kind == "missing_exclusive"] == ["app"]
+
+
+def test_missing_exclusive_near_miss() -> None:
+    # Not eligible (fractional CPU; burstable), a policy other than static, or it got CPUs.
+    fractional = pspec("a", cspec("app", "1500m"))
+    burstable = pspec("b", cspec("app", "2", guaranteed=False))
+    got = pspec("c", cspec("app", "2"))
+    ledger = run(pod("a", ctr("app")), pod("b", ctr("app")), pod("c", ctr("app", [2, 3])),
+                 topo=TOPO, specs=[fractional, burstable, got], config=STATIC)
+    assert kinds(ledger) == []
+    ledger = run(pod("c", ctr("app")), topo=TOPO, specs=[got],
+                 config=KubeletConfig(cpu_manager_policy="none"))
+    assert kinds(ledger) == []
+
+
+# -- numa_misaligned ----------------------------------------------------------------------
+
+def test_numa_misaligned_raised_for_block_and_container() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]),
+                 pod("b", ctr("app", [1, 5])), topo=TWO_NUMA, config=STATIC)
+    found = {(a.pod, a.container) for a in ledger.anomalies if a.kind == "numa_misaligned"}
+    assert found == {("a", None), ("b", "app")}
+
+
+def test_numa_misaligned_near_miss() -> None:
+    aligned = (pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[1, 2, 3]),
+               pod("b", ctr("app", [4, 5])))
+    assert kinds(run(*aligned, topo=TWO_NUMA, config=STATIC)) == []
+    # Spanning nodes is allowed under any other topology policy.
+    relaxed = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="best-effort")
+    spanning = pod("b", ctr("app", [1, 5]))
+    assert kinds(run(spanning, topo=TWO_NUMA, config=relaxed)) == []
+
+
+# -- memory_over_budget -------------------------------------------------------------------
+
+def test_memory_over_budget_raised_for_pod_blocks_over_spec() -> None:
+    spec = pspec("a", cspec("app", "2", "2Gi"), budget="3", budget_memory="4Gi")
+    ledger = run(pod("a", ctr("app", [2, 3], [mem(2 * GI)]), ctr("proxy"), cpus=[2, 3, 4],
+                     memory=[mem(6 * GI)]), topo=TOPO, specs=[spec])
+    assert kinds(ledger) == ["memory_over_budget"]
+
+
+def test_memory_over_budget_raised_for_containers_over_pod() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3], [mem(8 * GI)]), ctr("proxy"), cpus=[2, 3, 4],
+                     memory=[mem(6 * GI)]), topo=TOPO)
+    assert kinds(ledger) == ["memory_over_budget"]
+    pools = dict(ledger.memory_pools)["memory"]
+    assert pools == (0, 8 * GI, 0)
+
+
+def test_memory_over_budget_near_miss() -> None:
+    spec = pspec("a", cspec("app", "2", "2Gi"), budget="3", budget_memory="6Gi")
+    ledger = run(pod("a", ctr("app", [2, 3], [mem(2 * GI)]), ctr("proxy"), cpus=[2, 3, 4],
+                     memory=[mem(6 * GI)]), topo=TOPO, specs=[spec])
+    assert kinds(ledger) == []
+    assert dict(ledger.memory_pools)["memory"] == (0, 2 * GI, 4 * GI)
+
+
+# -- general ------------------------------------------------------------------------------
+
+def test_anomaly_kinds_are_known_and_json_ready() -> None:
+    ledger = run(pod("a", ctr("app", [2, 99]), cpus=[2]),
+                 pod("b", ctr("x", [2]), ctr("y", [4]), ctr("z", [4])), topo=TOPO)
+    for a in ledger.anomalies:
+        assert a.kind in ANOMALY_KINDS
+        assert set(a.to_json()) == {"kind", "namespace", "pod", "container", "detail"}
+        assert a.detail
+    counts = ledger.anomaly_counts()
+    assert set(counts) >= set(ANOMALY_KINDS)
+    assert sum(counts.values()) == len(ledger.anomalies)
