@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
 from typing import Final
 
 import grpc
@@ -38,6 +39,12 @@ def _diagnose(path: str) -> str | None:
         where = "" if os.path.isdir(parent) else f" (directory {parent} does not exist either)"
         return (f"socket {path} does not exist{where}: is the kubelet running, and is its "
                 "pod-resources directory mounted?")
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            # connect() on a regular file is "refused" on Linux: say what it is instead.
+            return f"{path} is not a socket"
+    except OSError:
+        pass
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -118,7 +125,15 @@ class PodResourcesClient:
         return SourceError(SOURCE, rpc, f"{code.name}: {exc.details()}")
 
     async def list_raw(self) -> bytes:
-        return await self._call("List", b"")
+        """Raises ``SourceError`` (never ``Unimplemented``): without ``List`` there is nothing
+        to reconcile, and a kubelet that lacks it is asked again next time."""
+        try:
+            return await self._call("List", b"")
+        except Unimplemented:
+            self.unimplemented.discard("List")
+            raise SourceError(SOURCE, "List", f"{self.socket_path} answers UNIMPLEMENTED: "
+                              "this kubelet does not serve the PodResources List RPC "
+                              "(is the KubeletPodResources API disabled?)") from None
 
     async def allocatable_raw(self) -> bytes | None:
         """``None`` when the kubelet lacks ``GetAllocatableResources``."""
