@@ -92,7 +92,7 @@ async def test_missing_socket(client_for: Any, short_tmp: Path) -> None:
 
 async def test_missing_socket_directory(client_for: Any, short_tmp: Path) -> None:
     client = client_for(short_tmp / "nodir" / "kubelet.sock")
-    with pytest.raises(SourceError, match="directory .* does not exist either"):
+    with pytest.raises(SourceError, match=r"directory .* does not exist either"):
         await client.list_raw()
 
 
