@@ -79,6 +79,14 @@ def _file(base: Path, value: Any, what: str) -> str:
     return str(path)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: the problem and where (its own text spans lines)."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
+
+
 def load_web_config(path: str | None) -> WebConfig:
     if not path:
         return WebConfig()
@@ -87,7 +95,7 @@ def load_web_config(path: str | None) -> WebConfig:
     except OSError as exc:
         raise UserError(f"web config {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"web config {path}: invalid YAML: {exc}") from None
+        raise UserError(f"web config {path}: invalid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise UserError(f"web config {path}: expected a mapping")
     unknown = set(raw) - {"tls_server_config", "basic_auth_users", "http_server_config"}
@@ -106,16 +114,21 @@ def load_web_config(path: str | None) -> WebConfig:
         except ssl.SSLError as exc:
             raise UserError(f"web config: cannot load certificate/key: {exc}") from None
         version = tls.get("min_version", "TLS12")
-        if version not in _VERSIONS:
+        if not isinstance(version, str) or version not in _VERSIONS:
             raise UserError(f"web config: min_version must be one of {', '.join(_VERSIONS)}")
         context.minimum_version = _VERSIONS[version]
         auth = tls.get("client_auth_type", "NoClientCert")
-        if auth not in _CLIENT_AUTH:
+        if not isinstance(auth, str) or auth not in _CLIENT_AUTH:
             raise UserError(f"web config: client_auth_type must be one of "
                             f"{', '.join(_CLIENT_AUTH)}")
         context.verify_mode = _CLIENT_AUTH[auth]
         if tls.get("client_ca_file"):
-            context.load_verify_locations(_file(base, tls["client_ca_file"], "client_ca_file"))
+            ca_file = _file(base, tls["client_ca_file"], "client_ca_file")
+            try:
+                context.load_verify_locations(ca_file)
+            except ssl.SSLError as exc:
+                raise UserError(f"web config: cannot load client_ca_file {ca_file}: {exc}"
+                                ) from None
         elif context.verify_mode != ssl.CERT_NONE:
             raise UserError(f"web config: client_auth_type {auth} needs client_ca_file")
         config.ssl_context = context

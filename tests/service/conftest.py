@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import pytest
@@ -93,13 +93,18 @@ class Served:
     stop: asyncio.Event
     task: asyncio.Task[int]
     ssl: ssl.SSLContext | bool | None = None
-    auth: aiohttp.BasicAuth | None = None
+    auth: str | None = None  # an Authorization header value (see basic_auth)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    async def get(self, path: str, **kwargs: Any) -> tuple[int, bytes]:
+    async def get(self, path: str, *, auth: str | Literal["default"] | None = "default",
+                  **kwargs: Any) -> tuple[int, bytes]:
+        """GET ``path``; ``auth`` overrides the handle's credentials (None: send none)."""
         kwargs.setdefault("ssl", self.ssl)
-        kwargs.setdefault("auth", self.auth)
-        async with self.session.get(self.url + path, **kwargs) as response:
+        header = self.auth if auth == "default" else auth
+        headers = dict(kwargs.pop("headers", None) or {})
+        if header is not None:
+            headers.setdefault("Authorization", header)
+        async with self.session.get(self.url + path, headers=headers, **kwargs) as response:
             return response.status, await response.read()
 
     async def metrics_text(self) -> str:
@@ -122,6 +127,13 @@ class Served:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
+
+
+def basic_auth(user: str, password: str) -> str:
+    """An ``Authorization: Basic`` header value."""
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 RunServe = Callable[..., Awaitable[Served]]
@@ -147,7 +159,7 @@ async def run_serve(short_tmp: Path) -> AsyncIterator[RunServe]:
 
     async def start(sim: SimKubelet | None, *flags: str, listen: str = "127.0.0.1:0",
                     client_ssl: ssl.SSLContext | bool | None = None,
-                    auth: aiohttp.BasicAuth | None = None) -> Served:
+                    auth: str | None = None) -> Served:
         argv = ["serve", "--web.listen-address", listen, "--history.url", "off",
                 "--node-name", "test-node", "--sysfs", "/nonexistent-sysfs"]
         if sim is not None:
