@@ -286,5 +286,31 @@ def test_core_panels_return_data_from_demo(demo: str) -> None:
                        for q in queries):
                 empty.append(f"{dashboard} / {title}")
         assert not empty, f"core panels without data from demo: {empty}"
+        _compare_with_ledger(prom, demo)
     finally:
         prom.stop()
+
+
+def _compare_with_ledger(prom: PrometheusServer, address: str) -> None:
+    """What the panels show through Prometheus is what the exporter's ledger says."""
+    import json
+    with urllib.request.urlopen(f"http://{address}/api/v1/ledger", timeout=10) as r:
+        ledger = json.load(r)
+
+    def value(dashboard: str, title: str) -> float:
+        [sample] = _panel_result(prom, dashboard, title)
+        return float(sample["value"][1])
+
+    assert value("node.json", "Online CPUs") == ledger["node"]["online_cpus"]
+    assert value("node.json", "Reclaimed cores") == ledger["reclaimed_cpus"]
+    assert value("fleet.json", "Reclaimable cores") == ledger["reclaimable_cpus"]
+    pools = {r["metric"]["pool"]: float(r["value"][1])
+             for r in _panel_result(prom, "node.json", "CPU pools over time")}
+    assert pools == {k: float(v) for k, v in ledger["cpu_pools"].items()}
+    by_assignment: dict[str, int] = {}
+    for c in ledger["containers"]:
+        by_assignment[c["assignment"]] = by_assignment.get(c["assignment"], 0) + 1
+    if by_assignment.get("pod_exclusive"):
+        ratio = value("fleet.json", "Pod-shared per pod-exclusive containers")
+        expected = by_assignment.get("pod_shared", 0) / by_assignment["pod_exclusive"]
+        assert abs(ratio - expected) < 1e-9
