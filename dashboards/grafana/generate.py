@@ -632,6 +632,8 @@ def history_dashboard() -> dict[str, Any]:
                   description="CPU assignment of each container of the pod over time, from "
                               "the history store's assignment intervals.",
                   defaults={"color": {"mode": "fixed", "fixedColor": "text"},
+                            # one row per container (the label partitionByValues adds)
+                            "displayName": "${__field.labels.container}",
                             "custom": {"fillOpacity": 80, "lineWidth": 0},
                             "mappings": [{"type": "value", "options": {
                                 k: {"color": v, "index": i}
