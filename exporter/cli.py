@@ -11,6 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 from exporter import __version__
 from exporter.errors import UserError
@@ -22,8 +23,15 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(f"exporter.commands.{name}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line (SPEC §4.1), pointing at ``--help`` for the rest."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="podres-exporter",
         description="Reconciles the kubelet's PodResources API into node_exclusive, "
         "pod_exclusive and pod_shared CPU and memory ledgers, and publishes them.",
