@@ -83,7 +83,7 @@ async def test_reconcile_reproduces_the_model(style: str, scope: str, seed: int,
     node = _place(style, scope, seed)
     assert len(node.model.pods) >= 60, "the workload should fill the node with many pods"
     assert node.rejected, "some pods should not fit"
-    ledger = await _read_back(node, start_sim, short_tmp)
+    ledger = await _read_back_https(node, start_sim, short_tmp)
     _compare(node, ledger, style)
 
 
