@@ -1,0 +1,108 @@
+"""Pod and container names no API server would accept, as a lying or buggy kubelet could
+report them: the exposition stays valid and every label value round-trips exactly through
+an independent parser (prometheus_client) and promtool."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.metrics.exposition import escape_label, render
+from exporter.sources.convert import pods_to_proto
+from exporter.sources.fixture import KubeletState, load_fixture_dir
+from reconciler.snapshot import ContainerAlloc, PodAlloc
+from tests.conftest import StartSim
+from tests.service.conftest import (
+    RunServe,
+    needs_promtool,
+    parse_exposition,
+    promtool_check,
+    scenario_root,
+    series,
+    value,
+)
+
+HOSTILE = (
+    'q"uo"te', "back\\slash\\", "new\nline\n", "ünïcødé-名前-🙂", "tab\tand\rreturn",
+    '}{,= "', "\\n-literal", "\\\\\"", "", " ", "zero\u200bwidth", "a" * 300,
+)
+
+
+def hostile_state() -> KubeletState:
+    """Pods named by HOSTILE: one pod-level pod (2 exclusive CPUs, sidecars in a 1-CPU pod
+    shared pool), one legacy pod with an exclusive container, one shared pod."""
+    base = load_fixture_dir(scenario_root() / "sidecar-hybrid").kubelet
+    h = HOSTILE
+    pods = [
+        PodAlloc(h[0], h[1], (ContainerAlloc(h[2]), ContainerAlloc(h[3]),
+                              ContainerAlloc(h[4], (2, 3))), (2, 3, 4)),
+        PodAlloc(h[5], h[6], (ContainerAlloc(h[7], (5,)), ContainerAlloc(h[8]))),
+        PodAlloc(h[9], h[10], (ContainerAlloc(h[11]),)),
+    ]
+    return KubeletState(pods_to_proto(pods), base.allocatable)
+
+
+async def test_hostile_names_end_to_end(start_sim: StartSim, run_serve: RunServe) -> None:
+    sim = await start_sim(hostile_state())
+    topology = scenario_root() / "sidecar-hybrid" / "topology.json"
+    served = await run_serve(sim, "--topology", str(topology), "--poll.interval", "1m")
+    samples = await served.wait_for(lambda s: value(s, "podres_up") == 1.0,
+                                    what="first poll")
+    text = await served.metrics_text()
+    h = HOSTILE
+    containers = {(dict(k)["namespace"], dict(k)["pod"], dict(k)["container"]): v
+                  for k, v in series(samples, "podres_container_cpus").items()}
+    assert containers == {(h[0], h[1], h[2]): 1.0, (h[0], h[1], h[3]): 1.0,
+                          (h[0], h[1], h[4]): 2.0, (h[5], h[6], h[7]): 1.0,
+                          (h[5], h[6], h[8]): 0.0, (h[9], h[10], h[11]): 0.0}
+    assert value(samples, "podres_pod_cpus", namespace=h[0], pod=h[1],
+                 pool="pod_exclusive") == 2.0
+    assert value(samples, "podres_pod_cpus", namespace=h[5], pod=h[6],
+                 pool="node_exclusive") == 1.0
+    # Every line is one sample or comment: no raw newline leaked out of a label value.
+    for line in text.split("\n")[:-1]:
+        assert line.startswith(("# HELP ", "# TYPE ", "podres_")), repr(line)
+
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 200
+
+
+    ledger = json.loads(body)
+    assert {(c["namespace"], c["pod"], c["name"]) for c in ledger["containers"]} == \
+        set(containers)
+
+
+@needs_promtool
+async def test_hostile_names_pass_promtool(start_sim: StartSim, run_serve: RunServe) -> None:
+    sim = await start_sim(hostile_state())
+    topology = scenario_root() / "sidecar-hybrid" / "topology.json"
+    served = await run_serve(sim, "--topology", str(topology), "--poll.interval", "1m")
+    await served.wait_for(lambda s: value(s, "podres_up") == 1.0, what="first poll")
+    result = promtool_check(await served.metrics_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+label_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(namespace=label_text, pod=label_text, container=label_text,
+       cpus=st.integers(min_value=0, max_value=4096))
+def test_any_label_value_round_trips(namespace: str, pod: str, container: str,
+                                     cpus: int) -> None:
+    text = render({"podres_container_cpus": [((namespace, pod, container, "pod_shared"),
+                                              float(cpus))]})
+    samples = parse_exposition(text)
+    assert samples == {("podres_container_cpus", frozenset({
+        ("namespace", namespace), ("pod", pod), ("container", container),
+        ("assignment", "pod_shared")})): float(cpus)}
+    assert "\n" not in escape_label(namespace + pod + container)
+
+
+def test_escaping_matches_the_text_format() -> None:
+    assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+    assert escape_label("ünï 🙂") == "ünï 🙂"
+
+
