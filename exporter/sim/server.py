@@ -176,7 +176,8 @@ class SimKubelet:
         app = web.Application()
         for path in ("/pods", "/configz", "/metrics"):
             app.router.add_get(path, self._http_get)
-        runner = web.AppRunner(app, access_log=None)
+        # A delayed (misbehaving) answer must not hold up stop() for a minute.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port),
                            ssl_context=context)
