@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.commands._sources import add_source_flags, source_options
@@ -53,9 +54,12 @@ def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
     k = fixture.kubelet
     try:
         specs = parse_pod_list(k.pod_list)
+    except SpecError as exc:
+        raise UserError(f"{Path(directory, 'pods.json')}: {exc}") from None
+    try:
         config = parse_configz(k.configz)
     except SpecError as exc:
-        raise UserError(f"{directory}: {exc}") from None
+        raise UserError(f"{Path(directory, 'configz.json')}: {exc}") from None
     return reconcile(assemble(k.list_response, allocatable=k.allocatable, pod_specs=specs,
                               config=config, topology=fixture.topology, node_name=node_name))
 

@@ -64,6 +64,10 @@ M = TypeVar("M", bound=Message)
 def parse_message(obj: Any, message: M, origin: str) -> M:
     """protobuf's JSON mapping, lowerCamel or original field names (``ParseDict`` accepts
     both); unknown fields are an error so typos do not silently read as empty."""
+    if not isinstance(obj, dict):
+        # ParseDict would take an empty list as an empty message.
+        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: expected a JSON "
+                        "object")
     try:
         return json_format.ParseDict(obj, message)
     except json_format.ParseError as exc:
