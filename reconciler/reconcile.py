@@ -45,6 +45,36 @@ class _PodView:
     anomalies: list[Anomaly] = field(default_factory=list)
 
 
+MemoryKey = tuple[tuple[str, int, tuple[int, ...]], ...]
+
+
+@dataclass(slots=True)
+class _PodMemory:
+    assignments: list[Assignment]
+    sizes: list[int]  # bytes attributed to each container
+    rows: tuple[tuple[str, str, int], ...]  # (pool, memory_type, bytes) of the pod
+
+
+def _memory_key(c: ContainerAlloc) -> MemoryKey:
+    return tuple(sorted((b.memory_type, b.size, b.numa_nodes) for b in c.memory))
+
+
+def _by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for b in blocks:
+        out[b.memory_type] += b.size
+    return dict(out)
+
+
+def _memory_pools(memory: Iterable[_PodMemory]) -> tuple[tuple[str, tuple[int, int, int]], ...]:
+    slots = {"node_exclusive": 0, "pod_exclusive": 1, "pod_shared": 2}
+    pools: dict[str, list[int]] = {}
+    for pod in memory:
+        for pool, mtype, size in pod.rows:
+            pools.setdefault(mtype, [0, 0, 0])[slots[pool]] += size
+    return tuple((mtype, (v[0], v[1], v[2])) for mtype, v in sorted(pools.items()))
+
+
 def reconcile(snapshot: NodeSnapshot) -> Ledger:
     return _Reconciler(snapshot).run()
 
@@ -161,8 +191,8 @@ class _Reconciler:
         owner: dict[int, tuple[str, int, str]] = {}  # cpu → (pool, pod index, owner name)
         for index, view in enumerate(views):
             self._assign(index, view, owner)
-        pod_memory = self._memory_anomalies_and_pools(views)
-        containers, pods = self._entries(views, pod_memory)
+        memory = [self._memory(view) for view in views]
+        containers, pods = self._entries(views, memory)
         pools, by_numa, cells = self._pools(owner, views)
         for view in views:
             self.anomalies.extend(view.anomalies)
@@ -173,7 +203,7 @@ class _Reconciler:
             kubelet=self._kubelet_info(),
             cpu_pools=pools,
             cpu_pools_by_numa=by_numa,
-            memory_pools=self._memory_pools,
+            memory_pools=_memory_pools(memory),
             pods=pods,
             containers=containers,
             reclaimed_cpus=sum(p.reclaimed_cpus or 0 for p in pods),
@@ -275,13 +305,12 @@ class _Reconciler:
 
     # -- entries ----------------------------------------------------------------------
 
-    def _entries(self, views: list[_PodView], pod_memory: list[tuple[tuple[str, str, int], ...]],
+    def _entries(self, views: list[_PodView], memory: list[_PodMemory],
                  ) -> tuple[tuple[ContainerEntry, ...], tuple[PodEntry, ...]]:
         containers: list[ContainerEntry] = []
         pods: list[PodEntry] = []
-        for view in views:
+        for view, mem in zip(views, memory, strict=True):
             pod, spec = view.alloc, view.spec
-            mem_assign, mem_bytes = self._memory_assignments(view)
             for i, (c, assignment, cpus) in enumerate(zip(pod.containers, view.assignments,
                                                           view.sets, strict=True)):
                 cspec = spec.container(c.name) if spec else None
@@ -294,8 +323,9 @@ class _Reconciler:
                 containers.append(ContainerEntry(
                     namespace=pod.namespace, pod=pod.name, name=c.name,
                     sidecar=bool(cspec and cspec.sidecar), assignment=assignment,
-                    memory_assignment=mem_assign[i], cpus=held, memory_bytes=mem_bytes[i]))
-            pods.append(self._pod_entry(view, pod_memory[len(pods)]))
+                    memory_assignment=mem.assignments[i], cpus=held,
+                    memory_bytes=mem.sizes[i]))
+            pods.append(self._pod_entry(view, mem.rows))
         return tuple(containers), tuple(pods)
 
     def _pod_entry(self, view: _PodView, memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
@@ -360,106 +390,71 @@ class _Reconciler:
 
     # -- memory -----------------------------------------------------------------------
 
-    _memory_pools: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    def _memory(self, view: _PodView) -> _PodMemory:
+        """Memory classification, analogous to CPU but by quantity per memory type.
 
-    @staticmethod
-    def _mem_by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for b in blocks:
-            out[b.memory_type] += b.size
-        return out
+        The 1.36 pattern (shared containers reporting the pod's shared memory as their
+        own) is only believed when the CPUs of the same pod showed it: two ordinary
+        containers may well hold identical blocks (same size, same NUMA node).
+        """
+        pod, spec = view.alloc, view.spec
+        keys = [_memory_key(c) for c in pod.containers]
+        shared_keys: set[MemoryKey] = set()
+        if view.legacy_pattern and not pod.memory:
+            seen: set[MemoryKey] = set()
+            for key in keys:
+                if key and key in seen:
+                    shared_keys.add(key)
+                seen.add(key)
+        shares = [bool(key) and key in shared_keys for key in keys]
 
-    def _memory_assignments(self, view: _PodView) -> tuple[list[Assignment], list[int]]:
-        pod = view.alloc
-        pod_level = bool(pod.memory) or self._legacy_memory(pod.containers)
-        assigns: list[Assignment] = []
+        exclusive: dict[str, int] = defaultdict(int)
+        for c, shared in zip(pod.containers, shares, strict=True):
+            if not shared:
+                for b in c.memory:
+                    exclusive[b.memory_type] += b.size
+        if pod.memory:
+            pod_total = _by_type(pod.memory)
+        elif shared_keys:
+            pod_total = dict(exclusive)
+            for key in shared_keys:
+                for mtype, size, _ in key:
+                    pod_total[mtype] = pod_total.get(mtype, 0) + size
+        else:
+            pod_total = {}
+        pod_level = bool(pod_total)
+
+        shared_left: dict[str, int] = {}
+        for mtype, total in pod_total.items():
+            left = total - exclusive.get(mtype, 0)
+            if left < 0:
+                view.anomalies.append(Anomaly(
+                    "memory_over_budget", pod.namespace, pod.name, None,
+                    f"containers hold {exclusive[mtype]} bytes of {mtype}, more than the "
+                    f"pod's {total}"))
+            shared_left[mtype] = max(0, left)
+        budget = spec.resources.memory_limit if spec and spec.resources else None
+        if budget is not None and pod.memory and pod_total.get("memory", 0) > budget:
+            view.anomalies.append(Anomaly(
+                "memory_over_budget", pod.namespace, pod.name, None,
+                f"pod memory blocks hold {pod_total['memory']} bytes, over the pod budget "
+                f"of {budget}"))
+
+        assignments: list[Assignment] = []
         sizes: list[int] = []
-        pod_mem = self._pod_memory(pod)
-        exclusive_total = sum(sum(b.size for b in c.memory) for c in pod.containers
-                              if c.memory and not self._shares_memory(c, pod.containers))
-        shared_bytes = max(0, sum(pod_mem.values()) - exclusive_total)
-        for c in pod.containers:
-            shares = self._shares_memory(c, pod.containers)
+        for c, shared in zip(pod.containers, shares, strict=True):
+            own = sum(b.size for b in c.memory)
             if pod_level:
-                a: Assignment = "pod_exclusive" if c.memory and not shares else "pod_shared"
+                a: Assignment = "pod_exclusive" if c.memory and not shared else "pod_shared"
             else:
                 a = "node_exclusive" if c.memory else "node_shared"
-            assigns.append(a)
-            sizes.append(shared_bytes if a == "pod_shared"
-                         else sum(b.size for b in c.memory))
-        return assigns, sizes
-
-    @staticmethod
-    def _memory_key(c: ContainerAlloc) -> tuple[tuple[str, int, tuple[int, ...]], ...]:
-        return tuple(sorted((b.memory_type, b.size, b.numa_nodes) for b in c.memory))
-
-    def _legacy_memory(self, containers: tuple[ContainerAlloc, ...]) -> bool:
-        keys = [self._memory_key(c) for c in containers if c.memory]
-        return len(keys) != len(set(keys))
-
-    def _shares_memory(self, c: ContainerAlloc, containers: tuple[ContainerAlloc, ...]) -> bool:
-        """A container reporting the same memory blocks as a sibling reports the pod's
-        shared memory (1.36 pattern), not its own."""
-        if not c.memory:
-            return False
-        key = self._memory_key(c)
-        return sum(1 for o in containers if o.memory and self._memory_key(o) == key) >= 2
-
-    def _pod_memory(self, pod: PodAlloc) -> dict[str, int]:
-        if pod.memory:
-            return self._mem_by_type(pod.memory)
-        total: dict[str, int] = defaultdict(int)
-        seen: set[tuple[tuple[str, int, tuple[int, ...]], ...]] = set()
-        for c in pod.containers:
-            key = self._memory_key(c)
-            if not c.memory or key in seen:
-                continue
-            seen.add(key)
-            for mtype, size in self._mem_by_type(c.memory).items():
-                total[mtype] += size
-        return total if self._legacy_memory(pod.containers) else {}
-
-    def _memory_anomalies_and_pools(self, views: list[_PodView],
-                                    ) -> list[tuple[tuple[str, str, int], ...]]:
-        """Node memory pools (kept on self) and each pod's (pool, type, bytes) rows."""
-        pools: dict[str, list[int]] = {}
-        per_pod: list[tuple[tuple[str, str, int], ...]] = []
-
-        def add(mtype: str, slot: int, size: int) -> None:
-            pools.setdefault(mtype, [0, 0, 0])[slot] += size
-
-        for view in views:
-            pod, spec = view.alloc, view.spec
-            pod_mem = self._pod_memory(pod)
-            exclusive: dict[str, int] = defaultdict(int)
-            pod_level = bool(pod_mem)
-            rows: dict[tuple[str, str], int] = defaultdict(int)
-            for c in pod.containers:
-                if not c.memory or self._shares_memory(c, pod.containers):
-                    continue
-                for mtype, size in self._mem_by_type(c.memory).items():
-                    add(mtype, 1 if pod_level else 0, size)
-                    exclusive[mtype] += size
-                    rows[("pod_exclusive" if pod_level else "node_exclusive", mtype)] += size
-            for mtype, total in pod_mem.items():
-                left = total - exclusive.get(mtype, 0)
-                if left < 0:
-                    self._anomaly("memory_over_budget", pod, None,
-                                  f"containers hold {exclusive[mtype]} bytes of {mtype}, more "
-                                  f"than the pod's {total}")
-                add(mtype, 2, max(0, left))
-                rows[("pod_shared", mtype)] += max(0, left)
-            per_pod.append(tuple((pool, mtype, size) for (pool, mtype), size in rows.items()))
-            budget = spec.resources.memory_limit if spec and spec.resources else None
-            if budget is not None and pod.memory:
-                held = pod_mem.get("memory", 0)
-                if held > budget:
-                    self._anomaly("memory_over_budget", pod, None,
-                                  f"pod memory blocks hold {held} bytes, over the pod "
-                                  f"budget of {budget}")
-        self._memory_pools = tuple((mtype, (v[0], v[1], v[2]))
-                                   for mtype, v in sorted(pools.items()))
-        return per_pod
+            assignments.append(a)
+            sizes.append(sum(shared_left.values()) if a == "pod_shared"
+                         else own if a != "node_shared" else 0)
+        pool = "pod_exclusive" if pod_level else "node_exclusive"
+        rows = [(pool, mtype, size) for mtype, size in sorted(exclusive.items())]
+        rows += [("pod_shared", mtype, size) for mtype, size in sorted(shared_left.items())]
+        return _PodMemory(assignments, sizes, tuple(rows))
 
     def _kubelet_info(self) -> tuple[tuple[str, object], ...]:
         info: dict[str, object] = {}

@@ -95,9 +95,6 @@ async def test_full_reader_over_https(style: str, start_sim: Any, short_tmp: Pat
     _compare(node, ledger, style)
 
 
-@pytest.mark.xfail(reason="reconcile reads two legacy containers that report identical memory "
-                   "blocks as the 1.36 shared-memory pattern (reconciler/reconcile.py "
-                   "_legacy_memory / _shares_memory)", strict=False)
 @pytest.mark.parametrize("style", ["1.37", "1.35"])
 async def test_memory_assignments_round_trip(style: str, start_sim: Any,
                                              short_tmp: Path) -> None:

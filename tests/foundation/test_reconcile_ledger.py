@@ -176,10 +176,22 @@ def test_memory_pools_and_assignments() -> None:
 
 
 def test_legacy_memory_pattern_counted_once() -> None:
+    # 1.36: the shared containers report the pod shared pool's CPUs and memory as theirs.
     shared = [mem(2 * GI, "memory", 0)]
-    ledger = run(pod("p", ctr("proxy", [], shared), ctr("shipper", [], shared),
+    ledger = run(pod("p", ctr("proxy", [4], shared), ctr("shipper", [4], shared),
                      ctr("app", [2, 3], [mem(4 * GI)])), topo=TOPO)
     assert dict(ledger.memory_pools)["memory"] == (0, 4 * GI, 2 * GI)
+    c = {x.name: x.memory_assignment for x in ledger.containers}
+    assert c == {"proxy": "pod_shared", "shipper": "pod_shared", "app": "pod_exclusive"}
+
+
+def test_identical_memory_blocks_of_ordinary_containers_are_their_own() -> None:
+    # Two exclusive containers of 2 GiB on NUMA 0 report identical blocks; without the
+    # 1.36 CPU evidence that is not a shared report, and each holds its own memory.
+    same = [mem(2 * GI, "memory", 0)]
+    ledger = run(pod("p", ctr("a", [2], same), ctr("b", [3], same)), topo=TOPO)
+    assert dict(ledger.memory_pools)["memory"] == (4 * GI, 0, 0)
+    assert {x.memory_assignment for x in ledger.containers} == {"node_exclusive"}
 
 
 def test_kubelet_info_in_ledger() -> None:
