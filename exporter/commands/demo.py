@@ -1,7 +1,7 @@
 """``podres-exporter demo``: the whole system on a laptop.
 
 Starts a simulated kubelet (the allocator model placing a mixed workload on a 2-socket SMT
-node when available, else a bundled fixture node), runs ``serve`` against it with the
+node, exporter/demo/workload.yaml), runs ``serve`` against it with the
 history store in a temporary directory, prints the URLs, and removes everything on Ctrl-C.
 """
 
@@ -15,12 +15,10 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from exporter.flags import add_flag, parse_duration
 
 HELP = "run the exporter against a built-in simulated kubelet (nothing to install)"
-FIXTURE = Path(__file__).resolve().parents[1] / "demo" / "fixture"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,38 +47,19 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _start_sim(args: argparse.Namespace, workdir: Path) -> tuple[Any, Path | None, str]:
-    """The simulated kubelet and a topology.json for the exporter (None: use the sim's)."""
-    socket_path = str(workdir / "kubelet.sock")
-    try:
-        from exporter.sim import model_driven
-    except ImportError:
-        model_driven = None  # type: ignore[assignment]
-    if model_driven is not None and hasattr(model_driven, "demo_sim"):
-        sim, topology_file, description = await model_driven.demo_sim(
-            socket_path=socket_path, http_listen="127.0.0.1:0",
-            topology=vars(args)["demo_topology"], churn=vars(args)["churn"],
-            churn_interval=vars(args)["churn.interval"], workdir=workdir)
-        return sim, topology_file, description
-    from exporter.sim.server import SimKubelet
-    from exporter.sources.fixture import load_fixture_dir
-
-    fixture = load_fixture_dir(FIXTURE)
-    sim = SimKubelet(fixture.kubelet, socket_path=socket_path, http_listen="127.0.0.1:0")
-    await sim.start()
-    return sim, FIXTURE / "topology.json", "bundled fixture node (16 CPUs, 2 NUMA nodes)"
-
-
 async def _demo(args: argparse.Namespace, workdir: Path) -> int:
     from exporter.cli import build_parser
     from exporter.commands.serve import serve
+    from exporter.demo.node import start_demo_node
 
-    sim, topology_file, description = await _start_sim(args, workdir)
     ns = vars(args)
+    sim, description = await start_demo_node(
+        workdir, ns["demo_topology"], churn=ns["churn.interval"] if ns["churn"] else None)
+    topology_file = sim.topology_file
     serve_argv = [
         "serve",
         "--podresources.socket", sim.socket_path,
-        "--kubelet.url", sim.http_url,
+        "--kubelet.url", str(sim.http_url),
         "--kubelet.ca-file", str(sim.cert_path),
         "--kubelet.token-file", "",
         "--web.listen-address", ns["web.listen_address"],
@@ -89,8 +68,7 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
         "--history.summary-interval", "10s",
         "--node-name", "demo-node",
     ]
-    if topology_file is not None:
-        serve_argv += ["--topology", str(topology_file)]
+    serve_argv += ["--topology", str(topology_file)]
     serve_args = build_parser().parse_args(serve_argv)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,1 @@
+"""The demo's simulated node: the allocator model placing a bundled mixed workload."""

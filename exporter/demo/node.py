@@ -1,0 +1,108 @@
+"""The demo node: ``ModelDrivenNode`` on a 2-socket SMT machine running workload.yaml,
+served by a ``SimKubelet``; optional churn adds and removes pods as a cluster would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+from exporter.errors import UserError
+from exporter.sim.model_driven import ModelDrivenNode, pods_from_templates
+from exporter.sim.server import SimKubelet
+from reconciler.allocator import ModelConfig, TopologyError, from_spec
+from reconciler.kube import PodSpec
+
+WORKLOAD = Path(__file__).with_name("workload.yaml")
+
+
+def demo_pods() -> list[PodSpec]:
+    from exporter.commands.plan import load_templates
+
+    return pods_from_templates(load_templates([str(WORKLOAD)]))
+
+
+def build_node(topology: str) -> ModelDrivenNode:
+    try:
+        topo = from_spec(topology)
+    except TopologyError as exc:
+        raise UserError(f"--topology: {exc}") from None
+    # One whole core reserved (CPU 0 and its sibling), as operators usually do.
+    siblings = next((sorted(core) for core in _cores(topo) if 0 in core), [0])
+    config = ModelConfig(scope="pod", topology_policy="single-numa-node",
+                         reserved_cpus=frozenset(siblings))
+    node = ModelDrivenNode(topo, config, "1.37", node_name="demo-node")
+    node.sync(demo_pods())
+    return node
+
+
+def _cores(topo: object) -> list[set[int]]:
+    cores: dict[tuple[int, int], set[int]] = {}
+    for cpu in topo.to_json()["cpus"]:  # type: ignore[attr-defined]
+        cores.setdefault((cpu["socket"], cpu["core"]), set()).add(cpu["id"])
+    return list(cores.values())
+
+
+class DemoNode:
+    """A started simulated kubelet plus the churn task."""
+
+    def __init__(self, node: ModelDrivenNode, sim: SimKubelet, topology_file: Path) -> None:
+        self.node = node
+        self.sim = sim
+        self.topology_file = topology_file
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def socket_path(self) -> str:
+        return self.sim.socket_path
+
+    @property
+    def http_url(self) -> str | None:
+        return self.sim.http_url
+
+    @property
+    def cert_path(self) -> Path | None:
+        return self.sim.cert_path
+
+    def start_churn(self, interval: float, seed: int = 1) -> None:
+        self._task = asyncio.create_task(self._churn(interval, random.Random(seed)))
+
+    async def _churn(self, interval: float, rng: random.Random) -> None:
+        base = demo_pods()
+        extra: list[PodSpec] = []
+        serial = 0
+        while True:
+            await asyncio.sleep(interval)
+            if extra and (len(extra) >= 4 or rng.random() < 0.4):
+                extra.pop(rng.randrange(len(extra)))
+            else:
+                serial += 1
+                template = rng.choice([p for p in base if p.resources is not None])
+                extra.append(replace(template, name=f"{template.name}-churn-{serial}",
+                                     uid=f"churn-{serial}"))
+            self.node.sync(base + extra)
+            self.sim.set_state(self.node.state())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.sim.stop()
+
+
+async def start_demo_node(workdir: Path, topology: str, *, churn: float | None = None,
+                          ) -> tuple[DemoNode, str]:
+    node = build_node(topology)
+    topology_file = workdir / "topology.json"
+    topology_file.write_text(json.dumps(node.topology_json()), encoding="utf-8")
+    sim = SimKubelet(node.state(), socket_path=str(workdir / "kubelet.sock"),
+                     http_listen="127.0.0.1:0")
+    await sim.start()
+    demo = DemoNode(node, sim, topology_file)
+    if churn:
+        demo.start_churn(churn)
+    return demo, node.summary()
