@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
     from exporter.assemble import assemble, parse_configz, parse_pod_list
     from exporter.sources.fixture import load_fixture_dir
+    from exporter.sources.kubelet import parse_feature_metrics
     from reconciler.kube import SpecError
     from reconciler.reconcile import reconcile
 
@@ -60,8 +61,16 @@ def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
         config = parse_configz(k.configz)
     except SpecError as exc:
         raise UserError(f"{Path(directory, 'configz.json')}: {exc}") from None
+    # What a live read learns from /metrics (recorded as metrics.txt), so that a recorded
+    # node gives the same ledger as the live one.
+    info: dict[str, str] = {}
+    if k.metrics is not None:
+        gates = parse_feature_metrics(k.metrics)
+        if "PodLevelResourceManagers" in gates:
+            info["feature_gate_metric"] = str(gates["PodLevelResourceManagers"])
     return reconcile(assemble(k.list_response, allocatable=k.allocatable, pod_specs=specs,
-                              config=config, topology=fixture.topology, node_name=node_name))
+                              config=config, topology=fixture.topology, node_name=node_name,
+                              kubelet_info=info))
 
 
 async def _live(args: argparse.Namespace) -> Ledger:

@@ -1,0 +1,130 @@
+"""``record DIR`` from the simulated kubelet, then ``snapshot --from DIR``: the same ledger.
+And the fixture directory format itself (SPEC §4.2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
+from exporter.errors import UserError
+from exporter.sources.fixture import FixtureDir, load_fixture_dir, write_fixture_dir
+from foundation.helpers import SCENARIO_NAMES, SCENARIOS, arun_cli, run_cli
+
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+async def test_record_round_trip(name: str, start_sim: Any, short_tmp: Path) -> None:
+    folder = SCENARIOS / name
+    sim = await start_sim(folder, http=True)
+    live = ["--podresources.socket", sim.socket_path, "--kubelet.url", sim.http_url,
+            "--kubelet.ca-file", str(sim.cert_path), "--kubelet.token-file", "/none",
+            "--topology", str(folder / "topology.json")]
+    out = short_tmp / "recorded"
+    run = await arun_cli("record", str(out), *live)
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    written = {Path(line).name for line in run.out.splitlines()}
+    assert {"list.json", "topology.json"} <= written
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == written
+    for optional in ("allocatable.json", "pods.json", "configz.json"):
+        assert (optional in written) == (folder / optional).exists()
+
+    live_run = await arun_cli("snapshot", "--output", "json", *live)
+    from_dir = run_cli("snapshot", "--from", str(out), "--output", "json")
+    assert live_run.code == 0 and from_dir.code == 0, from_dir.err
+    assert json.loads(from_dir.out) == json.loads(live_run.out)
+
+    # And the recorded files hold what the original folder held.
+    original, recorded = load_fixture_dir(folder), load_fixture_dir(out)
+    assert recorded.kubelet.list_response == original.kubelet.list_response
+    assert recorded.kubelet.allocatable == original.kubelet.allocatable
+    assert recorded.kubelet.pod_list == original.kubelet.pod_list
+    assert recorded.kubelet.configz == original.kubelet.configz
+    assert recorded.topology == original.topology
+
+
+async def test_record_with_checkpoints(start_sim: Any, short_tmp: Path) -> None:
+    folder = SCENARIOS / "sidecar-hybrid"
+    sim = await start_sim(folder)
+    root = short_tmp / "kubelet"
+    root.mkdir()
+    checkpoint = '{"policyName":"static","defaultCpuSet":"0-1,5-7","entries":{},"checksum":1}'
+    (root / "cpu_manager_state").write_text(checkpoint)
+    out = short_tmp / "out"
+    run = await arun_cli("record", str(out), "--podresources.socket", sim.socket_path,
+                         "--topology", str(folder / "topology.json"),
+                         "--kubelet.root-dir", str(root))
+    assert run.code == 0, run.err
+    assert (out / "cpu_manager_state").read_text() == checkpoint
+    assert not (out / "memory_manager_state").exists()
+    assert load_fixture_dir(out).checkpoints == {"cpu_manager_state": checkpoint}
+
+
+async def test_record_unreachable_node_is_one_line(short_tmp: Path) -> None:
+    run = await arun_cli("record", str(short_tmp / "out"), "--podresources.socket",
+                         str(short_tmp / "none.sock"), "--topology", "/nonexistent")
+    assert run.code == 2 and "Traceback" not in run.err
+    assert len(run.err_lines) == 1 and "does not exist" in run.err
+    assert not (short_tmp / "out").exists()
+
+
+async def test_record_into_unwritable_place(start_sim: Any, short_tmp: Path) -> None:
+    sim = await start_sim(SCENARIOS / "sidecar-hybrid")
+    blocker = short_tmp / "file"
+    blocker.write_text("")
+    run = await arun_cli("record", str(blocker / "sub"), "--podresources.socket",
+                         sim.socket_path, "--topology",
+                         str(SCENARIOS / "sidecar-hybrid" / "topology.json"))
+    assert run.code == 2 and "Traceback" not in run.err
+    assert len(run.err_lines) == 1 and "cannot write" in run.err
+
+
+def test_field_name_styles_are_equivalent(short_tmp: Path) -> None:
+    """protobuf's JSON mapping: lowerCamel (as recorded) and original field names."""
+    folder = SCENARIOS / "database-pod-scope"
+    original = load_fixture_dir(folder)
+    snake = short_tmp / "snake"
+    shutil.copytree(folder, snake)
+    for name, message in (("list.json", original.kubelet.list_response),
+                          ("allocatable.json", original.kubelet.allocatable)):
+        assert message is not None
+        (snake / name).write_text(json.dumps(json_format.MessageToDict(
+            message, preserving_proto_field_name=True)))
+    assert "pod_resources" in (snake / "list.json").read_text()
+    assert load_fixture_dir(snake).kubelet == original.kubelet
+    a = run_cli("snapshot", "--from", str(folder), "-o", "json").out
+    b = run_cli("snapshot", "--from", str(snake), "-o", "json").out
+    assert a == b
+
+
+def test_unknown_fields_are_errors(short_tmp: Path) -> None:
+    (short_tmp / "list.json").write_text('{"podResources": [{"nmae": "typo"}]}')
+    with pytest.raises(UserError, match="nmae"):
+        load_fixture_dir(short_tmp)
+
+
+def test_only_list_json_is_required(short_tmp: Path) -> None:
+    (short_tmp / "list.json").write_text("{}")
+    fixture = load_fixture_dir(short_tmp)
+    assert fixture.kubelet.allocatable is None and fixture.kubelet.pod_list is None
+    assert fixture.kubelet.configz is None and fixture.topology is None
+    assert fixture.checkpoints == {}
+    run = run_cli("snapshot", "--from", str(short_tmp), "-o", "json")
+    assert run.code == 0
+    assert json.loads(run.out)["pods"] == []
+
+
+def test_write_then_load(short_tmp: Path) -> None:
+    fixture = load_fixture_dir(SCENARIOS / "database-pod-scope")
+    written = write_fixture_dir(short_tmp / "copy", FixtureDir(fixture.kubelet,
+                                                               fixture.topology,
+                                                               {"cpu_manager_state": "{}"}))
+    assert all(p.exists() for p in written)
+    assert not list((short_tmp / "copy").glob(".*.tmp"))
+    again = load_fixture_dir(short_tmp / "copy")
+    assert again.kubelet == fixture.kubelet and again.topology == fixture.topology
+    assert again.checkpoints == {"cpu_manager_state": "{}"}
