@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, and_, func, or_, select
 
 from exporter.history.schema import (
     SUMMARY_ASSIGNMENTS,
+    SUMMARY_COLUMNS,
     SUMMARY_POOLS,
     anomaly_intervals,
     assignment_intervals,
     history_gaps,
     node_summaries,
+    node_summaries_hourly,
     nodes,
 )
 from exporter.history.store import HistoryStore, at_filter, overlap_filter
@@ -179,9 +181,18 @@ def gaps(store: HistoryStore, *, node: str | None = None, window: Window = Windo
         "to": format_time(r.gap_to), "dropped_writes": r.dropped_writes, "reason": r.reason})
 
 
+NICE_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+              172800, 604800)
+
+
 def auto_step(start: datetime, end: datetime, points: int = 500) -> int:
+    """The smallest round step giving at most about ``points`` points (at least 60 s)."""
     span = max((end - start).total_seconds(), 1.0)
-    return max(60, math.ceil(span / points))
+    wanted = span / points
+    for step in NICE_STEPS:
+        if step >= wanted:
+            return step
+    return math.ceil(wanted / 86400) * 86400
 
 
 def check_points(start: datetime, end: datetime, step: int) -> None:
@@ -194,34 +205,77 @@ def _float(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
+Sums = dict[tuple[int, int], list[float]]  # (bucket, node_id) -> [samples, sum per column]
+
+
+def _aggregate(conn: Any, columns: tuple[str, ...], start: datetime, end: datetime,
+               step: int, node: str | None) -> Sums:
+    """Sample counts and sums per (bucket, node) of summaries with ``start <= t <= end``.
+    Whole hours inside the window come from the hourly roll-up when the step is a multiple
+    of an hour; the edges (and other steps) from the raw summaries."""
+    lo = math.ceil(start.timestamp())
+    hi = math.floor(end.timestamp())
+    out: Sums = {}
+
+    def add(rows: Any) -> None:
+        for r in rows:
+            acc = out.setdefault((int(r[0]), int(r[1])), [0.0] * (len(columns) + 1))
+            for i, v in enumerate(r[2:]):
+                acc[i] += float(v or 0)
+
+    s = node_summaries
+    raw_ranges = [(lo, hi)]
+    if step % 3600 == 0:
+        h_lo = -(-lo // 3600) * 3600
+        h_hi = (hi + 1) // 3600 * 3600  # hours [h, h + 3600) with h + 3600 <= hi + 1
+        if h_lo < h_hi:
+            h = node_summaries_hourly
+            bucket = (h.c.hour_epoch - h.c.hour_epoch % step).label("bucket")
+            stmt = (select(bucket, h.c.node_id, func.sum(h.c.samples),
+                           *[func.sum(h.c[f"sum_{c}"]) for c in columns])
+                    .where(h.c.hour_epoch >= h_lo, h.c.hour_epoch < h_hi)
+                    .group_by(bucket, h.c.node_id))
+            if node is not None:
+                stmt = stmt.join(nodes, nodes.c.id == h.c.node_id).where(nodes.c.name == node)
+            add(conn.execute(stmt))
+            raw_ranges = [(lo, h_lo - 1), (h_hi, hi)]
+    for a, b in raw_ranges:
+        if a > b:
+            continue
+        bucket = (s.c.at_epoch - s.c.at_epoch % step).label("bucket")
+        stmt = (select(bucket, s.c.node_id, func.count(),
+                       *[func.sum(s.c[c]) for c in columns])
+                .where(s.c.at_epoch >= a, s.c.at_epoch <= b)
+                .group_by(bucket, s.c.node_id))
+        if node is not None:
+            stmt = stmt.join(nodes, nodes.c.id == s.c.node_id).where(nodes.c.name == node)
+        add(conn.execute(stmt))
+    return out
+
+
 def summary(store: HistoryStore, node: str, start: datetime, end: datetime,
             step: int) -> dict[str, Any]:
     """The node's summaries in [start, end], averaged per ``step`` seconds."""
-    s = node_summaries
-    bucket = (s.c.at_epoch - s.c.at_epoch % step).label("bucket")
-    columns = [f"cpus_{p}" for p in SUMMARY_POOLS] + \
-        [f"containers_{a}" for a in SUMMARY_ASSIGNMENTS] + \
-        ["online_cpus", "pods", "reclaimed_cpus", "reclaimable_cpus", "anomalies"]
-    stmt = (select(bucket, func.count().label("samples"),
-                   *[func.avg(s.c[c]).label(c) for c in columns])
-            .join(nodes, nodes.c.id == s.c.node_id)
-            .where(nodes.c.name == node, s.c.at_epoch >= math.floor(start.timestamp()),
-                   s.c.at_epoch <= math.floor(end.timestamp()))
-            .group_by(bucket).order_by(bucket))
     with store.read() as conn:
-        rows = list(conn.execute(stmt))
+        sums = _aggregate(conn, SUMMARY_COLUMNS, start, end, step, node)
+    index = {c: i + 1 for i, c in enumerate(SUMMARY_COLUMNS)}
     points = []
-    for r in rows:
-        m = r._mapping
+    for (b, _node_id), acc in sorted(sums.items()):
+        n = acc[0]
+        if not n:
+            continue
+
+        def avg(c: str, acc: list[float] = acc, n: float = n) -> float | None:
+            return _float(acc[index[c]] / n)
+
         points.append({
-            "t": format_time(datetime.fromtimestamp(int(r.bucket), start.tzinfo)),
-            "samples": int(r.samples),
-            "cpus": {p: _float(m[f"cpus_{p}"]) for p in SUMMARY_POOLS},
-            "containers": {a: _float(m[f"containers_{a}"]) for a in SUMMARY_ASSIGNMENTS},
-            "online_cpus": _float(m["online_cpus"]), "pods": _float(m["pods"]),
-            "reclaimed_cpus": _float(m["reclaimed_cpus"]),
-            "reclaimable_cpus": _float(m["reclaimable_cpus"]),
-            "anomalies": _float(m["anomalies"]),
+            "t": format_time(datetime.fromtimestamp(b, UTC)),
+            "samples": int(n),
+            "cpus": {p: avg(f"cpus_{p}") for p in SUMMARY_POOLS},
+            "containers": {a: avg(f"containers_{a}") for a in SUMMARY_ASSIGNMENTS},
+            "online_cpus": avg("online_cpus"), "pods": avg("pods"),
+            "reclaimed_cpus": avg("reclaimed_cpus"),
+            "reclaimable_cpus": avg("reclaimable_cpus"), "anomalies": avg("anomalies"),
         })
     return {"node": node, "from": format_time(start), "to": format_time(end), "step": step,
             "points": points}
@@ -231,27 +285,22 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
                 node: str | None = None) -> dict[str, Any]:
     """pod_shared to pod_exclusive CPUs summed over the fleet per step (each node's
     samples averaged within the step first, so nodes count equally)."""
-    s = node_summaries
-    bucket = (s.c.at_epoch - s.c.at_epoch % step).label("bucket")
-    stmt = (select(bucket, s.c.node_id, func.avg(s.c.cpus_pod_shared).label("shared"),
-                   func.avg(s.c.cpus_pod_exclusive).label("exclusive"))
-            .where(s.c.at_epoch >= math.floor(start.timestamp()),
-                   s.c.at_epoch <= math.floor(end.timestamp()))
-            .group_by(bucket, s.c.node_id).order_by(bucket))
-    if node is not None:
-        stmt = stmt.join(nodes, nodes.c.id == s.c.node_id).where(nodes.c.name == node)
-    sums: dict[int, list[float]] = {}
     with store.read() as conn:
-        for r in conn.execute(stmt):
-            acc = sums.setdefault(int(r.bucket), [0.0, 0.0, 0.0])
-            acc[0] += float(r.shared)
-            acc[1] += float(r.exclusive)
-            acc[2] += 1
+        sums = _aggregate(conn, ("cpus_pod_shared", "cpus_pod_exclusive"), start, end, step,
+                          node)
+    buckets: dict[int, list[float]] = {}
+    for (b, _node_id), (n, shared, exclusive) in sums.items():
+        if not n:
+            continue
+        acc = buckets.setdefault(b, [0.0, 0.0, 0.0])
+        acc[0] += shared / n
+        acc[1] += exclusive / n
+        acc[2] += 1
     points = [{
-        "t": format_time(datetime.fromtimestamp(b, start.tzinfo)), "nodes": int(acc[2]),
+        "t": format_time(datetime.fromtimestamp(b, UTC)), "nodes": int(acc[2]),
         "pod_shared_cpus": round(acc[0], 3), "pod_exclusive_cpus": round(acc[1], 3),
         "ratio": round(acc[0] / acc[1], 6) if acc[1] else None,
-    } for b, acc in sorted(sums.items())]
+    } for b, acc in sorted(buckets.items())]
     return {"from": format_time(start), "to": format_time(end), "step": step,
             "points": points}
 

@@ -152,3 +152,22 @@ history_gaps = Table(
 SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
                  "pod_idle")
 SUMMARY_ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")
+
+SUMMARY_COLUMNS = ("online_cpus", "cpus_reserved", "cpus_node_shared", "cpus_node_exclusive",
+                   "cpus_pod_exclusive", "cpus_pod_shared", "cpus_pod_idle",
+                   "containers_node_exclusive", "containers_pod_exclusive",
+                   "containers_pod_shared", "containers_node_shared", "pods",
+                   "reclaimed_cpus", "reclaimable_cpus", "anomalies")
+
+# Hourly roll-up of node_summaries (sums and sample counts), kept by the writer in the same
+# transaction as each summary, so that long-range series read 24 rows a day, not 1440.
+node_summaries_hourly = Table(
+    "node_summaries_hourly", metadata,
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False,
+           primary_key=True),
+    Column("hour_epoch", BigInteger, nullable=False, primary_key=True),
+    Column("hour", UTCDateTime(), nullable=False),
+    Column("samples", Integer, nullable=False),
+    *[Column(f"sum_{c}", BigInteger, nullable=False) for c in SUMMARY_COLUMNS],
+    Index("ix_node_summaries_hourly_hour_epoch", "hour_epoch"),
+)

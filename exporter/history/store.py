@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,12 @@ from exporter.history.changes import (
     diff_states,
 )
 from exporter.history.schema import (
+    SUMMARY_COLUMNS,
     anomaly_intervals,
     assignment_intervals,
     history_gaps,
     node_summaries,
+    node_summaries_hourly,
     nodes,
 )
 from exporter.history.timeutil import utc
@@ -62,7 +64,7 @@ from exporter.history.timeutil import utc
 log = logging.getLogger("podres.history")
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 _PG_MIGRATION_LOCK = 0x706F647265730001  # "podres" + 1: pg_advisory_xact_lock key
 
 
@@ -119,8 +121,8 @@ class HistoryStore:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest revision (Alembic, programmatically)."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to ``revision`` (default the newest; Alembic, programmatically)."""
         from alembic import command
         from alembic.config import Config
 
@@ -135,10 +137,10 @@ class HistoryStore:
                     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
                                  {"k": _PG_MIGRATION_LOCK})
                     cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, "head")
+                    command.upgrade(cfg, revision)
             else:
                 cfg.attributes["connection"] = conn
-                command.upgrade(cfg, "head")
+                command.upgrade(cfg, revision)
                 conn.commit()
 
     def revision(self) -> str | None:
@@ -236,15 +238,59 @@ class HistoryStore:
             rows += self._apply_diff(conn, node_id, diff, cs.at, cs.prev_at)
         if cs.summary is not None:
             # A restarted exporter may repeat the last summary's time: keep the first.
-            conn.execute(self._insert(node_summaries).values(
-                node_id=node_id, at=cs.at, at_epoch=int(cs.at.timestamp()), **cs.summary)
-                .on_conflict_do_nothing())
+            epoch = int(cs.at.timestamp())
+            inserted = conn.execute(self._insert(node_summaries).values(
+                node_id=node_id, at=cs.at, at_epoch=epoch, **cs.summary)
+                .on_conflict_do_nothing()).rowcount
+            if inserted:
+                self._roll_up(conn, node_id, epoch, cs.summary)
             conn.execute(update(anomaly_intervals).where(
                 anomaly_intervals.c.node_id == node_id,
                 anomaly_intervals.c.resolved_at.is_(None),
                 anomaly_intervals.c.last_seen < cs.at).values(last_seen=cs.at))
             rows += 1
         return rows
+
+    def _roll_up(self, conn: Connection, node_id: int, epoch: int,
+                 summary: dict[str, int]) -> None:
+        h = node_summaries_hourly
+        hour_epoch = epoch - epoch % 3600
+        values = {f"sum_{c}": int(summary.get(c, 0)) for c in SUMMARY_COLUMNS}
+        stmt = self._insert(h).values(
+            node_id=node_id, hour_epoch=hour_epoch,
+            hour=datetime.fromtimestamp(hour_epoch, UTC), samples=1, **values)
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=["node_id", "hour_epoch"],
+            set_={"samples": h.c.samples + 1,
+                  **{k: h.c[k] + stmt.excluded[k] for k in values}}))
+
+    def rebuild_rollup(self, node: str | None = None) -> int:
+        """Recompute the hourly roll-up from the raw summaries (after a bulk import or a
+        manual repair); returns the number of hours written."""
+        s, h = node_summaries, node_summaries_hourly
+        hour = (s.c.at_epoch - s.c.at_epoch % 3600).label("hour_epoch")
+        with self.write_transaction() as conn:
+            node_ids: Any = None
+            if node is not None:
+                node_ids = [conn.execute(select(nodes.c.id).where(nodes.c.name == node))
+                            .scalar_one_or_none()]
+            stmt = (select(s.c.node_id, hour, func.count().label("samples"),
+                           *[func.sum(s.c[c]).label(f"sum_{c}") for c in SUMMARY_COLUMNS])
+                    .group_by(s.c.node_id, hour))
+            dele = delete(h)
+            if node_ids is not None:
+                stmt = stmt.where(s.c.node_id.in_(node_ids))
+                dele = dele.where(h.c.node_id.in_(node_ids))
+            rows = [dict(r._mapping) for r in conn.execute(stmt)]
+            conn.execute(dele)
+            for r in rows:
+                r["hour_epoch"] = int(r["hour_epoch"])
+                r["hour"] = datetime.fromtimestamp(r["hour_epoch"], UTC)
+                for c in SUMMARY_COLUMNS:
+                    r[f"sum_{c}"] = int(r[f"sum_{c}"] or 0)
+            if rows:
+                conn.execute(h.insert(), rows)
+        return len(rows)
 
     def _full_diff(self, conn: Connection, node_id: int, cs: ChangeSet) -> Diff:
         assert cs.state is not None
@@ -332,8 +378,11 @@ class HistoryStore:
                                               a.c.valid_to < before)).rowcount
             rn = conn.execute(delete(n).where(node_filter_of(n), n.c.resolved_at.is_not(None),
                                               n.c.resolved_at < before)).rowcount
+            cutoff = int(before.timestamp())
             rs = conn.execute(delete(s).where(node_filter_of(s),
-                                              s.c.at_epoch < int(before.timestamp()))).rowcount
+                                              s.c.at_epoch < cutoff)).rowcount
+            h = node_summaries_hourly
+            conn.execute(delete(h).where(node_filter_of(h), h.c.hour_epoch + 3600 <= cutoff))
             rg = conn.execute(delete(g).where(node_filter_of(g), g.c.gap_to < before)).rowcount
         return PruneResult(ra, rn, rs, rg)
 
@@ -471,7 +520,7 @@ def count_rows(store: HistoryStore) -> dict[str, int]:
     out: dict[str, int] = {}
     with store.read() as conn:
         for table in (nodes, assignment_intervals, anomaly_intervals, node_summaries,
-                      history_gaps):
+                      node_summaries_hourly, history_gaps):
             out[table.name] = int(conn.execute(select(func.count()).select_from(table))
                                   .scalar_one())
     return out

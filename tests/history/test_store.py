@@ -16,7 +16,7 @@ from exporter.errors import UserError
 from exporter.history import HistoryWriter, open_store
 from exporter.history import queries as q
 from exporter.history.schema import assignment_intervals, metadata
-from exporter.history.store import HistoryStore, count_rows
+from exporter.history.store import HEAD_REVISION, HistoryStore, count_rows
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -68,14 +68,14 @@ def open_intervals_unique(store: HistoryStore) -> None:
 
 def test_migrations_create_the_declared_schema(history_url: str) -> None:
     store = open_store(history_url)
-    assert store.revision() == "0001"
+    assert store.revision() == HEAD_REVISION
     with store.engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": "podres_alembic_version"})
         diffs = compare_metadata(ctx, metadata)
     assert diffs == []
     store.close()
     again = open_store(history_url)  # idempotent
-    assert again.revision() == "0001"
+    assert again.revision() == HEAD_REVISION
     again.close()
 
 
