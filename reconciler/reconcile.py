@@ -75,6 +75,23 @@ def _memory_pools(memory: Iterable[_PodMemory]) -> tuple[tuple[str, tuple[int, i
     return tuple((mtype, (v[0], v[1], v[2])) for mtype, v in sorted(pools.items()))
 
 
+_EMPTY: frozenset[int] = frozenset()
+
+
+def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
+    """Names that ``spec.container(name)`` resolves to a sidecar (the first container of a
+    name wins, as there)."""
+    if spec is None or not spec.init_containers:
+        return _EMPTY_NAMES
+    first: dict[str, bool] = {}
+    for c in spec.long_running:
+        first.setdefault(c.name, c.sidecar)
+    return frozenset(name for name, sidecar in first.items() if sidecar)
+
+
+_EMPTY_NAMES: frozenset[str] = frozenset()
+
+
 def reconcile(snapshot: NodeSnapshot) -> Ledger:
     return _Reconciler(snapshot).run()
 
@@ -134,6 +151,8 @@ class _Reconciler:
 
     def _known(self, ids: Iterable[int], pod: PodAlloc, container: str | None) -> frozenset[int]:
         """The online subset of reported ids; the rest raise ``unknown_cpu`` once."""
+        if not ids:
+            return _EMPTY
         reported = frozenset(ids)
         known = reported & self.online
         if len(known) != len(reported):
@@ -147,6 +166,10 @@ class _Reconciler:
 
     def _classify(self, pod: PodAlloc) -> _PodView:
         spec = self.specs.get((pod.namespace, pod.name))
+        if not pod.cpu_ids and not any(c.cpu_ids for c in pod.containers):
+            # The common case on a busy node (nothing exclusive): every container shared.
+            n = len(pod.containers)
+            return _PodView(pod, spec, _EMPTY, False, False, ["node_shared"] * n, [_EMPTY] * n)
         block = self._known(pod.cpu_ids, pod, None)
         sets = [self._known(c.cpu_ids, pod, c.name) for c in pod.containers]
         raw = [frozenset(c.cpu_ids) for c in pod.containers]
@@ -309,22 +332,23 @@ class _Reconciler:
                  ) -> tuple[tuple[ContainerEntry, ...], tuple[PodEntry, ...]]:
         containers: list[ContainerEntry] = []
         pods: list[PodEntry] = []
+        add = containers.append
         for view, mem in zip(views, memory, strict=True):
             pod, spec = view.alloc, view.spec
-            for i, (c, assignment, cpus) in enumerate(zip(pod.containers, view.assignments,
-                                                          view.sets, strict=True)):
-                cspec = spec.container(c.name) if spec else None
+            namespace, pod_name = pod.namespace, pod.name
+            sidecars = _sidecar_names(spec)
+            for c, assignment, cpus, mem_assignment, mem_bytes in zip(
+                    pod.containers, view.assignments, view.sets, mem.assignments, mem.sizes,
+                    strict=True):
                 if assignment == "pod_shared":
                     held = view.remainder
                 elif assignment == "node_shared":
-                    held = frozenset()
+                    held = _EMPTY
                 else:
                     held = cpus
-                containers.append(ContainerEntry(
-                    namespace=pod.namespace, pod=pod.name, name=c.name,
-                    sidecar=bool(cspec and cspec.sidecar), assignment=assignment,
-                    memory_assignment=mem.assignments[i], cpus=held,
-                    memory_bytes=mem.sizes[i]))
+                # Positional: the field order of ContainerEntry (the hot loop of a node).
+                add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars, assignment,
+                                   mem_assignment, held, mem_bytes))
             pods.append(self._pod_entry(view, mem.rows))
         return tuple(containers), tuple(pods)
 
@@ -398,6 +422,9 @@ class _Reconciler:
         containers may well hold identical blocks (same size, same NUMA node).
         """
         pod, spec = view.alloc, view.spec
+        if not pod.memory and not any(c.memory for c in pod.containers):
+            n = len(pod.containers)
+            return _PodMemory(["node_shared"] * n, [0] * n, ())
         keys = [_memory_key(c) for c in pod.containers]
         shared_keys: set[MemoryKey] = set()
         if view.legacy_pattern and not pod.memory:
