@@ -151,12 +151,15 @@ class HistoryWriter:
             await self._inbox_event.wait()
             self._inbox_event.clear()
             while self._inbox:
-                ledger, at = self._inbox.popleft()
+                ledger, at = self._inbox[0]
                 try:
-                    self._convert(ledger, at)
+                    # Reducing a big ledger takes milliseconds: not on the event loop.
+                    state = await asyncio.to_thread(state_of, ledger)
+                    self._convert(state, at)
                 except Exception:  # a malformed ledger must not stop the history
                     log.exception("history: cannot record a ledger")
-                await asyncio.sleep(0)  # let the poll loop run between big ledgers
+                finally:
+                    self._inbox.popleft()
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -166,11 +169,10 @@ class HistoryWriter:
         return (self._last_summary_at is None
                 or at - self._last_summary_at >= timedelta(seconds=self.summary_interval))
 
-    def _convert(self, ledger: Ledger, at: datetime) -> None:
+    def _convert(self, state: State, at: datetime) -> None:
         if self._last_at is not None and at < self._last_at:
             at = self._last_at  # the clock went back: keep intervals well-formed
         prev_at = self._last_at or at
-        state = state_of(ledger)
         summary_due = self._summary_due(at)
         self._end_gap_if_room()
         if self._gap_from is not None:  # still no room: count what is lost
