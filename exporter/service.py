@@ -89,6 +89,9 @@ class Exporter:
         self._wake = asyncio.Event()
         self._checkpoints: dict[str, str] = {}
         self._downgrade_unsafe: bool | None = None
+        # The last scrape body, reused while neither the ledger nor the self-metrics changed:
+        # concatenating a ~0.5 MB exposition on every scrape cost ~30% of scrape latency.
+        self._body: tuple[Published, bytes, bytes] | None = None
 
     # -- polling ------------------------------------------------------------------------
 
@@ -231,7 +234,12 @@ class Exporter:
         live = self.self_metrics().encode("utf-8")
         if published is None:
             return live
-        return published.exposition + live
+        cached = self._body
+        if cached is not None and cached[0] is published and cached[1] == live:
+            return cached[2]
+        body = published.exposition + live
+        self._body = (published, live, body)
+        return body
 
 
 def cpumap(ledger: Ledger) -> dict[str, Any]:

@@ -1,0 +1,411 @@
+"""Exporter benchmark: ``python -m bench.scrape [--pods 1000] [--cpus 512]``.
+
+A synthetic node (bench.synth) is served by the simulated kubelet (gRPC on a unix socket,
+HTTPS for /pods and /configz). In one run it measures, each against a floor measured in
+the same run:
+
+- scrape: ``/metrics`` latency p99 under ``--scrapers`` concurrent scrapers of a real
+  ``podres-exporter serve`` process, against the p99 of the same aiohttp application (the
+  exporter's ``build_app``, middleware included) in a process of its own, whose /metrics
+  returns a static body of the same bytes. The two are measured in alternating phases so
+  that drift of the machine hits both. Target: ratio ≤ 1.5.
+- poll: a steady ``Exporter.poll_once`` (nothing changed on the node) against the floor of
+  bench.cycle: the ``List`` + ``GetAllocatableResources`` round trip and protobuf decode.
+  Headline with the PodResources source (the floor's sources); with the kubelet's HTTPS
+  endpoint as well for information. Target: ratio ≤ 2.
+- memory: resident set (VmRSS) of the ``serve`` process at steady state, after the scrape
+  phases, as deployed by default: the kubelet source and a SQLite history store on. Target:
+  ≤ 100 MiB. The same without the history store is reported for information.
+
+Prints a table and, as its last line, one JSON object with the figures and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import aiohttp
+
+from bench.synth import SyntheticNode, generate
+from exporter.reader import NodeReader, SourceOptions
+from exporter.service import Exporter, ServiceOptions
+from exporter.sim.server import SimKubelet
+from exporter.sources.podresources import PodResourcesClient, decode_allocatable, decode_list
+from exporter.sources.topology import topology_to_json
+
+SCRAPE_TARGET = 1.5
+POLL_TARGET = 2.0
+RSS_TARGET_MIB = 100.0
+READY_TIMEOUT = 60.0
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100.0 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def vm_status(pid: int | str = "self") -> dict[str, float]:
+    """VmRSS and VmHWM of a process, in MiB."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = round(int(rest.split()[0]) / 1024.0, 1)
+    return out
+
+
+@contextlib.contextmanager
+def _process(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    env = dict(os.environ, GRPC_VERBOSITY="ERROR")
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+async def _read_url(process: subprocess.Popen[str], *, stream: str) -> str:
+    """The base URL a child announces: ``serve``'s JSON "listening" log line on stderr, or
+    the static server's first stdout line."""
+    pipe = process.stderr if stream == "stderr" else process.stdout
+    assert pipe is not None
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        line = await asyncio.wait_for(loop.run_in_executor(None, pipe.readline),
+                                      timeout=READY_TIMEOUT)
+        if not line:
+            break
+        if stream == "stdout":
+            return line.strip()
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") == "listening":
+                return str(record["url"])
+    raise RuntimeError(f"{process.args!r} did not announce its URL "
+                       f"(exit status {process.poll()})")
+
+
+# -- the static twin --------------------------------------------------------------------------
+
+class _StaticBody:
+    """Stands in for the Exporter in ``build_app``: /metrics returns fixed bytes."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.ready = True
+        self.last_success = 0.0
+
+    def metrics_body(self) -> bytes:
+        return self.body
+
+    def current(self) -> None:
+        return None
+
+
+async def _static_server(body_file: str) -> None:
+    from aiohttp import web
+
+    from exporter.web.app import build_app
+
+    app = build_app(cast(Exporter, _StaticBody(Path(body_file).read_bytes())))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = cast(Any, site)._server
+    port = server.sockets[0].getsockname()[1]
+    print(f"http://127.0.0.1:{port}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+# -- scrape latency ---------------------------------------------------------------------------
+
+async def _scrape_phase(url: str, *, scrapers: int, requests: int) -> tuple[list[float], int]:
+    """``scrapers`` concurrent clients (one keep-alive connection each, as Prometheus
+    keeps), ``requests`` scrapes each; returns the latencies (s) and the body size."""
+    latencies: list[float] = []
+    sizes: set[int] = set()
+
+    async def scraper() -> None:
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for _ in range(requests):
+                start = time.perf_counter()
+                async with session.get(url + "/metrics") as response:
+                    body = await response.read()
+                latencies.append(time.perf_counter() - start)
+                if response.status != 200:
+                    raise RuntimeError(f"{url}/metrics answered {response.status}")
+                sizes.add(len(body))
+
+    await asyncio.gather(*(scraper() for _ in range(scrapers)))
+    return latencies, max(sizes)
+
+
+async def measure_scrapes(exporter_url: str, static_url: str, *, scrapers: int,
+                          requests: int, phases: int) -> dict[str, Any]:
+    served: list[float] = []
+    static: list[float] = []
+    sizes: dict[str, int] = {}
+    # Warm both (connections, caches, the interpreters) before anything counts.
+    await _scrape_phase(exporter_url, scrapers=scrapers, requests=10)
+    await _scrape_phase(static_url, scrapers=scrapers, requests=10)
+    for _ in range(phases):
+        gc.collect()
+        lat, sizes["exporter"] = await _scrape_phase(exporter_url, scrapers=scrapers,
+                                                     requests=requests)
+        served += lat
+        gc.collect()
+        lat, sizes["static"] = await _scrape_phase(static_url, scrapers=scrapers,
+                                                   requests=requests)
+        static += lat
+    p99, p99_static = percentile(served, 99), percentile(static, 99)
+    return {
+        "scrape_p99_ms": _ms(p99), "static_p99_ms": _ms(p99_static),
+        "scrape_p50_ms": _ms(percentile(served, 50)),
+        "static_p50_ms": _ms(percentile(static, 50)),
+        "scrape_ratio": round(p99 / p99_static, 2),
+        "scrapes": len(served), "body_bytes": sizes["exporter"],
+        "static_body_bytes": sizes["static"],
+    }
+
+
+# -- poll cycle -------------------------------------------------------------------------------
+
+async def measure_polls(sim: SimKubelet, base: SourceOptions, token_file: Path, *,
+                        rounds: int) -> dict[str, Any]:
+    client = PodResourcesClient(sim.socket_path)
+
+    async def floor_once() -> None:
+        list_raw = await client.list_raw()
+        alloc_raw = await client.allocatable_raw()
+        decode_list(list_raw)
+        if alloc_raw is not None:
+            decode_allocatable(alloc_raw)
+
+    async def timed_floor() -> float:
+        start = time.perf_counter()
+        await floor_once()
+        return time.perf_counter() - start
+
+    exporters = {
+        "podresources": Exporter(NodeReader(base), ServiceOptions()),
+        "with_kubelet": Exporter(NodeReader(SourceOptions(
+            **{**vars(base), "kubelet_url": sim.http_url, "ca_file": str(sim.cert_path),
+               "token_file": str(token_file)})),
+            ServiceOptions()),
+    }
+    floor: list[float] = []
+    steady: dict[str, list[float]] = {name: [] for name in exporters}
+    unchanged = True
+    try:
+        for _ in range(5):
+            await floor_once()
+        for exporter in exporters.values():
+            for _ in range(3):  # the first poll reconciles; later ones find nothing new
+                assert await exporter.poll_once(), "poll failed"
+        for _ in range(rounds):  # interleaved, so drift hits floor and cycle alike
+            gc.collect()
+            floor.append(await timed_floor())
+            for name, exporter in exporters.items():
+                start = time.perf_counter()
+                ok = await exporter.poll_once()
+                steady[name].append(time.perf_counter() - start)
+                assert ok, f"poll failed: {dict(exporter.errors_total)}"
+        for exporter in exporters.values():
+            before = exporter.published
+            await exporter.poll_once()
+            unchanged = unchanged and exporter.published is before
+    finally:
+        await client.close()
+        for exporter in exporters.values():
+            await exporter.reader.close()
+    floor_s = statistics.median(floor)
+    head = statistics.median(steady["podresources"])
+    extra = statistics.median(steady["with_kubelet"])
+    return {
+        "poll_floor_ms": _ms(floor_s), "poll_steady_ms": _ms(head),
+        "poll_ratio": round(head / floor_s, 2),
+        "poll_steady_with_kubelet_ms": _ms(extra),
+        "poll_with_kubelet_ratio": round(extra / floor_s, 2),
+        "poll_unchanged": unchanged, "poll_rounds": rounds,
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+async def run(node: SyntheticNode, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    topology_file = workdir / "topology.json"
+    topology_file.write_text(json.dumps(topology_to_json(node.topology)))
+    token_file = workdir / "token"
+    token_file.write_text("bench-token\n")
+    sim = SimKubelet(node.state, socket_path=str(workdir / "kubelet.sock"),
+                     http_listen="127.0.0.1:0", token="bench-token")
+    await sim.start()
+    try:
+        base = SourceOptions(socket=sim.socket_path, token_file=None, sysfs=None,
+                             topology_file=str(topology_file), node_name="bench")
+        result: dict[str, Any] = {
+            "pods": len(node.pods), "containers": node.containers,
+            "cpus": len(node.topology.cpus)}
+        result.update(await measure_polls(sim, base, token_file, rounds=args.rounds))
+
+        serve_argv = [
+            sys.executable, "-m", "exporter.cli", "serve",
+            "--web.listen-address", "127.0.0.1:0", "--log.format", "json",
+            "--podresources.socket", sim.socket_path, "--topology", str(topology_file),
+            "--kubelet.url", str(sim.http_url), "--kubelet.ca-file", str(sim.cert_path),
+            "--kubelet.token-file", str(token_file), "--node-name", "bench",
+            "--poll.interval", args.poll_interval,
+            "--history.url",
+            f"sqlite:///{workdir / 'history.db'}" if args.history else "off",
+        ]
+        with _process(serve_argv) as serve:
+            exporter_url = await _read_url(serve, stream="stderr")
+            body = await _wait_for_ledger(exporter_url)
+            body_file = workdir / "body.prom"
+            body_file.write_bytes(body)
+            with _process([sys.executable, "-m", "bench.scrape", "--static-server",
+                           str(body_file)]) as static:
+                static_url = await _read_url(static, stream="stdout")
+                result.update(await measure_scrapes(
+                    exporter_url, static_url, scrapers=args.scrapers,
+                    requests=args.requests, phases=args.phases))
+                static_mem = vm_status(static.pid)
+            await asyncio.sleep(1.0)  # let the scrape buffers go before sampling
+            mem = vm_status(serve.pid)
+            if serve.poll() is not None:
+                raise RuntimeError("serve exited during the benchmark")
+        result.update({
+            "rss_mib": mem["VmRSS"], "rss_peak_mib": mem["VmHWM"],
+            "static_server_rss_mib": static_mem["VmRSS"],
+        })
+        if args.history:  # the same process without the history store, for information
+            bare = [*serve_argv[:-1], "off"]  # --history.url off
+            with _process(bare) as serve:
+                url = await _read_url(serve, stream="stderr")
+                await _wait_for_ledger(url)
+                await _scrape_phase(url, scrapers=args.scrapers, requests=20)
+                await asyncio.sleep(1.0)
+                result["rss_no_history_mib"] = vm_status(serve.pid)["VmRSS"]
+    finally:
+        await sim.stop()
+    result["ok"] = bool(result["scrape_ratio"] <= SCRAPE_TARGET
+                        and result["poll_ratio"] <= POLL_TARGET
+                        and result["rss_mib"] <= RSS_TARGET_MIB)
+    return result
+
+
+async def _wait_for_ledger(url: str) -> bytes:
+    """The first /metrics body that carries the ledger (a first poll happened)."""
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            async with session.get(url + "/metrics") as response:
+                body = await response.read()
+            if b"\npodres_up 1" in body and b"podres_container_cpus{" in body:
+                return body
+            await asyncio.sleep(0.1)
+    raise RuntimeError("serve published no ledger")
+
+
+def table(r: dict[str, Any]) -> str:
+    def verdict(ok: bool) -> str:
+        return "ok" if ok else "OVER"
+
+    rows = [
+        ("/metrics p99, exporter", r["scrape_p99_ms"], "ms", ""),
+        ("/metrics p99, static twin", r["static_p99_ms"], "ms", ""),
+        ("  ratio", r["scrape_ratio"], "×",
+         f"≤ {SCRAPE_TARGET:g} {verdict(r['scrape_ratio'] <= SCRAPE_TARGET)}"),
+        ("poll floor (List+Alloc+decode)", r["poll_floor_ms"], "ms", ""),
+        ("poll steady (podresources)", r["poll_steady_ms"], "ms", ""),
+        ("  ratio", r["poll_ratio"], "×",
+         f"≤ {POLL_TARGET:g} {verdict(r['poll_ratio'] <= POLL_TARGET)}"),
+        ("poll steady (+kubelet HTTPS)", r["poll_steady_with_kubelet_ms"], "ms", "info"),
+        ("  ratio", r["poll_with_kubelet_ratio"], "×", "info"),
+        ("serve RSS at steady state", r["rss_mib"], "MiB",
+         f"≤ {RSS_TARGET_MIB:g} {verdict(r['rss_mib'] <= RSS_TARGET_MIB)}"),
+        ("serve RSS peak", r["rss_peak_mib"], "MiB", "info"),
+    ]
+    if "rss_no_history_mib" in r:
+        rows.append(("serve RSS, --history.url off", r["rss_no_history_mib"], "MiB", "info"))
+    lines = [f"node: {r['pods']} pods, {r['containers']} containers, {r['cpus']} CPUs; "
+             f"/metrics body {r['body_bytes']} bytes; {r['scrapes']} scrapes per server",
+             "", f"{'measure':<32} {'value':>10} {'unit':<4} target"]
+    lines += [f"{name:<32} {val:>10} {unit:<4} {target}" for name, val, unit, target in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scrape", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--cpus", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scrapers", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=30,
+                        help="scrapes per scraper per phase")
+    parser.add_argument("--phases", type=int, default=10,
+                        help="alternating exporter/static phases")
+    parser.add_argument("--rounds", type=int, default=30, help="poll cycles measured")
+    parser.add_argument("--poll-interval", default="15s",
+                        help="serve's --poll.interval during the scrape phases")
+    parser.add_argument("--no-history", dest="history", action="store_false",
+                        help="run serve without its SQLite history store")
+    parser.add_argument("--static-server", metavar="BODY_FILE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.static_server:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_static_server(args.static_server))
+        return 0
+    if min(args.pods, args.scrapers, args.requests, args.phases, args.rounds) < 1 \
+            or args.cpus < 2:
+        parser.error("sizes and counts must be positive (--cpus ≥ 2)")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    node = generate(args.pods, args.cpus, seed=args.seed)
+    workdir = Path(tempfile.mkdtemp(prefix="podres-bench-", dir="/tmp"))
+    try:
+        result = asyncio.run(run(node, args, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(table(result))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
