@@ -9,8 +9,9 @@ Pod-level and container-level lists are never added together.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 from reconciler.cpuset import MAX_CPU_ID, format_cpuset
 from reconciler.estimates import legacy_cost, reclaimable_cores
@@ -43,6 +44,7 @@ class _PodView:
     exclusive: frozenset[int] = frozenset()
     remainder: frozenset[int] = frozenset()
     anomalies: list[Anomaly] = field(default_factory=list)
+    plain: bool = False  # no CPU reported at all: every container node_shared
 
 
 MemoryKey = tuple[tuple[str, int, tuple[int, ...]], ...]
@@ -53,6 +55,7 @@ class _PodMemory:
     assignments: list[Assignment]
     sizes: list[int]  # bytes attributed to each container
     rows: tuple[tuple[str, str, int], ...]  # (pool, memory_type, bytes) of the pod
+    plain: bool = False  # no memory reported at all: every container node_shared
 
 
 def _memory_key(c: ContainerAlloc) -> MemoryKey:
@@ -76,6 +79,85 @@ def _memory_pools(memory: Iterable[_PodMemory]) -> tuple[tuple[str, tuple[int, i
 
 
 _EMPTY: frozenset[int] = frozenset()
+
+# A node has thousands of containers, and the generated __init__ of a frozen dataclass
+# (object.__setattr__ per field) is the largest single cost of a reconcile. These build the
+# very same objects (equal, hashable, immutable) by setting their slots directly; should
+# the entry types change shape, the plain constructors are used instead.
+_CPU_IDS_OF = attrgetter("cpu_ids")
+_MEMORY_OF = attrgetter("memory")
+
+_CONTAINER_FIELDS = ("namespace", "pod", "name", "sidecar", "assignment",
+                     "memory_assignment", "cpus", "memory_bytes")
+_POD_FIELDS = ("namespace", "name", "cpus", "budget_cpus", "pod_exclusive_cpus",
+               "pod_shared_cpus", "pod_idle_cpus", "node_exclusive_cpus", "reclaimed_cpus",
+               "reclaimable_cpus", "estimate_basis", "uid", "memory")
+
+
+def _same_shape(cls: type, names: tuple[str, ...]) -> bool:
+    return ("__slots__" in cls.__dict__ and tuple(f.name for f in fields(cls)) == names
+            and all(hasattr(cls.__dict__.get(n), "__set__") for n in names))
+
+
+def _container_entry_factory() -> Callable[[str, str, str, bool, Assignment, Assignment,
+                                            frozenset[int], int], ContainerEntry]:
+    if not _same_shape(ContainerEntry, _CONTAINER_FIELDS):
+        return ContainerEntry
+    new = object.__new__
+    s0, s1, s2, s3, s4, s5, s6, s7 = (ContainerEntry.__dict__[n].__set__
+                                      for n in _CONTAINER_FIELDS)
+
+    def make(namespace: str, pod: str, name: str, sidecar: bool, assignment: Assignment,
+             memory_assignment: Assignment, cpus: frozenset[int], memory_bytes: int,
+             ) -> ContainerEntry:
+        e: ContainerEntry = new(ContainerEntry)
+        s0(e, namespace)
+        s1(e, pod)
+        s2(e, name)
+        s3(e, sidecar)
+        s4(e, assignment)
+        s5(e, memory_assignment)
+        s6(e, cpus)
+        s7(e, memory_bytes)
+        return e
+
+    return make
+
+
+def _plain_pod_entry_factory() -> Callable[[str, str, int | None, Basis, str,
+                                            tuple[tuple[str, str, int], ...]], PodEntry]:
+    """Pod entries of pods that own no CPU (the common case)."""
+    if not _same_shape(PodEntry, _POD_FIELDS):
+        return lambda namespace, name, budget, basis, uid, memory: PodEntry(
+            namespace, name, _EMPTY, budget, 0, 0, 0, 0, None, 0, basis, uid, memory)
+    new = object.__new__
+    setters = tuple(PodEntry.__dict__[n].__set__ for n in _POD_FIELDS)
+    s_ns, s_name, s_cpus, s_budget, s_pe, s_ps, s_pi, s_ne, s_rd, s_ra, s_basis, s_uid, \
+        s_mem = setters
+
+    def make(namespace: str, name: str, budget: int | None, basis: Basis, uid: str,
+             memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
+        e: PodEntry = new(PodEntry)
+        s_ns(e, namespace)
+        s_name(e, name)
+        s_cpus(e, _EMPTY)
+        s_budget(e, budget)
+        s_pe(e, 0)
+        s_ps(e, 0)
+        s_pi(e, 0)
+        s_ne(e, 0)
+        s_rd(e, None)
+        s_ra(e, 0)
+        s_basis(e, basis)
+        s_uid(e, uid)
+        s_mem(e, memory)
+        return e
+
+    return make
+
+
+_container_entry = _container_entry_factory()
+_plain_pod_entry = _plain_pod_entry_factory()
 
 
 def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
@@ -110,6 +192,8 @@ class _Reconciler:
         self.reserved = self._reserved_cpus()
         self.specs = self._index_specs(snapshot.pod_specs)
         self.anomalies: list[Anomaly] = []
+        self._plain_lists: dict[int, tuple[list[Assignment], list[frozenset[int]]]] = {}
+        self._plain_memory: dict[int, _PodMemory] = {}
 
     # -- node facts -------------------------------------------------------------------
 
@@ -166,10 +250,13 @@ class _Reconciler:
 
     def _classify(self, pod: PodAlloc) -> _PodView:
         spec = self.specs.get((pod.namespace, pod.name))
-        if not pod.cpu_ids and not any(c.cpu_ids for c in pod.containers):
+        if not pod.cpu_ids and not any(map(_CPU_IDS_OF, pod.containers)):
             # The common case on a busy node (nothing exclusive): every container shared.
             n = len(pod.containers)
-            return _PodView(pod, spec, _EMPTY, False, False, ["node_shared"] * n, [_EMPTY] * n)
+            lists = self._plain_lists.get(n)
+            if lists is None:  # shared by every such pod: read-only from here on
+                lists = self._plain_lists[n] = (["node_shared"] * n, [_EMPTY] * n)
+            return _PodView(pod, spec, _EMPTY, False, False, lists[0], lists[1], plain=True)
         block = self._known(pod.cpu_ids, pod, None)
         sets = [self._known(c.cpu_ids, pod, c.name) for c in pod.containers]
         raw = [frozenset(c.cpu_ids) for c in pod.containers]
@@ -236,6 +323,10 @@ class _Reconciler:
         )
 
     def _assign(self, index: int, view: _PodView, owner: dict[int, tuple[str, int, str]]) -> None:
+        if view.plain:  # owns no CPU: only the spec can tell something is wrong
+            if view.spec is not None:
+                self._spec_anomalies(view)
+            return
         pod = view.alloc
         exclusive: set[int] = set()
         overlaps: dict[int, set[int]] = defaultdict(set)
@@ -333,10 +424,18 @@ class _Reconciler:
         containers: list[ContainerEntry] = []
         pods: list[PodEntry] = []
         add = containers.append
+        make = _container_entry
         for view, mem in zip(views, memory, strict=True):
             pod, spec = view.alloc, view.spec
             namespace, pod_name = pod.namespace, pod.name
             sidecars = _sidecar_names(spec)
+            if view.plain and mem.plain:  # nothing reported: all node_shared, no memory
+                for c in pod.containers:
+                    name = c.name
+                    add(make(namespace, pod_name, name, name in sidecars, "node_shared",
+                             "node_shared", _EMPTY, 0))
+                pods.append(self._pod_entry(view, mem.rows))
+                continue
             for c, assignment, cpus, mem_assignment, mem_bytes in zip(
                     pod.containers, view.assignments, view.sets, mem.assignments, mem.sizes,
                     strict=True):
@@ -347,14 +446,19 @@ class _Reconciler:
                 else:
                     held = cpus
                 # Positional: the field order of ContainerEntry (the hot loop of a node).
-                add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars, assignment,
-                                   mem_assignment, held, mem_bytes))
+                add(_container_entry(namespace, pod_name, c.name, c.name in sidecars,
+                                     assignment, mem_assignment, held, mem_bytes))
             pods.append(self._pod_entry(view, mem.rows))
         return tuple(containers), tuple(pods)
 
     def _pod_entry(self, view: _PodView, memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
         pod, spec = view.alloc, view.spec
         basis: Basis = "spec" if spec is not None else "podresources"
+        if view.plain:
+            # No block, nothing exclusive: no CPU counts, nothing reclaimable (§3.3).
+            return _plain_pod_entry(pod.namespace, pod.name,
+                                    spec.budget_cpus if spec else None, basis,
+                                    spec.uid if spec else "", memory)
         has_shared = "pod_shared" in view.assignments
         node_exclusive = frozenset().union(*(
             s for a, s in zip(view.assignments, view.sets, strict=True)
@@ -422,9 +526,13 @@ class _Reconciler:
         containers may well hold identical blocks (same size, same NUMA node).
         """
         pod, spec = view.alloc, view.spec
-        if not pod.memory and not any(c.memory for c in pod.containers):
+        if not pod.memory and not any(map(_MEMORY_OF, pod.containers)):
             n = len(pod.containers)
-            return _PodMemory(["node_shared"] * n, [0] * n, ())
+            plain = self._plain_memory.get(n)
+            if plain is None:  # shared by every such pod: read-only from here on
+                plain = self._plain_memory[n] = _PodMemory(["node_shared"] * n, [0] * n, (),
+                                                           plain=True)
+            return plain
         keys = [_memory_key(c) for c in pod.containers]
         shared_keys: set[MemoryKey] = set()
         if view.legacy_pattern and not pod.memory:

@@ -17,12 +17,23 @@ def _memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...
 
 def pods_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[PodAlloc, ...]:
     pods = []
+    # Most containers of a busy node hold nothing exclusive and share a few names
+    # ("istio-proxy", "app"): one immutable ContainerAlloc per such name is enough.
+    plain: dict[str, ContainerAlloc] = {}
     for p in resp.pod_resources:
-        containers = tuple(
-            ContainerAlloc(c.name, tuple(c.cpu_ids), _memory(c.memory) if c.memory else ())
-            for c in p.containers
-        )
-        pods.append(PodAlloc(p.namespace, p.name, containers, tuple(p.cpu_ids),
+        containers = []
+        for c in p.containers:
+            cpu_ids, memory = c.cpu_ids, c.memory
+            if not cpu_ids and not memory:
+                name = c.name
+                alloc = plain.get(name)
+                if alloc is None:
+                    alloc = plain[name] = ContainerAlloc(name)
+                containers.append(alloc)
+            else:
+                containers.append(ContainerAlloc(c.name, tuple(cpu_ids),
+                                                 _memory(memory) if memory else ()))
+        pods.append(PodAlloc(p.namespace, p.name, tuple(containers), tuple(p.cpu_ids),
                              _memory(p.memory) if p.memory else ()))
     return tuple(pods)
 
