@@ -4,6 +4,7 @@ codes and stderr; and the ``pods`` collector's flags."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from tests.service.conftest import (
     scenario_root,
     series,
     value,
+    without_pods,
 )
 
 POD_FAMILIES = ("podres_pod_cpus", "podres_pod_reclaimed_cpus", "podres_container_cpus",
@@ -178,3 +180,57 @@ async def _scrape_until_shared_and_exclusive(
                 return samples
             await asyncio.sleep(0.05)
     return samples
+
+
+async def test_serve_process_sighup_polls_now_and_sigterm_stops(
+        start_sim: StartSim, short_tmp: Path) -> None:
+    """A real ``serve`` process with an hour-long interval: SIGHUP makes it poll at once
+    (the deletion shows up), SIGTERM stops it with status 0; logs are JSON lines."""
+    directory = scenario_root() / "database-pod-scope"
+    sim = await start_sim(directory, http=True, token=TOKEN)
+    token_file = short_tmp / "token"
+    token_file.write_text(TOKEN)
+    process = subprocess.Popen(
+        [CLI, "serve", "--web.listen-address", "127.0.0.1:0", "--log.format", "json",
+         "--history.url", "off", "--poll.interval", "1h",
+         "--podresources.socket", sim.socket_path, "--topology",
+         str(directory / "topology.json"), "--kubelet.url", str(sim.http_url),
+         "--kubelet.ca-file", str(sim.cert_path), "--kubelet.token-file", str(token_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, GRPC_VERBOSITY="ERROR"))
+    loop = asyncio.get_running_loop()
+    try:
+        assert process.stderr is not None
+        line = await asyncio.wait_for(loop.run_in_executor(None, process.stderr.readline), 60)
+        record = json.loads(line)
+        assert record["msg"] == "listening", record
+        url = record["url"]
+        async with aiohttp.ClientSession() as session:
+            async def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+                async with session.get(url + "/metrics") as response:
+                    return parse_exposition(await response.text())
+
+            def worker(s: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> bool:
+                return bool(series(s, "podres_pod_cpus", namespace="batch", pod="worker"))
+
+            for _ in range(600):
+                if worker(await scrape()):
+                    break
+                await asyncio.sleep(0.05)
+            assert worker(await scrape())
+            sim.set_state(without_pods(sim.state, ("batch", "worker")))
+            process.send_signal(signal.SIGHUP)
+            for _ in range(600):
+                if not worker(await scrape()):
+                    break
+                await asyncio.sleep(0.05)
+            assert not worker(await scrape()), "SIGHUP did not trigger a poll"
+        process.send_signal(signal.SIGTERM)
+        _, err = await loop.run_in_executor(None, lambda: process.communicate(timeout=30))
+        assert process.returncode == 0, err
+        for text in err.splitlines():
+            json.loads(text)  # every log line is one JSON object
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
