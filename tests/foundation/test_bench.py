@@ -1,0 +1,54 @@
+"""The benchmark harness works (figures are not asserted: benchmarks, not timed tests)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from exporter.assemble import assemble, parse_configz, parse_pod_list
+from foundation.helpers import REPO, check_invariants
+from reconciler.reconcile import reconcile
+
+if str(REPO) not in sys.path:  # bench/ is run from the checkout (python -m bench.cycle)
+    sys.path.insert(0, str(REPO))
+
+from bench import cycle, synth
+
+
+@pytest.mark.parametrize(("pods", "cpus"), [(1000, 512), (100, 64), (10, 8), (3, 2)])
+def test_synthetic_node_shape(pods: int, cpus: int) -> None:
+    node = synth.generate(pods, cpus)
+    assert len(node.pods) == pods and node.containers == 4 * pods
+    assert len(node.topology.cpus) == cpus
+    assert sum(node.kinds.values()) == pods
+    ledger = reconcile(assemble(node.state.list_response, allocatable=node.state.allocatable,
+                                topology=node.topology,
+                                pod_specs=parse_pod_list(node.state.pod_list),
+                                config=parse_configz(node.state.configz)))
+    check_invariants(ledger, node.topology)
+    assert ledger.anomalies == ()  # a well-behaved kubelet
+    assert ledger.cpu_pools.reserved == len(node.reserved)
+    if pods >= 100:
+        assert node.kinds["hybrid"] and node.kinds["legacy"]
+        assert ledger.cpu_pools.pod_shared and ledger.cpu_pools.node_exclusive
+        assert ledger.cpu_pools.node_shared  # the node keeps a shared pool
+
+
+def test_synthetic_node_is_deterministic() -> None:
+    a, b = synth.generate(50, 32, seed=7), synth.generate(50, 32, seed=7)
+    assert a.state.list_response == b.state.list_response
+    assert synth.generate(50, 32, seed=8).state.list_response != a.state.list_response
+
+
+def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cycle.main(["--pods", "20", "--cpus", "16", "--rounds", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert {"pods", "cpus", "floor_ms", "steady_ms", "cold_ms", "steady_ratio",
+            "cold_ratio"} <= set(result)
+    assert result["pods"] == 20 and result["cpus"] == 16
+    assert result["steady_unchanged"] is True
+    assert result["with_kubelet"]["steady_unchanged"] is True
+    assert any(line.startswith("cold") for line in lines)
