@@ -458,6 +458,9 @@ def test_service_and_servicemonitor_select_the_daemonset() -> None:
     sm = one(objects, "ServiceMonitor")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    # The series name workloads in namespace/pod/container: without honorLabels the
+    # operator would overwrite them with the exporter pod's own and break cAdvisor joins.
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
     assert sm["metadata"]["namespace"] == svc["metadata"]["namespace"]
 
 
