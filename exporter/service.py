@@ -123,11 +123,17 @@ class Exporter:
             errors[(exc.source, exc.operation)] = str(exc)
             # A restarted kubelet is a new socket inode: dial afresh next time.
             await self.reader.podresources.reset()
+        checkpoints_changed = False
         if self.checkpoint_probe is not None:
             try:
-                self._checkpoints, self._downgrade_unsafe = self.checkpoint_probe()
+                found = self.checkpoint_probe()
             except SourceError as exc:
                 errors[(exc.source, exc.operation)] = str(exc)
+            else:
+                # A kubelet upgrade rewrites its checkpoints while the pods stay the same:
+                # the formats are part of the exposition, so they alone warrant a render.
+                checkpoints_changed = found != (self._checkpoints, self._downgrade_unsafe)
+                self._checkpoints, self._downgrade_unsafe = found
         self.last_duration = time.perf_counter() - started
         self._account_errors(errors, configured=self._configured_sources())
         if reading is None:
@@ -135,7 +141,7 @@ class Exporter:
             return False
         self.up = True
         self.last_success = self.clock()
-        if reading.changed or self.published is None:
+        if reading.changed or checkpoints_changed or self.published is None:
             self._publish(reading.ledger)
         if self.history is not None:
             self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
