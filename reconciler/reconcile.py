@@ -297,15 +297,27 @@ class _Reconciler:
     # -- the whole node -------------------------------------------------------------------
 
     def run(self) -> Ledger:
-        views = [self._classify(pod) for pod in self.snap.pods]
         owner: dict[int, tuple[str, int, str]] = {}  # cpu → (pool, pod index, owner name)
-        for index, view in enumerate(views):
+        containers: list[ContainerEntry] = []
+        pods: list[PodEntry] = []
+        memory: list[_PodMemory] = []
+        late: list[list[Anomaly]] = []  # per pod, after every pod's classification ones
+        for index, pod in enumerate(self.snap.pods):
+            if not (pod.cpu_ids or pod.memory or any(map(_CPU_IDS_OF, pod.containers))
+                    or any(map(_MEMORY_OF, pod.containers))):
+                pods.append(self._plain_pod(pod, containers, late))
+                continue
+            # Pod by pod: classification, then CPU ownership in List order, then memory;
+            # a pod's own anomalies in that order.
+            view = self._classify(pod)
             self._assign(index, view, owner)
-        memory = [self._memory(view) for view in views]
-        containers, pods = self._entries(views, memory)
-        pools, by_numa, cells = self._pools(owner, views)
-        for view in views:
-            self.anomalies.extend(view.anomalies)
+            mem = self._memory(view)
+            memory.append(mem)
+            pods.append(self._view_entries(view, mem, containers))
+            late.append(view.anomalies)
+        pools, by_numa, cells = self._pools(owner)
+        for anomalies in late:
+            self.anomalies.extend(anomalies)
         return Ledger(
             node_name=self.snap.node_name,
             online_cpus=len(self.online),
@@ -314,13 +326,38 @@ class _Reconciler:
             cpu_pools=pools,
             cpu_pools_by_numa=by_numa,
             memory_pools=_memory_pools(memory),
-            pods=pods,
-            containers=containers,
+            pods=tuple(pods),
+            containers=tuple(containers),
             reclaimed_cpus=sum(p.reclaimed_cpus or 0 for p in pods),
             reclaimable_cpus=sum(p.reclaimable_cpus or 0 for p in pods),
             anomalies=tuple(self.anomalies),
             cpu_map=cells,
         )
+
+    def _plain_pod(self, pod: PodAlloc, containers: list[ContainerEntry],
+                   late: list[list[Anomaly]]) -> PodEntry:
+        """A pod that reports nothing (no CPU, no memory: the common case on a busy node):
+        every container node_shared, no block, nothing reclaimable (§3.3); it owns no CPU,
+        so only its spec can show something wrong."""
+        spec = self.specs.get((pod.namespace, pod.name)) if self.specs else None
+        namespace, name = pod.namespace, pod.name
+        add, make = containers.append, _container_entry
+        if spec is None:
+            for c in pod.containers:
+                add(make(namespace, name, c.name, False, "node_shared", "node_shared",
+                         _EMPTY, 0))
+            late.append([])
+            return _plain_pod_entry(namespace, name, None, "podresources", "", ())
+        sidecars = _sidecar_names(spec)
+        for c in pod.containers:
+            add(make(namespace, name, c.name, c.name in sidecars, "node_shared",
+                     "node_shared", _EMPTY, 0))
+        anomalies: list[Anomaly] = []
+        if self.config is not None and self.config.static_cpu:
+            anomalies = self._missing_exclusive(
+                pod, spec, ["node_shared"] * len(pod.containers))
+        late.append(anomalies)
+        return _plain_pod_entry(namespace, name, spec.budget_cpus, "spec", spec.uid, ())
 
     def _assign(self, index: int, view: _PodView, owner: dict[int, tuple[str, int, str]]) -> None:
         if view.plain:  # owns no CPU: only the spec can tell something is wrong
@@ -405,51 +442,48 @@ class _Reconciler:
                     "budget_mismatch", pod.namespace, pod.name, None,
                     f"pod block holds {len(view.block)} CPUs but the spec has {want}"))
         if self.config is not None and self.config.static_cpu:
-            fractional_budget = spec.has_pod_cpu_budget and spec.budget_cpus is None
-            for c, assignment in zip(pod.containers, view.assignments, strict=True):
-                cspec = spec.container(c.name)
-                if cspec is None or fractional_budget:
-                    continue
-                if spec.eligible(cspec) and assignment not in ("pod_exclusive",
-                                                               "node_exclusive"):
-                    view.anomalies.append(Anomaly(
-                        "missing_exclusive", pod.namespace, pod.name, c.name,
-                        f"eligible for {cspec.resources.integer_cpus} exclusive CPUs under "
-                        "the static policy but reported none"))
+            view.anomalies += self._missing_exclusive(pod, spec, view.assignments)
+
+    @staticmethod
+    def _missing_exclusive(pod: PodAlloc, spec: PodSpec, assignments: list[Assignment],
+                           ) -> list[Anomaly]:
+        """Under the static policy: eligible containers (§2.2) that got no exclusive CPU."""
+        found: list[Anomaly] = []
+        if spec.has_pod_cpu_budget and spec.budget_cpus is None:
+            return found  # a fractional pod budget gets no exclusive CPUs at all
+        for c, assignment in zip(pod.containers, assignments, strict=True):
+            cspec = spec.container(c.name)
+            if cspec is None:
+                continue
+            if spec.eligible(cspec) and assignment not in ("pod_exclusive", "node_exclusive"):
+                found.append(Anomaly(
+                    "missing_exclusive", pod.namespace, pod.name, c.name,
+                    f"eligible for {cspec.resources.integer_cpus} exclusive CPUs under "
+                    "the static policy but reported none"))
+        return found
 
     # -- entries ----------------------------------------------------------------------
 
-    def _entries(self, views: list[_PodView], memory: list[_PodMemory],
-                 ) -> tuple[tuple[ContainerEntry, ...], tuple[PodEntry, ...]]:
-        containers: list[ContainerEntry] = []
-        pods: list[PodEntry] = []
+    def _view_entries(self, view: _PodView, mem: _PodMemory,
+                      containers: list[ContainerEntry]) -> PodEntry:
+        """Appends the pod's container entries; returns its pod entry."""
+        pod, spec = view.alloc, view.spec
+        namespace, pod_name = pod.namespace, pod.name
+        sidecars = _sidecar_names(spec)
         add = containers.append
-        make = _container_entry
-        for view, mem in zip(views, memory, strict=True):
-            pod, spec = view.alloc, view.spec
-            namespace, pod_name = pod.namespace, pod.name
-            sidecars = _sidecar_names(spec)
-            if view.plain and mem.plain:  # nothing reported: all node_shared, no memory
-                for c in pod.containers:
-                    name = c.name
-                    add(make(namespace, pod_name, name, name in sidecars, "node_shared",
-                             "node_shared", _EMPTY, 0))
-                pods.append(self._pod_entry(view, mem.rows))
-                continue
-            for c, assignment, cpus, mem_assignment, mem_bytes in zip(
-                    pod.containers, view.assignments, view.sets, mem.assignments, mem.sizes,
-                    strict=True):
-                if assignment == "pod_shared":
-                    held = view.remainder
-                elif assignment == "node_shared":
-                    held = _EMPTY
-                else:
-                    held = cpus
-                # Positional: the field order of ContainerEntry (the hot loop of a node).
-                add(_container_entry(namespace, pod_name, c.name, c.name in sidecars,
-                                     assignment, mem_assignment, held, mem_bytes))
-            pods.append(self._pod_entry(view, mem.rows))
-        return tuple(containers), tuple(pods)
+        for c, assignment, cpus, mem_assignment, mem_bytes in zip(
+                pod.containers, view.assignments, view.sets, mem.assignments, mem.sizes,
+                strict=True):
+            if assignment == "pod_shared":
+                held = view.remainder
+            elif assignment == "node_shared":
+                held = _EMPTY
+            else:
+                held = cpus
+            # Positional: the field order of ContainerEntry (the hot loop of a node).
+            add(_container_entry(namespace, pod_name, c.name, c.name in sidecars,
+                                 assignment, mem_assignment, held, mem_bytes))
+        return self._pod_entry(view, mem.rows)
 
     def _pod_entry(self, view: _PodView, memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
         pod, spec = view.alloc, view.spec
@@ -489,9 +523,8 @@ class _Reconciler:
 
     # -- pools (§3.1) -----------------------------------------------------------------
 
-    def _pools(self, owner: Mapping[int, tuple[str, int, str]], views: list[_PodView],
+    def _pools(self, owner: Mapping[int, tuple[str, int, str]],
                ) -> tuple[PoolCounts, tuple[tuple[int, PoolCounts], ...], tuple[CPUCell, ...]]:
-        del views
         counts = dict.fromkeys(CPU_POOLS, 0)
         numa_counts: dict[int, dict[str, int]] = {}
         if self.topology is not None:
