@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,28 @@ async def test_pods_forbidden_falls_back_to_podresources_basis(
             break
         await asyncio.sleep(0.05)
     assert (await basis())["db/tightly-coupled-database"] == "spec"
+
+
+async def test_exporter_started_before_the_kubelet(short_tmp: Path, start_sim: StartSim,
+                                                    run_serve: RunServe) -> None:
+    """A DaemonSet pod can start before the kubelet's socket exists: alive but not ready,
+    only self-metrics, then ready once the socket appears, without a restart."""
+    directory = scenario_root() / SCENARIO
+    socket_path = short_tmp / "late" / "kubelet.sock"
+    socket_path.parent.mkdir()
+    served = await run_serve(None, "--podresources.socket", str(socket_path),
+                             "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "300ms")
+    waiting = await served.wait_for(lambda s: list_errors(s) >= 2, what="failed polls")
+    assert up(waiting) == 0.0 and not ledger_series(waiting)
+    assert (await served.get("/healthz"))[0] == 200
+    status, body = await served.get("/readyz")
+    assert status == 503
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 503 and b"no successful poll yet" in body
+
+    await start_sim(directory, socket_name="late/kubelet.sock")
+    ready = await served.wait_for(lambda s: up(s) == 1.0 and bool(ledger_series(s)),
+                                  what="the late kubelet")
+    assert value(ready, "podres_source_up", source="podresources") == 1.0
+    assert (await served.get("/readyz"))[0] == 200

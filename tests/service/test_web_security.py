@@ -133,6 +133,7 @@ basic_auth_users:
   alice: {hash_password("correct horse")}
   bob: '{hash_password("battery staple", b"$2y$")}'
   carol: '{hash_password("paper clip", b"$2a$")}'
+  jürgen: {hash_password("pässwörd 🙂:with colon")}
 """)
     good = basic_auth("alice", "correct horse")
     served = await serve_with(start_sim, run_serve, config, ca.client_context(), good)
@@ -148,7 +149,8 @@ basic_auth_users:
     async with served.session.get(served.url + "/metrics", ssl=served.ssl) as response:
         assert response.status == 401
         assert response.headers["WWW-Authenticate"].startswith("Basic ")
-    for user, password in (("bob", "battery staple"), ("carol", "paper clip")):
+    for user, password in (("bob", "battery staple"), ("carol", "paper clip"),
+                           ("jürgen", "pässwörd 🙂:with colon")):
         status, _ = await served.get("/metrics", auth=basic_auth(user, password))
         assert status == 200, user
     for auth in (basic_auth("mallory", "correct horse"),
