@@ -94,9 +94,17 @@ def pod_samples(ledger: Ledger, max_series: int) -> tuple[dict[str, list[Sample]
                                   "podres_container_cpus": [], "podres_pod_memory_bytes": []}
     budget = max_series
     dropped = 0
+    seen: set[tuple[str, tuple[str, ...]]] = set()
 
     def add(name: str, labels: Sequence[str], value: float) -> None:
         nonlocal budget, dropped
+        key = (name, tuple(labels))
+        if key in seen:
+            # A kubelet that lists a pod (or a container name) twice: a repeated series
+            # would make Prometheus reject the whole scrape. The first one stands; the
+            # ledger reports the overlap as an anomaly.
+            return
+        seen.add(key)
         if budget <= 0:
             dropped += 1
             return

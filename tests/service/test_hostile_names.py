@@ -5,6 +5,7 @@ an independent parser (prometheus_client) and promtool."""
 from __future__ import annotations
 
 import json
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -106,3 +107,34 @@ def test_escaping_matches_the_text_format() -> None:
     assert escape_label("ünï 🙂") == "ünï 🙂"
 
 
+
+
+async def test_a_kubelet_listing_twice_keeps_the_exposition_valid(
+        start_sim: StartSim, run_serve: RunServe) -> None:
+    """The same pod listed twice, and two containers of one pod with the same name: no
+    series may repeat (Prometheus would reject the whole scrape)."""
+    from dataclasses import replace
+
+    from exporter.pb import api_pb2
+
+    directory = scenario_root() / "sidecar-hybrid"
+    good = load_fixture_dir(directory).kubelet
+    listing = api_pb2.ListPodResourcesResponse()
+    listing.CopyFrom(good.list_response)
+    listing.pod_resources.append(good.list_response.pod_resources[0])
+    listing.pod_resources.add(name="twins", namespace="x", containers=[
+        api_pb2.ContainerResources(name="c", cpu_ids=[5]),
+        api_pb2.ContainerResources(name="c", cpu_ids=[6])])
+    sim = await start_sim(replace(good, list_response=listing))
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "1m")
+    # parse_exposition fails on a repeated series.
+    samples = await served.wait_for(lambda s: value(s, "podres_up") == 1.0,
+                                    what="first poll")
+    assert value(samples, "podres_container_cpus", namespace="x", pod="twins",
+                 container="c", assignment="node_exclusive") == 1.0
+    assert value(samples, "podres_pod_cpus", namespace="shop", pod="web",
+                 pool="pod_exclusive") == 2.0
+    result = promtool_check(await served.metrics_text())
+    assert result.returncode == 0 or not os.access("/usr/bin/promtool", os.X_OK), \
+        result.stdout + result.stderr
