@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeGuard
 
 from reconciler.cpuset import CPUSetError, parse_cpuset
 
@@ -19,6 +19,11 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"),
             "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18")}
+
+
+def _is_map(obj: object) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(obj, Mapping)``, quick for the dicts that decoded JSON is made of."""
+    return type(obj) is dict or isinstance(obj, Mapping)
 
 
 class SpecError(ValueError):
@@ -54,12 +59,36 @@ def parse_quantity(value: object) -> Decimal:
     return number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
 
 
+# A node's pod specs repeat a handful of quantity strings ("100m", "64Mi") thousands of
+# times: remember the parsed values (bounded, so hostile input cannot grow it forever).
+_MILLIS: dict[str, int] = {}
+_BYTES: dict[str, int] = {}
+_CACHE_MAX = 4096
+
+
+def _remember(cache: dict[str, int], key: str, value: int) -> int:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def cpu_millis(value: object) -> int:
     """CPU quantity in millicores, rounded up as the kubelet does."""
+    if type(value) is str:
+        cached = _MILLIS.get(value)
+        if cached is not None:
+            return cached
+        return _remember(_MILLIS, value, math.ceil(parse_quantity(value) * 1000))
     return math.ceil(parse_quantity(value) * 1000)
 
 
 def memory_bytes(value: object) -> int:
+    if type(value) is str:
+        cached = _BYTES.get(value)
+        if cached is not None:
+            return cached
+        return _remember(_BYTES, value, math.ceil(parse_quantity(value)))
     return math.ceil(parse_quantity(value))
 
 
@@ -75,11 +104,11 @@ class Resources:
 
     @classmethod
     def from_json(cls, obj: object) -> Resources:
-        if not isinstance(obj, Mapping):
+        if not _is_map(obj):
             return cls()
         requests = obj.get("requests") or {}
         limits = obj.get("limits") or {}
-        if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+        if not _is_map(requests) or not _is_map(limits):
             raise SpecError("resources.requests/limits must be objects")
         cpu_limit = cpu_millis(limits["cpu"]) if "cpu" in limits else None
         mem_limit = memory_bytes(limits["memory"]) if "memory" in limits else None
@@ -191,7 +220,7 @@ def compute_qos(pod: PodSpec) -> str:
 
 
 def _container_from_json(obj: object, *, init: bool) -> ContainerSpec:
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str):
+    if not _is_map(obj) or not isinstance(obj.get("name"), str):
         raise SpecError("a container without a name")
     sidecar = init and obj.get("restartPolicy") == "Always"
     return ContainerSpec(
@@ -207,9 +236,9 @@ def pod_spec_from_json(obj: Mapping[str, Any]) -> PodSpec:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+    if not _is_map(meta) or not _is_map(spec):
         raise SpecError("pod without metadata/spec objects")
-    if not isinstance(status, Mapping):
+    if not _is_map(status):
         status = {}
     pod_resources = spec.get("resources")
     return PodSpec(
@@ -220,7 +249,7 @@ def pod_spec_from_json(obj: Mapping[str, Any]) -> PodSpec:
                          for c in spec.get("containers") or ()),
         init_containers=tuple(_container_from_json(c, init=True)
                               for c in spec.get("initContainers") or ()),
-        resources=Resources.from_json(pod_resources) if isinstance(pod_resources, Mapping)
+        resources=Resources.from_json(pod_resources) if _is_map(pod_resources)
         else None,
         qos_class=status.get("qosClass") if isinstance(status.get("qosClass"), str) else None,
         phase=status.get("phase") if isinstance(status.get("phase"), str) else None,
@@ -233,7 +262,7 @@ def pod_list_from_json(obj: object) -> tuple[PodSpec, ...]:
         raise SpecError("not a PodList: expected an object with an 'items' list")
     pods = []
     for item in obj.get("items") or ():
-        if not isinstance(item, Mapping):
+        if not _is_map(item):
             raise SpecError("PodList item is not an object")
         pods.append(pod_spec_from_json(item))
     return tuple(pods)
