@@ -44,6 +44,8 @@ class HistorySink(Protocol):
     @property
     def dropped_writes_total(self) -> int: ...
 
+    summary_interval: float
+
     def submit(self, ledger: Ledger, at: datetime) -> None: ...
 
 
@@ -87,6 +89,7 @@ class Exporter:
         self._seen_anomalies: set[tuple[Any, ...]] = set()
         self._logged_errors: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
+        self._history_at: float | None = None
         self._checkpoints: dict[str, str] = {}
         self._downgrade_unsafe: bool | None = None
         # The last scrape body, reused while neither the ledger nor the self-metrics changed:
@@ -101,7 +104,13 @@ class Exporter:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:
+                # A bug must not take the node agent down: count it, log it, poll again.
+                self.up = False
+                self.errors_total[("exporter", "poll")] += 1
+                log.exception("poll failed unexpectedly")
             self._wake.clear()
             waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())}
             _, pending = await asyncio.wait(waiters, timeout=self.options.poll_interval,
@@ -143,9 +152,19 @@ class Exporter:
         self.last_success = self.clock()
         if reading.changed or checkpoints_changed or self.published is None:
             self._publish(reading.ledger)
-        if self.history is not None:
-            self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
+        self._record_history(reading)
         return True
+
+    def _record_history(self, reading: Reading) -> None:
+        """Hand the ledger to the history writer when it changed, or when a node summary is
+        due; an unchanged node then costs the writer nothing on most polls."""
+        if self.history is None or self.last_success is None:
+            return
+        due = (self._history_at is None
+               or self.last_success - self._history_at >= self.history.summary_interval)
+        if reading.changed or due:
+            self._history_at = self.last_success
+            self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
 
     def _configured_sources(self) -> set[str]:
         opts = self.reader.options

@@ -62,11 +62,12 @@ def ledger_samples(ledger: Ledger, checkpoints: Mapping[str, str] | None = None,
     s["podres_memory_bytes"] = [((pool, mtype), float(size))
                                 for mtype, sizes in ledger.memory_pools
                                 for pool, size in zip(MEMORY_POOLS, sizes, strict=True)]
-    cpu_counts = Counter(c.assignment for c in ledger.containers)
-    mem_counts = Counter(c.memory_assignment for c in ledger.containers)
-    s["podres_containers"] = (
-        [(("cpu", a), float(cpu_counts.get(a, 0))) for a in ASSIGNMENTS]
-        + [(("memory", a), float(mem_counts.get(a, 0))) for a in ASSIGNMENTS])
+    cpu_counts: Counter[str] = Counter(c.assignment for c in ledger.containers)
+    mem_counts: Counter[str] = Counter(c.memory_assignment for c in ledger.containers)
+    s["podres_containers"] = [
+        ((resource, a), float(counts.get(a, 0)))
+        for resource, counts in (("cpu", cpu_counts), ("memory", mem_counts))
+        for a in ASSIGNMENTS]
     s["podres_reclaimed_cpus"] = [((), float(ledger.reclaimed_cpus))]
     s["podres_reclaimable_cpus"] = [((), float(ledger.reclaimable_cpus))]
     s["podres_anomalies"] = [((kind,), float(n))
