@@ -120,3 +120,27 @@ async def test_sysfs_topology(start_sim: Any, reader_for: Any) -> None:
         assert not (await reader.read()).changed
     finally:
         await reader.close()
+
+
+@pytest.mark.timeout(60)
+async def test_reader_recovers_after_a_kubelet_outage(start_sim: Any, reader_for: Any) -> None:
+    """The socket goes away (kubelet down) and comes back as a new file: the same reader
+    reads again, without being recreated."""
+    import asyncio
+
+    sim = await start_sim(HYBRID)
+    reader = reader_for(sim, folder=HYBRID)
+    before = (await reader.read()).ledger
+    await sim.stop_grpc()
+    with pytest.raises(SourceError, match="does not exist"):
+        await reader.read()
+    await sim.start_grpc()
+    for _ in range(100):  # bounded: the channel redials with a backoff of at most 2 s
+        try:
+            reading = await reader.read()
+            break
+        except SourceError:
+            await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the reader never read the restarted kubelet")
+    assert reading.ledger == before
