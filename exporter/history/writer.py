@@ -84,6 +84,7 @@ class HistoryWriter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podres-history")
         self._last_prune: float | None = None
         self._carry_gap: Gap | None = None
+        self._busy = False  # the flusher is between taking a batch and finishing with it
         self._closed = False
 
     # -- public ------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class HistoryWriter:
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is written (True) or ``timeout`` passes."""
         async def _wait() -> None:
-            while self._inbox or self._pending or self._gap_latest is not None:
+            while self._inbox or self._pending or self._gap_latest is not None or self._busy:
                 await asyncio.sleep(0.01)
         try:
             await asyncio.wait_for(_wait(), timeout)
@@ -248,12 +249,14 @@ class HistoryWriter:
                 await self._pending_event.wait()
                 continue
             batch = [self._pending[i] for i in range(min(MAX_BATCH, len(self._pending)))]
+            self._busy = True
             try:
                 rows = await loop.run_in_executor(
                     self._executor, self.store.write, self.node, self.writer_id, batch)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._busy = False
                 self.last_error = _describe(exc)
                 if not _transient(exc) and not self._make_robust(batch, exc):
                     continue
@@ -269,7 +272,10 @@ class HistoryWriter:
             for _ in batch:
                 self._pending.popleft()
             self._end_gap_if_room()
-            await self._maybe_prune(loop)
+            try:
+                await self._maybe_prune(loop)
+            finally:
+                self._busy = False
 
     def _make_robust(self, batch: list[ChangeSet], exc: BaseException) -> bool:
         """A permanent error (the database disagrees with what the writer believed it holds,

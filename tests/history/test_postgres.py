@@ -150,7 +150,10 @@ async def test_exporter_starts_while_the_database_is_down(own_pg_cluster: PgClus
     await writer.start()
     sim = SimNode("n", 31, pods=5)
     writer.submit(sim.ledger(), at(0))
-    await asyncio.sleep(0.3)
+    for _ in range(1000):  # until the first write attempt has failed
+        if writer.last_error:
+            break
+        await asyncio.sleep(0.01)
     assert writer.pending_writes == 1 and writer.last_error
     await asyncio.to_thread(own_pg_cluster.start)
     assert await writer.flush(timeout=30)

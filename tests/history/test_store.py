@@ -187,8 +187,11 @@ async def test_outage_buffers_in_order_and_loses_nothing(history_url: str) -> No
         if i == 45:
             assert writer.pending_writes > 0
             attempts = store.attempts
-            await asyncio.sleep(0.1)
-            assert store.attempts > attempts  # retrying
+            for _ in range(1000):
+                if store.attempts > attempts:  # retrying
+                    break
+                await asyncio.sleep(0.01)
+            assert store.attempts > attempts
             store.down = False
         writer.submit(sim.ledger(), at(i))
         timeline.append((at(i), sim.ledger()))
@@ -211,26 +214,28 @@ async def test_overflow_records_an_explicit_gap(history_url: str) -> None:
             while sim.step() == "none":
                 pass
         if i == 10:
-            await writer.flush()
             store.down = True
         if i == 30:
             store.down = False
         writer.submit(sim.ledger(), at(i))
         timeline.append((at(i), sim.ledger()))
-        await asyncio.sleep(0.005)
+        if store.down:
+            await asyncio.sleep(0.005)
+        else:  # only the outage may overflow the tiny bound, however slow the machine
+            assert await writer.flush(timeout=60)
     await writer.close()
     dropped = writer.dropped_writes_total
-    assert dropped > 0
-    page = q.gaps(store, node="n")
-    assert len(page.items) == 1
-    gap = page.items[0]
+    # 5 queued (at 10..14); the changes at 15..29 dropped, and the one at 30 too when it
+    # came while the queue was still full (before the next retry succeeded).
+    assert dropped in (15, 16)
+    (gap,) = q.gaps(store, node="n").items
     assert gap["dropped_writes"] == dropped
-    assert gap["from"] <= gap["to"]
     gap_from = datetime.fromisoformat(gap["from"])
     gap_to = datetime.fromisoformat(gap["to"])
+    assert gap_from == at(15) and gap_to == at(14 + dropped)
     # Outside the gap the history is exact; inside it, only the gap says "unknown".
     check_timeline(store, "n", [(t, led) for t, led in timeline
-                                if t < gap_from or t >= gap_to])
+                                if not gap_from <= t < gap_to])
     assert q.gaps(store, window=q.Window(at=gap_from + (gap_to - gap_from) / 2)).items
     open_intervals_unique(store)
 
