@@ -4,13 +4,14 @@ bad parameters (400, never 500), SQL metacharacters, and the OpenAPI document.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import create_database, drop_database
 from histsim import HOSTILE, SimNode
 from openapi_spec_validator import validate as validate_spec
 from sqlalchemy import create_engine
@@ -43,10 +44,26 @@ async def populate(store: HistoryStore) -> None:
         await writer.close()
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def populated_url(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One populated database per backend for the whole module (the API only reads)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'history.db'}"
+    else:
+        server = request.getfixturevalue("pg_server_url")
+        url = create_database(server)
+    store = open_store(url)
+    asyncio.run(populate(store))
+    store.close()
+    yield url
+    if request.param == "postgresql":
+        drop_database(server, url)
+
+
 @pytest.fixture
-async def client(history_url: str) -> AsyncIterator[TestClient[Any, Any]]:
-    store = open_store(history_url)
-    await populate(store)
+async def client(populated_url: str) -> AsyncIterator[TestClient[Any, Any]]:
+    store = open_store(populated_url, readonly=True)
     app = web.Application()
     add_routes(app, store)
     async with TestClient(TestServer(app)) as c:
