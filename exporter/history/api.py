@@ -242,7 +242,8 @@ def _run(store: HistoryStore, name: str, p: dict[str, Any]) -> Any:
 
 
 def error_response(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message, "status": status}, status=status)
+    return web.json_response({"error": message, "status": status}, status=status,
+                             dumps=_dumps)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -261,6 +262,9 @@ def _handler(store: HistoryStore, route: Route) -> Handler:
         except SQLAlchemyError as exc:
             log.warning("history API: database error: %s", exc)
             return error_response(503, "history database unavailable")
+        except Exception:  # a bug: logged with its traceback, answered without one
+            log.exception("history API: %s failed", route.path)
+            return error_response(500, "internal error")
         return web.json_response(body, dumps=_dumps)
     return handle
 
