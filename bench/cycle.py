@@ -15,8 +15,9 @@ measured again with the kubelet's HTTPS endpoint (``/pods``, ``/configz``) as a 
 source: reported under ``with_kubelet``, for information (two more round trips and a pod
 spec per pod to parse).
 
-Medians over the rounds. Prints a table and, as its last line, one JSON object with the
-figures and the ratios to the floor.
+The process runs with the daemon's garbage-collector settings (``exporter.runtime.tune_gc``,
+applied by ``serve`` after start-up). Medians over the rounds. Prints a table and, as its
+last line, one JSON object with the figures and the ratios to the floor.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 from bench.synth import SyntheticNode, generate
 from exporter.reader import NodeReader, SourceOptions
+from exporter.runtime import tune_gc
 from exporter.sim.server import SimKubelet
 from exporter.sources.podresources import (
     PodResourcesClient,
@@ -217,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     node = generate(args.pods, args.cpus, seed=args.seed,
                     containers_per_pod=args.containers_per_pod)
     workdir = Path(tempfile.mkdtemp(prefix="podres-bench-", dir="/tmp"))
+    tune_gc()
     try:
         result = asyncio.run(measure(node, rounds=args.rounds, kubelet=args.kubelet,
                                      workdir=workdir))

@@ -1,12 +1,14 @@
 """The ledger: the reconciled picture of a node (SPEC §3, JSON form §4.3).
 
-Immutable; ``to_json()`` gives exactly the documented ``podres.ledger/v1`` object.
+Immutable; ``to_json()`` gives exactly the documented ``podres.ledger/v1`` object. The
+per-pod, per-container and per-CPU records are named tuples: a busy node has thousands of
+them, and a tuple is built several times faster than a frozen dataclass.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from reconciler.cpuset import format_cpuset
 
@@ -44,8 +46,7 @@ class PoolCounts:
         return sum(self.to_json().values())
 
 
-@dataclass(frozen=True, slots=True)
-class PodEntry:
+class PodEntry(NamedTuple):
     namespace: str
     name: str
     cpus: frozenset[int]
@@ -76,8 +77,7 @@ class PodEntry:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerEntry:
+class ContainerEntry(NamedTuple):
     namespace: str
     pod: str
     name: str
@@ -104,8 +104,7 @@ class ContainerEntry:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Anomaly:
+class Anomaly(NamedTuple):
     kind: str
     namespace: str | None
     pod: str | None
@@ -117,8 +116,7 @@ class Anomaly:
                 "container": self.container, "detail": self.detail}
 
 
-@dataclass(frozen=True, slots=True)
-class CPUCell:
+class CPUCell(NamedTuple):
     """One online CPU and who holds it, for the CPU map (not part of the ledger JSON)."""
 
     id: int

@@ -9,8 +9,8 @@ Pod-level and container-level lists are never added together.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from reconciler.cpuset import MAX_CPU_ID, format_cpuset
@@ -80,84 +80,17 @@ def _memory_pools(memory: Iterable[_PodMemory]) -> tuple[tuple[str, tuple[int, i
 
 _EMPTY: frozenset[int] = frozenset()
 
-# A node has thousands of containers, and the generated __init__ of a frozen dataclass
-# (object.__setattr__ per field) is the largest single cost of a reconcile. These build the
-# very same objects (equal, hashable, immutable) by setting their slots directly; should
-# the entry types change shape, the plain constructors are used instead.
 _CPU_IDS_OF = attrgetter("cpu_ids")
 _MEMORY_OF = attrgetter("memory")
 
-_CONTAINER_FIELDS = ("namespace", "pod", "name", "sidecar", "assignment",
-                     "memory_assignment", "cpus", "memory_bytes")
-_POD_FIELDS = ("namespace", "name", "cpus", "budget_cpus", "pod_exclusive_cpus",
-               "pod_shared_cpus", "pod_idle_cpus", "node_exclusive_cpus", "reclaimed_cpus",
-               "reclaimable_cpus", "estimate_basis", "uid", "memory")
 
 
-def _same_shape(cls: type, names: tuple[str, ...]) -> bool:
-    return ("__slots__" in cls.__dict__ and tuple(f.name for f in fields(cls)) == names
-            and all(hasattr(cls.__dict__.get(n), "__set__") for n in names))
+def _plain_pod_entry(namespace: str, name: str, budget: int | None, basis: Basis, uid: str,
+                     memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
+    """The entry of a pod that owns no CPU (the common case): no block, no counts,
+    nothing reclaimable (§3.3)."""
+    return PodEntry(namespace, name, _EMPTY, budget, 0, 0, 0, 0, None, 0, basis, uid, memory)
 
-
-def _container_entry_factory() -> Callable[[str, str, str, bool, Assignment, Assignment,
-                                            frozenset[int], int], ContainerEntry]:
-    if not _same_shape(ContainerEntry, _CONTAINER_FIELDS):
-        return ContainerEntry
-    new = object.__new__
-    s0, s1, s2, s3, s4, s5, s6, s7 = (ContainerEntry.__dict__[n].__set__
-                                      for n in _CONTAINER_FIELDS)
-
-    def make(namespace: str, pod: str, name: str, sidecar: bool, assignment: Assignment,
-             memory_assignment: Assignment, cpus: frozenset[int], memory_bytes: int,
-             ) -> ContainerEntry:
-        e: ContainerEntry = new(ContainerEntry)
-        s0(e, namespace)
-        s1(e, pod)
-        s2(e, name)
-        s3(e, sidecar)
-        s4(e, assignment)
-        s5(e, memory_assignment)
-        s6(e, cpus)
-        s7(e, memory_bytes)
-        return e
-
-    return make
-
-
-def _plain_pod_entry_factory() -> Callable[[str, str, int | None, Basis, str,
-                                            tuple[tuple[str, str, int], ...]], PodEntry]:
-    """Pod entries of pods that own no CPU (the common case)."""
-    if not _same_shape(PodEntry, _POD_FIELDS):
-        return lambda namespace, name, budget, basis, uid, memory: PodEntry(
-            namespace, name, _EMPTY, budget, 0, 0, 0, 0, None, 0, basis, uid, memory)
-    new = object.__new__
-    setters = tuple(PodEntry.__dict__[n].__set__ for n in _POD_FIELDS)
-    s_ns, s_name, s_cpus, s_budget, s_pe, s_ps, s_pi, s_ne, s_rd, s_ra, s_basis, s_uid, \
-        s_mem = setters
-
-    def make(namespace: str, name: str, budget: int | None, basis: Basis, uid: str,
-             memory: tuple[tuple[str, str, int], ...]) -> PodEntry:
-        e: PodEntry = new(PodEntry)
-        s_ns(e, namespace)
-        s_name(e, name)
-        s_cpus(e, _EMPTY)
-        s_budget(e, budget)
-        s_pe(e, 0)
-        s_ps(e, 0)
-        s_pi(e, 0)
-        s_ne(e, 0)
-        s_rd(e, None)
-        s_ra(e, 0)
-        s_basis(e, basis)
-        s_uid(e, uid)
-        s_mem(e, memory)
-        return e
-
-    return make
-
-
-_container_entry = _container_entry_factory()
-_plain_pod_entry = _plain_pod_entry_factory()
 
 
 def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
@@ -341,7 +274,7 @@ class _Reconciler:
         so only its spec can show something wrong."""
         spec = self.specs.get((pod.namespace, pod.name)) if self.specs else None
         namespace, name = pod.namespace, pod.name
-        add, make = containers.append, _container_entry
+        add, make = containers.append, ContainerEntry
         if spec is None:
             for c in pod.containers:
                 add(make(namespace, name, c.name, False, "node_shared", "node_shared",
@@ -481,7 +414,7 @@ class _Reconciler:
             else:
                 held = cpus
             # Positional: the field order of ContainerEntry (the hot loop of a node).
-            add(_container_entry(namespace, pod_name, c.name, c.name in sidecars,
+            add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars,
                                  assignment, mem_assignment, held, mem_bytes))
         return self._pod_entry(view, mem.rows)
 

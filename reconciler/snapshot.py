@@ -1,25 +1,26 @@
 """What the reconciler is given: one full, immutable snapshot of a node.
 
 Sources (the kubelet's socket, its HTTPS endpoint, sysfs, fixture files) are turned into
-these types by ``exporter``; the reconciler never sees protobuf messages or files.
+these types by ``exporter``; the reconciler never sees protobuf messages or files. What a
+busy node has thousands of (pods, containers, memory blocks) are named tuples, which are
+built several times faster than frozen dataclasses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from reconciler.kube import KubeletConfig, PodSpec
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryBlock:
+class MemoryBlock(NamedTuple):
     memory_type: str
     size: int
     numa_nodes: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerAlloc:
+class ContainerAlloc(NamedTuple):
     """A container as PodResources ``List`` reports it."""
 
     name: str
@@ -27,8 +28,7 @@ class ContainerAlloc:
     memory: tuple[MemoryBlock, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PodAlloc:
+class PodAlloc(NamedTuple):
     """A pod as PodResources ``List`` reports it; ``cpu_ids``/``memory`` are the pod-level
     fields (4 and 5), empty on kubelets without pod-level resource managers."""
 

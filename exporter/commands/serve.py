@@ -141,6 +141,9 @@ async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | N
         loop.add_signal_handler(signal.SIGHUP, exporter.wake)
     if writer is not None:
         await writer.start()
+    from exporter.runtime import tune_gc
+
+    tune_gc()
     if on_ready is not None:
         on_ready(url)
     try:
