@@ -110,12 +110,11 @@ async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | N
     def mount_history(app: web.Application) -> None:
         if store is None:
             return
-        try:
-            from exporter.history.api import add_routes
-        except ImportError:
-            log.warning("history API not available in this build; /api/v1 history routes off")
-            return
+        from exporter.history.api import OPENAPI_EXTRA_KEY, add_routes
+        from exporter.web.app import openapi_paths
+
         add_routes(app, store)
+        app[OPENAPI_EXTRA_KEY] = openapi_paths()
 
     app = build_app(exporter, web_config, mount_history)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

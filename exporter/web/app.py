@@ -85,6 +85,23 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.Response(text=_LANDING, content_type="text/html")
 
 
+def openapi_paths() -> dict[str, Any]:
+    """The exporter's own JSON routes, for the OpenAPI document the history API serves."""
+    unavailable = {"description": "no successful poll yet, or PodResources stale",
+                   "content": {"application/json": {"schema": {"type": "object"}}}}
+
+    def route(summary: str) -> dict[str, Any]:
+        return {"get": {"summary": summary, "responses": {
+            "200": {"description": "OK",
+                    "content": {"application/json": {"schema": {"type": "object"}}}},
+            "503": unavailable}}}
+
+    return {
+        "/api/v1/ledger": route("The current ledger (schema podres.ledger/v1)"),
+        "/api/v1/cpumap": route("Every online CPU with its pool and owner"),
+    }
+
+
 def build_app(exporter: Exporter, web_config: WebConfig | None = None,
               extra: Callable[[web.Application], None] | None = None) -> web.Application:
     app = web.Application(middlewares=[_auth_middleware(web_config or WebConfig())])

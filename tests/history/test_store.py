@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,6 +79,26 @@ def test_migrations_create_the_declared_schema(history_url: str) -> None:
     again = open_store(history_url)  # idempotent
     assert again.revision() == HEAD_REVISION
     again.close()
+
+
+def test_head_revision_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from exporter.history.store import MIGRATIONS
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION
+
+
+def test_current_store_opens_without_loading_alembic(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/h.db"
+    open_store(url).close()  # creates and migrates
+    code = ("import sys; from exporter.history import open_store; "
+            f"open_store({url!r}).close(); "
+            "sys.exit(1 if any(m.startswith('alembic') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_sqlite_is_in_wal_mode(tmp_path: Any) -> None:
