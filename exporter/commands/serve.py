@@ -174,7 +174,7 @@ def _open_history(ns: dict[str, Any], node: str) -> tuple[Any, Any]:
     except ImportError as exc:  # an install without the history extra's driver
         print(f"podres-exporter serve: history disabled: {exc}", file=sys.stderr)
         return None, None
-    store = open_store(url or default_history_url())
+    store = open_store(url or default_history_url(), isolated_migrations=True)
     writer = HistoryWriter(store, node or "localhost", max_pending=ns["history.max_pending"],
                            summary_interval=ns["history.summary_interval"],
                            retention=ns["history.retention"])

@@ -50,6 +50,7 @@ from exporter.history.changes import (
     anomaly_subject,
     diff_states,
 )
+from exporter.history.migrate import MigrationUnreachable
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
@@ -103,8 +104,11 @@ class PruneResult:
 class HistoryStore:
     """A migrated history database. Thread-safe (one engine, pooled connections)."""
 
-    def __init__(self, engine: Engine, *, readonly: bool = False) -> None:
+    def __init__(self, engine: Engine, *, readonly: bool = False,
+                 isolated_migrations: bool = False) -> None:
         self.engine = engine
+        # Migrate in a child process (the node agent never loads Alembic).
+        self.isolated_migrations = isolated_migrations
         self.readonly = readonly
         self.dialect = engine.dialect.name
         self.url = engine.url.render_as_string(hide_password=True)
@@ -126,6 +130,11 @@ class HistoryStore:
     def migrate(self, revision: str = "head") -> None:
         """Bring the schema to ``revision`` (default the newest; Alembic, programmatically)."""
         if revision == "head" and self._stored_revision() == HEAD_REVISION:
+            return
+        if self.isolated_migrations and revision == "head":
+            from exporter.history.migrate import migrate_in_child
+
+            migrate_in_child(self.engine.url.render_as_string(hide_password=False))
             return
         from alembic import command
         from alembic.config import Config
@@ -452,9 +461,10 @@ def _configure_sqlite(engine: Engine, readonly: bool) -> None:
 
 
 def open_store(url: str | None = None, *, readonly: bool = False,
-               migrate: bool = True) -> HistoryStore:
+               migrate: bool = True, isolated_migrations: bool = False) -> HistoryStore:
     """Open (creating and migrating unless ``readonly``) the history database at ``url``
-    (default :func:`default_history_url`). Errors are :class:`UserError` with one line."""
+    (default :func:`default_history_url`). Errors are :class:`UserError` with one line.
+    With ``isolated_migrations`` a schema change runs in a short-lived child process."""
     url = url or default_history_url()
     try:
         parsed = make_url(url)
@@ -492,12 +502,12 @@ def open_store(url: str | None = None, *, readonly: bool = False,
         raise UserError(f"--history.url {redact_url(url)}: {exc}") from None
     if backend == "sqlite":
         _configure_sqlite(engine, readonly)
-    store = HistoryStore(engine, readonly=readonly)
+    store = HistoryStore(engine, readonly=readonly, isolated_migrations=isolated_migrations)
     try:
         if migrate and not readonly:
             try:
                 store.migrate()
-            except OperationalError as exc:
+            except (OperationalError, MigrationUnreachable) as exc:
                 if backend != "postgresql":
                     raise
                 # A fleet database that is down must not stop the exporter from serving

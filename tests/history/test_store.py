@@ -101,6 +101,19 @@ def test_current_store_opens_without_loading_alembic(tmp_path: Any) -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+def test_isolated_migration_builds_the_schema_in_a_child(tmp_path: Any) -> None:
+    # What serve does: the schema is created by a short-lived child process, and the
+    # exporter's own process never imports Alembic.
+    url = f"sqlite:///{tmp_path}/fresh.db"
+    code = ("import sys; from exporter.history import open_store; "
+            f"s = open_store({url!r}, isolated_migrations=True); "
+            "sys.exit(1 if any(m.startswith('alembic') for m in sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    store = open_store(url)
+    assert store.revision() == HEAD_REVISION
+    store.close()
+
+
 def test_sqlite_is_in_wal_mode(tmp_path: Any) -> None:
     store = open_store(f"sqlite:///{tmp_path}/h.db")
     with store.engine.connect() as conn:
