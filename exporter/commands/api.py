@@ -7,16 +7,10 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
-
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 HELP = "serve the read-only history API (/api/v1) over a history database"
 
@@ -42,21 +36,15 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
     from exporter.commands.serve import parse_listen
     from exporter.history import open_store
     from exporter.history.api import add_routes
+    from exporter.web.app import auth_middleware
     from exporter.web.webconfig import load_web_config
 
     host, port = parse_listen(args.listen)
     config = load_web_config(args.web_config)
 
-    @web.middleware
-    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not config.check(request.headers.get("Authorization")):
-            return web.Response(status=401, text="Unauthorized\n",
-                                headers={"WWW-Authenticate": 'Basic realm="podres-exporter"'})
-        return await handler(request)
-
     ssl_context = config.ssl_context
     store = open_store(args.history_url, readonly=True)
-    app = web.Application(middlewares=[auth])
+    app = web.Application(middlewares=[auth_middleware(config)])
     add_routes(app, store)
 
     async def health(_: web.Request) -> web.Response:

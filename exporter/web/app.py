@@ -28,7 +28,8 @@ _LANDING = """<!doctype html>
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
 
-def _auth_middleware(config: WebConfig) -> Any:
+def auth_middleware(config: WebConfig) -> Any:
+    """Basic auth from the web config, on every route (a no-op without users)."""
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not config.check(request.headers.get("Authorization")):
@@ -104,7 +105,7 @@ def openapi_paths() -> dict[str, Any]:
 
 def build_app(exporter: Exporter, web_config: WebConfig | None = None,
               extra: Callable[[web.Application], None] | None = None) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(web_config or WebConfig())])
+    app = web.Application(middlewares=[auth_middleware(web_config or WebConfig())])
     app[EXPORTER_KEY] = exporter
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
