@@ -8,8 +8,10 @@ same checks at a running ``podres-exporter demo``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
@@ -64,7 +66,9 @@ def chromium_binary() -> str:
 
 def run_chromium(url: str, *extra: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     binary = chromium_binary()
-    with tempfile.TemporaryDirectory(prefix="podres-chromium-") as profile:
+    # Chromium's helper processes can still write to the profile while the browser exits.
+    with tempfile.TemporaryDirectory(prefix="podres-chromium-",
+                                     ignore_cleanup_errors=True) as profile:
         proc = subprocess.run(
             [binary, *BASE_FLAGS, f"--user-data-dir={profile}", *extra, url],
             capture_output=True, text=True, timeout=timeout,
@@ -252,13 +256,14 @@ class DevTools:
         import aiohttp
 
         binary = chromium_binary()
-        self.profile = tempfile.TemporaryDirectory(prefix="podres-cdp-")
+        self.profile = tempfile.TemporaryDirectory(prefix="podres-cdp-",
+                                                   ignore_cleanup_errors=True)
         flags = [f for f in BASE_FLAGS if not f.startswith("--virtual-time-budget")]
         self.proc = subprocess.Popen(
             [binary, *flags, f"--user-data-dir={self.profile.name}",
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
              "--window-size=1100,800", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "HOME": self.profile.name})
         port_file = Path(self.profile.name) / "DevToolsActivePort"
         loop = asyncio.get_running_loop()
@@ -328,11 +333,14 @@ class DevTools:
         if self._http is not None:
             await self._http.close()
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            # The whole process group: the browser's renderer and helper processes too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=5)
         if self.profile is not None:
             self.profile.cleanup()
