@@ -111,15 +111,9 @@ def _manifest_paths(names: Iterable[str]) -> list[str]:
 def _read_text(name: str) -> str:
     if name == "-":
         return sys.stdin.read()
-    try:
-        path = Path(name)
-        if path.stat().st_size > MAX_BYTES:
-            raise UserError(f"{name}: larger than {MAX_BYTES >> 20} MiB")
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{name}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{name}: {exc.strerror or exc}") from None
+    from exporter.files import read_text_file
+
+    return read_text_file(name, MAX_BYTES)
 
 
 def load_documents(name: str) -> list[Any]:

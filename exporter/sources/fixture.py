@@ -13,6 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from exporter.errors import SourceError, UserError
+from exporter.files import read_text_file
 from exporter.pb import api_pb2
 from exporter.sources.topology import topology_from_json, topology_to_json
 from reconciler.snapshot import Topology
@@ -41,14 +42,7 @@ class FixtureDir:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise UserError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB")
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{path}: {exc.strerror or exc}") from None
+    return read_text_file(path, MAX_FILE_BYTES)
 
 
 def _read_json(path: Path) -> Any:
