@@ -81,6 +81,22 @@ def _assignment_json(r: Any) -> dict[str, Any]:
     }
 
 
+def _interval_page(store: HistoryStore, stmt: Select[Any], id_col: Any, start_col: Any,
+                   end_col: Any, window: Window, cursor: int | None, limit: int,
+                   to_json: Any) -> Page:
+    """One page of intervals ``[start_col, end_col)``: current at ``window.at``, or
+    overlapping ``window.start``–``window.end``; keyset-paginated by ``id_col``."""
+    if window.at is not None:
+        stmt = stmt.where(at_filter(start_col, end_col, window.at))
+    elif window.start is not None or window.end is not None:
+        stmt = stmt.where(overlap_filter(start_col, end_col, window.start, window.end))
+    if cursor is not None:
+        stmt = stmt.where(id_col > cursor)
+    with store.read() as conn:
+        rows = list(conn.execute(stmt))
+    return _page(rows, limit, to_json)
+
+
 def assignments(store: HistoryStore, *, node: str | None = None,
                 namespace: str | None = None, pod: str | None = None,
                 container: str | None = None, assignment: str | None = None,
@@ -94,16 +110,8 @@ def assignments(store: HistoryStore, *, node: str | None = None,
                           (a.c.container, container), (a.c.assignment, assignment)):
         if value is not None:
             stmt = stmt.where(column == value)
-    if window.at is not None:
-        stmt = stmt.where(at_filter(a.c.valid_from, a.c.valid_to, window.at))
-    elif window.start is not None or window.end is not None:
-        stmt = stmt.where(overlap_filter(a.c.valid_from, a.c.valid_to, window.start,
-                                         window.end))
-    if cursor is not None:
-        stmt = stmt.where(a.c.id > cursor)
-    with store.read() as conn:
-        rows = list(conn.execute(stmt))
-    return _page(rows, limit, _assignment_json)
+    return _interval_page(store, stmt, a.c.id, a.c.valid_from, a.c.valid_to, window, cursor,
+                          limit, _assignment_json)
 
 
 def assignments_at(store: HistoryStore, at: datetime, node: str | None = None
@@ -145,16 +153,8 @@ def anomalies(store: HistoryStore, *, node: str | None = None, kind: str | None 
         stmt = stmt.where(n.c.resolved_at.is_(None))
     elif state == "resolved":
         stmt = stmt.where(n.c.resolved_at.is_not(None))
-    if window.at is not None:
-        stmt = stmt.where(at_filter(n.c.first_seen, n.c.resolved_at, window.at))
-    elif window.start is not None or window.end is not None:
-        stmt = stmt.where(overlap_filter(n.c.first_seen, n.c.resolved_at, window.start,
-                                         window.end))
-    if cursor is not None:
-        stmt = stmt.where(n.c.id > cursor)
-    with store.read() as conn:
-        rows = list(conn.execute(stmt))
-    return _page(rows, limit, _anomaly_json)
+    return _interval_page(store, stmt, n.c.id, n.c.first_seen, n.c.resolved_at, window, cursor,
+                          limit, _anomaly_json)
 
 
 def gaps(store: HistoryStore, *, node: str | None = None, window: Window = Window(),

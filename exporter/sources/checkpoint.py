@@ -11,10 +11,10 @@ ever written.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.errors import SourceError
 from reconciler.cpuset import CPUSetError, parse_cpuset
@@ -133,27 +133,41 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
     return value
 
 
+V = TypeVar("V")
+
+
+def _entry_tables(top: Mapping[str, Any], what: str, parse: Callable[[object, str], V],
+                  pod_key: str) -> tuple[dict[str, dict[str, V]], dict[str, V]]:
+    """``entries{podUID:{container:value}}`` and ``podEntries{podUID:value}`` (the value
+    bare, or wrapped in an object under ``pod_key``), parsed by ``parse``."""
+    entries: dict[str, dict[str, V]] = {}
+    for uid, containers in _mapping(top.get("entries"), f"{what} entries").items():
+        row = _mapping(containers, f"{what} entries.{uid}")
+        entries[str(uid)] = {str(c): parse(v, f"{what} entries.{uid}.{c}")
+                             for c, v in row.items()}
+    pod_entries: dict[str, V] = {}
+    for uid, value in _mapping(top.get("podentries"), f"{what} podEntries").items():
+        if isinstance(value, Mapping):
+            value = _loose(value).get(pod_key)
+        pod_entries[str(uid)] = parse(value, f"{what} podEntries.{uid}")
+    return entries, pod_entries
+
+
+def _format(top: Mapping[str, Any], names: tuple[str, str, str]) -> str:
+    """The format generation (SPEC §2.4): plain, with top-level ``podEntries`` (1.36), or
+    with an inline ``data`` string (1.37)."""
+    if top.get("data") is True:
+        return names[2]
+    return names[1] if "podentries" in top else names[0]
+
+
 def parse_cpu_checkpoint(text: str) -> CPUCheckpoint:
     what = "cpu_manager_state"
     top = _load(text, what)
     if "policyname" not in top:
         raise CheckpointError(f"{what}: no policyName (not a CPU manager checkpoint)")
-    entries: dict[str, dict[str, frozenset[int]]] = {}
-    for uid, containers in _mapping(top.get("entries"), f"{what} entries").items():
-        row = _mapping(containers, f"{what} entries.{uid}")
-        entries[str(uid)] = {str(c): _cpuset(v, f"{what} entries.{uid}.{c}")
-                             for c, v in row.items()}
-    pod_entries: dict[str, frozenset[int]] = {}
-    for uid, value in _mapping(top.get("podentries"), f"{what} podEntries").items():
-        if isinstance(value, Mapping):
-            value = _loose(value).get("cpuset")
-        pod_entries[str(uid)] = _cpuset(value, f"{what} podEntries.{uid}")
-    if top.get("data") is True:
-        fmt = "v4"
-    elif "podentries" in top:
-        fmt = "v3"
-    else:
-        fmt = "v2"
+    entries, pod_entries = _entry_tables(top, what, _cpuset, "cpuset")
+    fmt = _format(top, ("v2", "v3", "v4"))
     return CPUCheckpoint(fmt, str(top.get("policyname") or ""),
                          _cpuset(top.get("defaultcpuset"), f"{what} defaultCpuSet"),
                          entries, pod_entries)
@@ -183,22 +197,8 @@ def parse_memory_checkpoint(text: str) -> MemoryCheckpoint:
     top = _load(text, what)
     if "policyname" not in top:
         raise CheckpointError(f"{what}: no policyName (not a memory manager checkpoint)")
-    entries: dict[str, dict[str, tuple[MemoryEntry, ...]]] = {}
-    for uid, containers in _mapping(top.get("entries"), f"{what} entries").items():
-        row = _mapping(containers, f"{what} entries.{uid}")
-        entries[str(uid)] = {str(c): _blocks(v, f"{what} entries.{uid}.{c}")
-                             for c, v in row.items()}
-    pod_entries: dict[str, tuple[MemoryEntry, ...]] = {}
-    for uid, value in _mapping(top.get("podentries"), f"{what} podEntries").items():
-        if isinstance(value, Mapping):
-            value = _loose(value).get("memoryblocks")
-        pod_entries[str(uid)] = _blocks(value, f"{what} podEntries.{uid}")
-    if top.get("data") is True:
-        fmt = "v3"
-    elif "podentries" in top:
-        fmt = "v2"
-    else:
-        fmt = "v1"
+    entries, pod_entries = _entry_tables(top, what, _blocks, "memoryblocks")
+    fmt = _format(top, ("v1", "v2", "v3"))
     machine = top.get("machinestate")
     return MemoryCheckpoint(fmt, str(top.get("policyname") or ""),
                             dict(machine) if isinstance(machine, Mapping) else {},
