@@ -361,6 +361,14 @@ def _json_response(description: str, schema: str) -> dict[str, Any]:
         "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
 
 
+def _bad_request() -> dict[str, Any]:
+    response = _json_response(
+        "Bad parameters: JSON naming the parameter; a request line longer than the HTTP "
+        "server's limit (8 KiB) is refused before the API sees it, in plain text", "Error")
+    response["content"]["text/plain"] = {"schema": {"type": "string"}}
+    return response
+
+
 def openapi_document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any]:
     """The OpenAPI 3.0 document of the history API; ``extra_paths`` (path → path item) adds
     routes served by others on the same server (``serve``'s ledger and CPU map)."""
@@ -374,8 +382,7 @@ def openapi_document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any
                            for p in route.params],
             "responses": {
                 "200": _json_response("OK", route.schema),
-                "400": _json_response("Bad parameters (the message names the parameter)",
-                                      "Error"),
+                "400": _bad_request(),
                 "503": _json_response("History database unavailable", "Error"),
             },
         }
