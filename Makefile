@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed-runtime
 
 .PHONY: help venv demo test lint typecheck proto bench bench-quick clean
 
@@ -14,18 +15,23 @@ help:
 	@echo "make bench-quick  the same on a small node, in seconds"
 	@echo "make proto        regenerate exporter/pb from proto/"
 
-$(STAMP): pyproject.toml
+# Two stamps: the demo needs only the runtime dependencies (seconds to install); the tests
+# need the development toolchain on top.
+$(RUNTIME): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "podres-exporter needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
-	@$(PYTHON) -m venv $(VENV) || \
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || \
 	  { echo "cannot create a virtual environment: on Debian run 'apt-get install python3-venv'"; exit 1; }
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/podres-exporter demo $(ARGS)
 
 lint: $(STAMP)
