@@ -99,6 +99,7 @@ class CpuMapDom:
     legend_pools: list[str] = field(default_factory=list)
     numa_sections: list[str] = field(default_factory=list)
     pod_rows: list[str] = field(default_factory=list)
+    pod_cpus: dict[str, str] = field(default_factory=dict)
     anomaly_kinds: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     status: str = ""
@@ -128,6 +129,7 @@ class _Parser(HTMLParser):
             self.dom.numa_sections.append(a.get("data-numa", ""))
         if tag == "tr" and "data-pod" in a:
             self.dom.pod_rows.append(a["data-pod"])
+            self.dom.pod_cpus[a["data-pod"]] = a.get("data-cpus", "")
         if "anomaly" in classes:
             self.dom.anomaly_kinds.append(a.get("data-kind", ""))
         if tag == "a" and "href" in a:

@@ -93,6 +93,10 @@ def ledger_for(cpumap: dict[str, Any]) -> dict[str, Any]:
              "cpus": "6", "budget_cpus": 1, "pod_exclusive_cpus": 1, "pod_shared_cpus": 0,
              "pod_idle_cpus": 0, "node_exclusive_cpus": 0, "reclaimed_cpus": 0,
              "reclaimable_cpus": None, "estimate_basis": "podresources"},
+            {"namespace": "batch", "name": "shared-only", "cpus": "", "budget_cpus": None,
+             "pod_exclusive_cpus": 0, "pod_shared_cpus": 0, "pod_idle_cpus": 0,
+             "node_exclusive_cpus": 0, "reclaimed_cpus": None, "reclaimable_cpus": 0,
+             "estimate_basis": "podresources"},
         ],
         "containers": [
             {"namespace": "shop", "pod": "web", "name": "app", "sidecar": False,
@@ -101,6 +105,15 @@ def ledger_for(cpumap: dict[str, Any]) -> dict[str, Any]:
             {"namespace": "shop", "pod": "web", "name": "mesh-proxy", "sidecar": True,
              "assignment": "pod_shared", "memory_assignment": "pod_shared", "cpus": "3",
              "cpu_count": 1},
+            {"namespace": "legacy", "name": "db", "pod": "db", "sidecar": False,
+             "assignment": "node_exclusive", "memory_assignment": "node_shared",
+             "cpus": "12", "cpu_count": 1},
+            {"namespace": "legacy", "name": "cache", "pod": "db", "sidecar": False,
+             "assignment": "node_exclusive", "memory_assignment": "node_shared",
+             "cpus": "4", "cpu_count": 1},
+            {"namespace": "batch", "name": "worker", "pod": "shared-only", "sidecar": False,
+             "assignment": "node_shared", "memory_assignment": "node_shared", "cpus": "",
+             "cpu_count": 0},
         ],
         "reclaimed_cpus": 1,
         "reclaimable_cpus": 0,
@@ -191,7 +204,8 @@ def test_cpu_map_draws_every_cpu_in_chromium(site: Site, tmp_path: Path) -> None
     site.set_json("/api/v1/cpumap", cpumap)
     site.set_json("/api/v1/ledger", ledger)
 
-    dom = parse_dom(dump_dom(site.url))
+    html = dump_dom(site.url)
+    dom = parse_dom(html)
 
     assert {"/api/v1/cpumap", "/api/v1/ledger", "/static/cpumap.js",
             "/static/style.css"} <= set(site.hits)
@@ -216,7 +230,12 @@ def test_cpu_map_draws_every_cpu_in_chromium(site: Site, tmp_path: Path) -> None
                                 "pod_shared", "pod_idle"]
     assert {c["data-pool"] for c in dom.cpus} == set(POOL_COLOURS)
     # Pods table and anomalies from the ledger; hostile names stay text.
+    # Only pods that hold CPUs are listed; a pod without a block shows its node-exclusive
+    # sets, and the pod that runs on the node shared pool only is left out of the table.
     assert dom.pod_rows == ["shop/web", "legacy/db", 'evil/<img src=x onerror="document.title=1">']
+    assert dom.pod_cpus["legacy/db"] == "4,12"
+    assert dom.pod_cpus["shop/web"] == "2-3,10"
+    assert "1 other pod runs on the node shared pool only." in html
     assert dom.anomaly_kinds == ["exclusive_overlap", "unknown_cpu"]
     assert dom.tags["img"] == 0
     # Links to the exporter's own endpoints (relative, so a path prefix keeps working).

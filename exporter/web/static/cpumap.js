@@ -225,21 +225,67 @@
     return td;
   }
 
+  /* Linux list format ("0-3,8") to ids and back, for the CPUs a pod holds without a block. */
+  function parseCpuset(text) {
+    var ids = [];
+    String(text || "").split(",").forEach(function (part) {
+      var m = /^\s*(\d+)(?:-(\d+))?\s*$/.exec(part);
+      if (!m) return;
+      var lo = Number(m[1]), hi = m[2] === undefined ? lo : Number(m[2]);
+      for (var i = lo; i <= hi && i - lo < 4096; i++) ids.push(i);
+    });
+    return ids;
+  }
+
+  function formatCpuset(ids) {
+    var sorted = ids.slice().sort(function (a, b) { return a - b; });
+    var out = [], start = null, prev = null;
+    sorted.forEach(function (id) {
+      if (id === prev) return;
+      if (start === null) { start = prev = id; return; }
+      if (id === prev + 1) { prev = id; return; }
+      out.push(start === prev ? String(start) : start + "-" + prev);
+      start = prev = id;
+    });
+    if (start !== null) out.push(start === prev ? String(start) : start + "-" + prev);
+    return out.join(",");
+  }
+
+  /* The CPUs a pod holds: its block when it has one, else the node-exclusive sets of its
+     containers (a pod without a pod-level budget reports no block). */
+  function podCpus(pod, containers) {
+    if (pod.cpus) return pod.cpus;
+    var ids = [];
+    containers.forEach(function (c) {
+      if (c.namespace === pod.namespace && c.pod === pod.name && c.assignment === "node_exclusive") {
+        ids = ids.concat(parseCpuset(c.cpus));
+      }
+    });
+    return formatCpuset(ids);
+  }
+
   function renderPods(ledger) {
     var body = $("pods").querySelector("tbody");
     clear(body);
-    var pods = Array.isArray(ledger.pods) ? ledger.pods : [];
+    var containers = Array.isArray(ledger.containers) ? ledger.containers : [];
+    var all = Array.isArray(ledger.pods) ? ledger.pods : [];
+    var pods = [];
+    all.forEach(function (pod) {
+      var cpus = podCpus(pod, containers);
+      if (cpus) pods.push({ pod: pod, cpus: cpus });
+    });
     if (!pods.length) {
       var row = el("tr");
       var td = el("td", { "colspan": "10", "class": "empty" }, "No pod holds CPUs on this node.");
       row.appendChild(td);
       body.appendChild(row);
     }
-    pods.forEach(function (pod) {
-      var row = el("tr", { "data-pod": pod.namespace + "/" + pod.name });
+    pods.forEach(function (held) {
+      var pod = held.pod;
+      var row = el("tr", { "data-pod": pod.namespace + "/" + pod.name, "data-cpus": held.cpus });
       var th = el("th", { "scope": "row" }, pod.namespace + "/" + pod.name);
       row.appendChild(th);
-      cell(row, pod.cpus || "—", "cpuset");
+      cell(row, held.cpus, "cpuset");
       cell(row, pod.budget_cpus, "num");
       cell(row, pod.pod_exclusive_cpus, "num");
       cell(row, pod.pod_shared_cpus, "num");
@@ -250,6 +296,14 @@
       cell(row, pod.estimate_basis);
       body.appendChild(row);
     });
+    var others = all.length - pods.length;
+    if (others > 0) {
+      var note = el("tr", { "class": "others" });
+      note.appendChild(el("td", { "colspan": "10", "class": "empty" },
+        others + (others === 1 ? " other pod runs" : " other pods run") +
+        " on the node shared pool only."));
+      body.appendChild(note);
+    }
 
     var cbody = $("containers").querySelector("tbody");
     clear(cbody);
