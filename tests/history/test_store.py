@@ -343,7 +343,7 @@ async def test_writer_prunes_by_retention(history_url: str) -> None:
 
 def test_readonly_store_refuses_writes(history_url: str) -> None:
     open_store(history_url).close()
-    ro = open_store(history_url, readonly=True)
+    ro = open_store(history_url, mode="readonly")
     with pytest.raises(UserError):
         ro.prune(T0)
     assert q.list_nodes(ro).items == []
@@ -357,7 +357,7 @@ def test_open_errors_are_one_line(tmp_path: Any) -> None:
             open_store(url)
         assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="does not exist"):
-        open_store(f"sqlite:///{tmp_path}/missing.db", readonly=True)
+        open_store(f"sqlite:///{tmp_path}/missing.db", mode="readonly")
 
 
 async def test_submit_never_waits_for_the_database(history_url: str) -> None:
