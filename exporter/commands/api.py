@@ -43,7 +43,7 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
     config = load_web_config(args.web_config)
 
     ssl_context = config.ssl_context
-    store = open_store(args.history_url, readonly=True)
+    store = open_store(args.history_url, mode="readonly")
     app = web.Application(middlewares=[auth_middleware(config)])
     add_routes(app, store)
 

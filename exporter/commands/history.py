@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from exporter.errors import UserError
@@ -65,25 +65,35 @@ def _time(text: str, flag: str) -> datetime:
 
 
 def _since(text: str) -> datetime:
-    from exporter.history.timeutil import now
+    from exporter.history.timeutil import TimeError, ago
 
     try:
-        return now() - timedelta(seconds=parse_duration(text))
+        seconds = parse_duration(text)
     except argparse.ArgumentTypeError:
         return _time(text, "--since")
+    try:
+        return ago(seconds)
+    except TimeError as exc:
+        raise UserError(f"--since: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from exporter.history import open_store
+    from exporter.history.store import describe_error
 
     command = args.history_command
-    store = open_store(args.history_url, readonly=command != "prune")
+    store = open_store(args.history_url,
+                       mode="maintenance" if command == "prune" else "readonly")
     try:
         if command == "events":
             return _events(store, args)
         if command == "at":
             return _at(store, args)
         return _prune(store, args)
+    except SQLAlchemyError as exc:  # the database went away after it was opened
+        raise UserError(f"history database {store.url}: {describe_error(exc)}") from None
     finally:
         store.close()
 
@@ -164,10 +174,12 @@ def _at(store: Any, args: argparse.Namespace) -> int:
 
 
 def _prune(store: Any, args: argparse.Namespace) -> int:
-    from exporter.history.timeutil import format_time, now
+    from exporter.history.timeutil import TimeError, ago, format_time
 
-    before = _time(args.before, "--before") if args.before else \
-        now() - timedelta(seconds=args.retention)
+    try:
+        before = _time(args.before, "--before") if args.before else ago(args.retention)
+    except TimeError as exc:
+        raise UserError(f"--history.retention: {exc}") from None
     result = store.prune(before, node=args.node)
     if args.output == "json":
         _emit_json({"before": format_time(before), "deleted": result.to_json()})

@@ -13,6 +13,7 @@ import asyncio
 import copy
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from exporter import __version__
 from exporter.history import queries as q
-from exporter.history.store import HistoryStore
+from exporter.history.store import HistoryStore, describe_error
 from exporter.history.timeutil import TimeError, now, parse_time
 from reconciler.ledger import ANOMALY_KINDS, ASSIGNMENTS
 
@@ -32,6 +33,7 @@ log = logging.getLogger("podres.history.api")
 PREFIX = "/api/v1"
 MAX_LIMIT = 1000
 MAX_NAME = 253
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 class ParamError(ValueError):
@@ -87,10 +89,10 @@ class Param:
             except TimeError as exc:
                 raise ParamError(f"{self.name}: {exc}") from None
         if self.kind == "int":
-            try:
-                value = int(raw, 10)
-            except ValueError:
-                raise ParamError(f"{self.name}: {raw[:64]!r} is not an integer") from None
+            # ASCII digits only (``int`` also takes other scripts' digits, blanks and "_").
+            if not _INTEGER.fullmatch(raw):
+                raise ParamError(f"{self.name}: {raw[:64]!r} is not an integer")
+            value = int(raw)
             if not self.minimum <= value <= self.maximum:
                 raise ParamError(f"{self.name}: must be between {self.minimum} and "
                                  f"{self.maximum}")
@@ -111,6 +113,8 @@ def parse_step(name: str, raw: str) -> int:
 
     text = raw.strip()
     try:
+        if not text.isascii():  # str.isdigit and float take other scripts' digits
+            raise ValueError(text)
         seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
     except (ValueError, argparse.ArgumentTypeError):
         raise ParamError(f"{name}: {raw[:64]!r} is not a step (seconds like 60, or a "
@@ -260,10 +264,11 @@ def _handler(store: HistoryStore, route: Route) -> Handler:
         except ParamError as exc:
             return error_response(400, str(exc))
         except SQLAlchemyError as exc:
-            log.warning("history API: database error: %s", exc)
+            log.warning("history API database error",
+                        extra={"route": route.path, "error": describe_error(exc)})
             return error_response(503, "history database unavailable")
         except Exception:  # a bug: logged with its traceback, answered without one
-            log.exception("history API: %s failed", route.path)
+            log.exception("history API request failed", extra={"route": route.path})
             return error_response(500, "internal error")
         return web.json_response(body, dumps=_dumps)
     return handle

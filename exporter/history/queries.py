@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select, true
 
 from exporter.history.schema import (
     SUMMARY_ASSIGNMENTS,
@@ -305,58 +305,80 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
             "points": points}
 
 
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """The half-open span ``[start, end)`` of :func:`events` (``end`` None: open-ended)."""
+
+    start: datetime
+    end: datetime | None
+
+    def holds(self, t: datetime | None) -> bool:
+        return t is not None and t >= self.start and (self.end is None or t < self.end)
+
+    def clause(self, col: Any) -> Any:
+        return and_(col >= self.start, col < self.end) if self.end is not None \
+            else col >= self.start
+
+
+Event = tuple[datetime, int, dict[str, Any]]  # time, order among equal times, the event
+
+
 def events(store: HistoryStore, start: datetime, end: datetime | None = None,
            node: str | None = None, limit: int = 10000) -> list[dict[str, Any]]:
     """Changes in [start, end): intervals opened and closed, anomalies raised and resolved,
-    gaps; oldest first."""
-    a, n, g = assignment_intervals, anomaly_intervals, history_gaps
-    out: list[tuple[datetime, int, dict[str, Any]]] = []
-
-    def in_range(col: Any) -> Any:
-        return and_(col >= start, col < end) if end is not None else col >= start
-
-    def node_where(table: Any) -> Any:
-        return nodes.c.name == node if node is not None else True
-
+    gaps; oldest first (at one instant: gaps, releases, assignments, resolutions, raises)."""
+    span = _Span(start, end)
+    where_node = nodes.c.name == node if node is not None else true()
     with store.read() as conn:
-        rows = conn.execute(
-            select(a, nodes.c.name.label("node")).join(nodes, nodes.c.id == a.c.node_id)
-            .where(node_where(a), or_(in_range(a.c.valid_from), in_range(a.c.valid_to)))
-            .order_by(a.c.id).limit(limit * 2))
-        for r in rows:
-            base = {k: v for k, v in _assignment_json(r).items()
-                    if k not in ("valid_from", "valid_to", "id")}
-            if r.valid_from >= start and (end is None or r.valid_from < end):
-                out.append((r.valid_from, 1, {"time": format_time(r.valid_from),
-                                              "event": "assigned", **base}))
-            if r.valid_to is not None and r.valid_to >= start and (
-                    end is None or r.valid_to < end):
-                out.append((r.valid_to, 0, {"time": format_time(r.valid_to),
-                                            "event": "released", **base}))
-        rows = conn.execute(
-            select(n, nodes.c.name.label("node")).join(nodes, nodes.c.id == n.c.node_id)
-            .where(node_where(n), or_(in_range(n.c.first_seen), in_range(n.c.resolved_at)))
-            .order_by(n.c.id).limit(limit * 2))
-        for r in rows:
-            base = {k: v for k, v in _anomaly_json(r).items()
-                    if k in ("node", "kind", "namespace", "pod", "container", "detail")}
-            if r.first_seen >= start and (end is None or r.first_seen < end):
-                out.append((r.first_seen, 3, {"time": format_time(r.first_seen),
-                                              "event": "anomaly_raised", **base}))
-            if r.resolved_at is not None and r.resolved_at >= start and (
-                    end is None or r.resolved_at < end):
-                out.append((r.resolved_at, 2, {"time": format_time(r.resolved_at),
-                                               "event": "anomaly_resolved", **base}))
-        rows = conn.execute(
-            select(g, nodes.c.name.label("node")).join(nodes, nodes.c.id == g.c.node_id)
-            .where(node_where(g), in_range(g.c.gap_from)).order_by(g.c.id).limit(limit))
-        for r in rows:
-            out.append((r.gap_from, -1, {
-                "time": format_time(r.gap_from), "event": "gap", "node": r.node,
-                "until": format_time(r.gap_to), "dropped_writes": r.dropped_writes,
-                "detail": r.reason}))
+        out = [*_assignment_events(conn, span, where_node, limit),
+               *_anomaly_events(conn, span, where_node, limit),
+               *_gap_events(conn, span, where_node, limit)]
     out.sort(key=lambda e: (e[0], e[1]))
     return [e[2] for e in out[:limit]]
+
+
+def _assignment_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Event]:
+    a = assignment_intervals
+    out: list[Event] = []
+    rows = conn.execute(
+        select(a, nodes.c.name.label("node")).join(nodes, nodes.c.id == a.c.node_id)
+        .where(where_node, or_(span.clause(a.c.valid_from), span.clause(a.c.valid_to)))
+        .order_by(a.c.id).limit(limit * 2))
+    for r in rows:
+        base = {k: v for k, v in _assignment_json(r).items()
+                if k not in ("valid_from", "valid_to", "id")}
+        for t, order, name in ((r.valid_from, 1, "assigned"), (r.valid_to, 0, "released")):
+            if span.holds(t):
+                out.append((t, order, {"time": format_time(t), "event": name, **base}))
+    return out
+
+
+def _anomaly_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Event]:
+    n = anomaly_intervals
+    out: list[Event] = []
+    rows = conn.execute(
+        select(n, nodes.c.name.label("node")).join(nodes, nodes.c.id == n.c.node_id)
+        .where(where_node, or_(span.clause(n.c.first_seen), span.clause(n.c.resolved_at)))
+        .order_by(n.c.id).limit(limit * 2))
+    for r in rows:
+        base = {k: v for k, v in _anomaly_json(r).items()
+                if k in ("node", "kind", "namespace", "pod", "container", "detail")}
+        for t, order, name in ((r.first_seen, 3, "anomaly_raised"),
+                               (r.resolved_at, 2, "anomaly_resolved")):
+            if span.holds(t):
+                out.append((t, order, {"time": format_time(t), "event": name, **base}))
+    return out
+
+
+def _gap_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Event]:
+    g = history_gaps
+    rows = conn.execute(
+        select(g, nodes.c.name.label("node")).join(nodes, nodes.c.id == g.c.node_id)
+        .where(where_node, span.clause(g.c.gap_from)).order_by(g.c.id).limit(limit))
+    return [(r.gap_from, -1, {
+        "time": format_time(r.gap_from), "event": "gap", "node": r.node,
+        "until": format_time(r.gap_to), "dropped_writes": r.dropped_writes,
+        "detail": r.reason}) for r in rows]
 
 
 def default_window(start: datetime | None, end: datetime | None,

@@ -1,18 +1,16 @@
-"""The history store: an SQLAlchemy engine on SQLite (default) or PostgreSQL, migrated to
-the current schema when opened, with the write path used by :class:`HistoryWriter` and the
-read queries used by the API and the CLI.
+"""The history store: an SQLAlchemy engine on SQLite (default) or PostgreSQL with the
+schema's migrations, the write path used by :class:`HistoryWriter` and the connections the
+read queries use. :func:`exporter.history.connect.open_store` opens one.
 
 Everything here is synchronous; async callers run it in a thread (``asyncio.to_thread``)."""
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +19,13 @@ from sqlalchemy import (
     Engine,
     and_,
     bindparam,
-    create_engine,
     delete,
-    event,
     func,
     inspect,
     or_,
     select,
     text,
     update,
-)
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import (
-    ArgumentError,
-    DBAPIError,
-    NoSuchModuleError,
-    OperationalError,
-    SQLAlchemyError,
 )
 
 from exporter.errors import UserError
@@ -50,7 +38,6 @@ from exporter.history.changes import (
     anomaly_subject,
     diff_states,
 )
-from exporter.history.migrate import MigrationUnreachable
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
@@ -62,8 +49,6 @@ from exporter.history.schema import (
 )
 from exporter.history.timeutil import utc
 
-log = logging.getLogger("podres.history")
-
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration. A store already there is opened without loading Alembic at all
 # (about 10 MiB of a node agent's memory); a test keeps this equal to Alembic's own head.
@@ -71,22 +56,15 @@ HEAD_REVISION = "0002"
 _PG_MIGRATION_LOCK = 0x706F647265730001  # "podres" + 1: pg_advisory_xact_lock key
 
 
-def default_history_url() -> str:
-    """``sqlite:///$XDG_STATE_HOME/podres-exporter/history.db`` (``~/.local/state`` when the
-    variable is unset), or ``/var/lib/podres-exporter/history.db`` when running as root."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        base = Path("/var/lib/podres-exporter")
-    else:
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        base = Path(state) / "podres-exporter"
-    return f"sqlite:///{base / 'history.db'}"
+class MigrationUnreachable(Exception):
+    """The database did not answer a migration; migrate again on first use."""
 
 
-def redact_url(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "<invalid url>"
+def describe_error(exc: BaseException) -> str:
+    """One line for a log field or a message: the driver's error, not SQLAlchemy's
+    wrapping of it (which adds the statement and a link)."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return reason[0] if reason else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +80,15 @@ class PruneResult:
 
 
 class HistoryStore:
-    """A migrated history database. Thread-safe (one engine, pooled connections)."""
+    """A history database. Thread-safe (one engine, pooled connections).
+
+    ``migrator``, when given, brings the schema to the newest revision instead of running
+    Alembic in this process (``serve`` migrates in a child process and never loads it)."""
 
     def __init__(self, engine: Engine, *, readonly: bool = False,
-                 isolated_migrations: bool = False) -> None:
+                 migrator: Callable[[], None] | None = None) -> None:
         self.engine = engine
-        # Migrate in a child process (the node agent never loads Alembic).
-        self.isolated_migrations = isolated_migrations
+        self._migrator = migrator
         self.readonly = readonly
         self.dialect = engine.dialect.name
         self.url = engine.url.render_as_string(hide_password=True)
@@ -131,10 +111,8 @@ class HistoryStore:
         """Bring the schema to ``revision`` (default the newest; Alembic, programmatically)."""
         if revision == "head" and self._stored_revision() == HEAD_REVISION:
             return
-        if self.isolated_migrations and revision == "head":
-            from exporter.history.migrate import migrate_in_child
-
-            migrate_in_child(self.engine.url.render_as_string(hide_password=False))
+        if self._migrator is not None and revision == "head":
+            self._migrator()
             return
         from alembic import command
         from alembic.config import Config
@@ -408,16 +386,10 @@ class HistoryStore:
 
     # -- reads -------------------------------------------------------------------------
 
-    def check_schema(self) -> None:
+    def has_history(self) -> bool:
+        """Whether an exporter ever created the schema here (without migrating anything)."""
         with self.engine.connect() as conn:
-            if not inspect(conn).has_table("podres_alembic_version"):
-                raise UserError(
-                    f"{redact_url(self.url)} holds no podres-exporter history (never "
-                    "written to by an exporter)")
-
-    def tables(self) -> list[str]:
-        with self.engine.connect() as conn:
-            return sorted(inspect(conn).get_table_names())
+            return inspect(conn).has_table("podres_alembic_version")
 
 
 # Small helpers shared by the queries module.
@@ -434,106 +406,6 @@ def overlap_filter(valid_from: Any, valid_to: Any, start: datetime | None,
 
 def at_filter(valid_from: Any, valid_to: Any, at: datetime) -> Any:
     return and_(valid_from <= at, or_(valid_to.is_(None), valid_to > at))
-
-
-def _configure_sqlite(engine: Engine, readonly: bool) -> None:
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so that writes can take the
-        # write lock up front (BEGIN IMMEDIATE) instead of failing on upgrade.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 10000")
-        if not readonly:
-            cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-        if readonly:
-            cur.execute("PRAGMA query_only = ON")
-        cur.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("podres_write"):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
-
-
-def open_store(url: str | None = None, *, readonly: bool = False,
-               migrate: bool = True, isolated_migrations: bool = False) -> HistoryStore:
-    """Open (creating and migrating unless ``readonly``) the history database at ``url``
-    (default :func:`default_history_url`). Errors are :class:`UserError` with one line.
-    With ``isolated_migrations`` a schema change runs in a short-lived child process."""
-    url = url or default_history_url()
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise UserError(f"invalid --history.url {url!r} (examples: sqlite:///path/history.db, "
-                        "postgresql+psycopg://user@host/db)") from None
-    backend = parsed.get_backend_name()
-    kwargs: dict[str, Any] = {}
-    if backend == "sqlite":
-        database = parsed.database or ""
-        if not database or database == ":memory:" or database.startswith("file:"):
-            raise UserError("--history.url: SQLite needs a file path "
-                            "(sqlite:///path/to/history.db)")
-        if not readonly:
-            try:
-                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise UserError(f"cannot create the history directory for {database}: "
-                                f"{exc.strerror or exc}") from None
-        elif not Path(database).exists():
-            raise UserError(f"history database {database} does not exist")
-        kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
-    elif backend == "postgresql":
-        connect_args: dict[str, Any] = {"connect_timeout": 5}
-        if readonly:
-            connect_args["options"] = "-c default_transaction_read_only=on"
-        kwargs.update(connect_args=connect_args, pool_pre_ping=True, pool_size=5,
-                      max_overflow=10)
-    else:
-        raise UserError(f"--history.url: unsupported database {backend!r} "
-                        "(use sqlite:/// or postgresql+psycopg://)")
-    try:
-        engine = create_engine(parsed, **kwargs)
-    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
-        raise UserError(f"--history.url {redact_url(url)}: {exc}") from None
-    if backend == "sqlite":
-        _configure_sqlite(engine, readonly)
-    store = HistoryStore(engine, readonly=readonly, isolated_migrations=isolated_migrations)
-    try:
-        if migrate and not readonly:
-            try:
-                store.migrate()
-            except (OperationalError, MigrationUnreachable) as exc:
-                if backend != "postgresql":
-                    raise
-                # A fleet database that is down must not stop the exporter from serving
-                # metrics: migrate on first use; the writer buffers and retries meanwhile.
-                log.warning("history database %s unreachable (%s); will retry",
-                            redact_url(url), _first_line(exc))
-                store.migration_pending = True
-        else:
-            store.check_schema()
-    except UserError:
-        engine.dispose()
-        raise
-    except (DBAPIError, SQLAlchemyError) as exc:
-        engine.dispose()
-        raise UserError(f"history database {redact_url(url)}: {_first_line(exc)}") from None
-    return store
-
-
-def _first_line(exc: BaseException) -> str:
-    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return reason[0] if reason else type(exc).__name__
-
-
-def since(seconds: float) -> datetime:
-    from exporter.history.timeutil import now
-    return now() - timedelta(seconds=seconds)
 
 
 def count_rows(store: HistoryStore) -> dict[str, int]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-_NUMBER = re.compile(r"^[+-]?\d+(\.\d+)?$")
+# ASCII digits only: Python's ``\d`` and ``float`` also take other scripts' digits.
+_NUMBER = re.compile(r"^[+-]?[0-9]+(\.[0-9]+)?$")
 # Earliest and latest instants accepted (what every backend can store).
 MIN_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_TIME = datetime(9999, 1, 1, tzinfo=UTC)
@@ -44,9 +45,24 @@ def parse_time(text: str) -> datetime:
         raise TimeError(
             f"invalid time {text!r} (expected RFC 3339 like 2026-11-30T09:15:00Z "
             "or unix seconds)") from None
-    value = utc(value)
+    try:
+        value = utc(value)
+    except OverflowError:  # 0001-01-01T00:00:00+00:01 is before year 1 in UTC
+        raise TimeError(f"time out of range: {text!r}") from None
     if not MIN_TIME <= value < MAX_TIME:
         raise TimeError(f"time out of range: {text!r}")
+    return value
+
+
+def ago(seconds: float) -> datetime:
+    """The instant ``seconds`` before now, refused when it lies before the history's
+    earliest time (a duration of a million days, say)."""
+    try:
+        value = now() - timedelta(seconds=seconds)
+    except OverflowError:
+        value = MIN_TIME - timedelta(days=1)
+    if value < MIN_TIME:
+        raise TimeError(f"{seconds:g} seconds ago is before {format_time(MIN_TIME)}")
     return value
 
 

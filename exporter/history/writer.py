@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
-from exporter.history.store import HistoryStore
+from exporter.history.store import HistoryStore, describe_error
 from exporter.history.timeutil import utc
 from reconciler.ledger import Ledger
 
@@ -141,7 +141,8 @@ class HistoryWriter:
         self._tasks = []
         lost = len(self._pending)
         if lost:
-            log.warning("history: %d change-sets not written at shutdown", lost)
+            log.warning("history change-sets not written at shutdown",
+                        extra={"node": self.node, "lost": lost})
             self._dropped += lost
         self._executor.shutdown(wait=True)
 
@@ -158,7 +159,8 @@ class HistoryWriter:
                     state = await asyncio.to_thread(state_of, ledger)
                     self._convert(state, at)
                 except Exception:  # a malformed ledger must not stop the history
-                    log.exception("history: cannot record a ledger")
+                    log.exception("history cannot record a ledger",
+                                  extra={"node": self.node})
                 finally:
                     self._inbox.popleft()
 
@@ -208,8 +210,9 @@ class HistoryWriter:
             self._gap_latest = (state, at)
             if summary_due:
                 self._last_summary_at = at
-            log.warning("history: %d writes pending, dropping (a gap will be recorded)",
-                        len(self._pending))
+            log.warning("history queue full; dropping writes until there is room (a gap "
+                        "will be recorded)", extra={"node": self.node,
+                                                    "pending": len(self._pending)})
             return
         if summary_due:
             self._last_summary_at = at
@@ -257,11 +260,11 @@ class HistoryWriter:
                 raise
             except Exception as exc:
                 self._busy = False
-                self.last_error = _describe(exc)
+                self.last_error = describe_error(exc)
                 if not _transient(exc) and not self._make_robust(batch, exc):
                     continue
-                log.warning("history: write failed (%s); retrying in %.1fs",
-                            self.last_error, delay)
+                log.warning("history write failed; retrying", extra={
+                    "node": self.node, "error": self.last_error, "retry_in_seconds": delay})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.retry_max)
@@ -285,7 +288,8 @@ class HistoryWriter:
         True to retry after a pause, False to go on at once."""
         head = batch[0]
         if head.state is None and self._basis is not None:
-            log.warning("history: write rejected (%s); reconciling in full", _describe(exc))
+            log.warning("history write rejected; reconciling in full",
+                        extra={"node": self.node, "error": describe_error(exc)})
             newest = self._pending[-1]
             collapsed = len(self._pending)
             self._pending.clear()
@@ -293,15 +297,16 @@ class HistoryWriter:
             if collapsed > 1:
                 self._dropped += collapsed - 1
                 gap = Gap(head.prev_at, newest.at, collapsed - 1,
-                          f"write refused by the database: {_describe(exc)}"[:500])
+                          f"write refused by the database: {describe_error(exc)}"[:500])
             self._enqueue(ChangeSet(self._next_seq(), newest.at, head.prev_at,
                                     state=self._basis, summary=newest.summary, gap=gap))
             return False
-        log.error("history: dropping a change-set the database refuses: %s", _describe(exc))
+        log.error("history dropping a change-set the database refuses",
+                  extra={"node": self.node, "error": describe_error(exc)})
         self._pending.popleft()
         self._dropped += 1
         self._carry_gap = Gap(head.prev_at, head.at, 1,
-                              f"write refused by the database: {_describe(exc)}"[:500])
+                              f"write refused by the database: {describe_error(exc)}"[:500])
         if not self._pending:
             self._basis = None  # the next ledger reconciles in full
         return False
@@ -318,10 +323,6 @@ class HistoryWriter:
         try:
             await loop.run_in_executor(self._executor, self.store.prune, cutoff, self.node)
         except Exception as exc:  # pruning again later is fine
-            log.warning("history: prune failed: %s", _describe(exc))
+            log.warning("history prune failed; trying again later",
+                        extra={"node": self.node, "error": describe_error(exc)})
 
-
-def _describe(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -63,7 +63,7 @@ def populated_url(request: pytest.FixtureRequest,
 
 @pytest.fixture
 async def client(populated_url: str) -> AsyncIterator[TestClient[Any, Any]]:
-    store = open_store(populated_url, readonly=True)
+    store = open_store(populated_url, mode="readonly")
     app = web.Application()
     add_routes(app, store)
     async with TestClient(TestServer(app)) as c:
@@ -172,6 +172,12 @@ async def test_summary_and_fleet_ratio(client: TestClient[Any, Any]) -> None:
     assert all(p["nodes"] == 1 for p in one["points"])
 
 
+# Valid RFC 3339 whose offset puts the instant before year 1 or after year 9999 in UTC.
+OFFSET_OUT_OF_RANGE = ("0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59-00:01")
+TIME_ROUTES = {"/assignments": ("at", "from", "to"), "/anomalies": ("at", "from", "to"),
+               "/gaps": ("at", "from", "to"), "/summary": ("from", "to"),
+               "/fleet/ratio": ("from", "to")}
+
 BAD = [
     ("/assignments", {"limit": "0"}, "limit"),
     ("/assignments", {"limit": "abc"}, "limit"),
@@ -197,6 +203,13 @@ BAD = [
     ("/summary", {"node": "a", "step": "1", "from": "0", "to": "100000000"}, "step"),
     ("/fleet/ratio", {"step": "-5"}, "step"),
     ("/nodes", {"node": "x"}, "node"),
+    ("/nodes", {"limit": "\u0661\u0660"}, "limit"),  # Arabic-Indic "10": ASCII digits only
+    ("/summary", {"node": "a", "step": "\u0661\u0662\u0660"}, "step"),
+    ("/assignments", {"at": "\u0661\u0667\u0669\u0665\u0663\u0663\u0668\u0669\u0660\u0660"},
+     "at"),
+    *[(path, {"node": "a", name: when} if path == "/summary" else {name: when}, name)
+      for when in OFFSET_OUT_OF_RANGE
+      for path, names in TIME_ROUTES.items() for name in names],
 ]
 
 

@@ -51,7 +51,7 @@ class ServerThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        store = open_store(self.url, readonly=True)
+        store = open_store(self.url, mode="readonly")
         app = web.Application()
         add_routes(app, store)
         runner = web.AppRunner(app)

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import PgCluster
 from histsim import SimNode, actual_assignments, expected_assignments
 
 from exporter.cli import build_parser, main
@@ -89,6 +90,15 @@ async def test_history_prune(history_url: str, capsys: pytest.CaptureFixture[str
     ["history", "at", "yesterday"],
     ["history", "events", "--since", "soon"],
     ["history", "at", "now", "--history.url", "mysql://x"],
+    # Valid RFC 3339 whose offset puts the instant outside years 1-9999 in UTC.
+    ["history", "at", "0001-01-01T00:00:00+00:01"],
+    ["history", "at", "9999-12-31T23:59:59-00:01"],
+    ["history", "events", "--since", "9999-12-31T23:59:59-00:01"],
+    ["history", "events", "--since", "0001-01-01T00:00:00+00:01"],
+    ["history", "events", "--until", "9999-12-31T23:59:59-00:01"],
+    ["history", "events", "--since", "999999999d"],
+    ["history", "prune", "--before", "0001-01-01T00:00:00+00:01"],
+    ["history", "prune", "--history.retention", "999999999d"],
 ])
 def test_history_errors_are_one_line(argv: list[str], tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,6 +117,35 @@ def test_history_on_a_missing_database(tmp_path: Path,
                        f"sqlite:///{tmp_path}/none.db")
     assert code == 2 and "does not exist" in err
     assert not (tmp_path / "none.db").exists()  # queries never create a database
+
+
+@pytest.mark.parametrize("command", [["at", "now"], ["events"], ["prune"]])
+def test_history_commands_never_create_a_store(command: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys, "history", *command, "--history.url",
+                         f"sqlite:///{tmp_path}/a/b/history.db")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "does not exist" in err
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its directories
+
+
+def test_serve_refuses_a_history_directory_that_does_not_exist(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "serve", "--web.listen-address", "127.0.0.1:0",
+                       "--podresources.socket", f"{tmp_path}/kubelet.sock",
+                       "--history.url", f"sqlite:///{tmp_path}/no/such/history.db")
+    assert code == 2 and err.count("\n") == 1
+    assert f"history directory {tmp_path}/no/such does not exist" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prune_against_an_unreachable_postgres_is_one_line(
+        own_pg_cluster: PgCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    own_pg_cluster.stop()
+    code, out, err = cli(capsys, "history", "prune", "--history.url", own_pg_cluster.url)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("podres-exporter history: error:")
+    assert "retry" not in err and "Traceback" not in err
 
 
 def test_history_url_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

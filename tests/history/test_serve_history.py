@@ -72,7 +72,7 @@ async def test_serve_survives_a_database_outage(own_pg_cluster: PgCluster,
     ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(serve(args, on_ready=ready.set_result, stop=stop))
     base = await asyncio.wait_for(ready, 30)
-    reader = open_store(own_pg_cluster.url, readonly=True)
+    reader = open_store(own_pg_cluster.url, mode="readonly")
     session = aiohttp.ClientSession()
 
     async def metrics() -> str:

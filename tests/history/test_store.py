@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -343,7 +344,7 @@ async def test_writer_prunes_by_retention(history_url: str) -> None:
 
 def test_readonly_store_refuses_writes(history_url: str) -> None:
     open_store(history_url).close()
-    ro = open_store(history_url, readonly=True)
+    ro = open_store(history_url, mode="readonly")
     with pytest.raises(UserError):
         ro.prune(T0)
     assert q.list_nodes(ro).items == []
@@ -357,18 +358,27 @@ def test_open_errors_are_one_line(tmp_path: Any) -> None:
             open_store(url)
         assert "\n" not in str(err.value)
     with pytest.raises(UserError, match="does not exist"):
-        open_store(f"sqlite:///{tmp_path}/missing.db", readonly=True)
+        open_store(f"sqlite:///{tmp_path}/missing.db", mode="readonly")
 
 
-async def test_submit_never_waits_for_the_database(history_url: str) -> None:
+async def test_submit_never_waits_for_the_database(history_url: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     store = flaky(history_url)
     store.down = True
     writer = HistoryWriter(store, "n", retry_initial=10.0)
     await writer.start()
     sim = SimNode("n", 2, pods=5)
-    for i in range(100):
-        sim.step()
-        writer.submit(sim.ledger(), at(i))  # returns at once although nothing is written
-    assert writer.pending_writes > 0
-    await writer.close(timeout=0.05)
+    with caplog.at_level(logging.WARNING, logger="podres.history"):
+        for i in range(100):
+            sim.step()
+            writer.submit(sim.ledger(), at(i))  # returns at once although nothing is written
+        assert writer.pending_writes > 0
+        await writer.close(timeout=0.05)
     assert writer.dropped_writes_total > 0
+    # Structured like the rest of the exporter: a fixed message, the values as fields.
+    failed = [r for r in caplog.records if r.getMessage() == "history write failed; retrying"]
+    assert failed and vars(failed[0])["error"] == "database down"
+    assert vars(failed[0])["node"] == "n" and vars(failed[0])["retry_in_seconds"] == 10.0
+    lost = [r for r in caplog.records
+            if r.getMessage() == "history change-sets not written at shutdown"]
+    assert lost and vars(lost[0])["lost"] > 0

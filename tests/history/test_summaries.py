@@ -13,13 +13,14 @@ from sqlalchemy import create_engine, select
 from exporter.history import open_store
 from exporter.history import queries as q
 from exporter.history.changes import ChangeSet
+from exporter.history.connect import configure_sqlite
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     node_summaries,
     node_summaries_hourly,
     nodes,
 )
-from exporter.history.store import HEAD_REVISION, HistoryStore, _configure_sqlite
+from exporter.history.store import HEAD_REVISION, HistoryStore
 
 T0 = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
 
@@ -101,7 +102,7 @@ def test_migration_0002_back_fills_the_roll_up(history_url: str) -> None:
     kwargs: dict[str, Any] = {}
     engine = create_engine(history_url, **kwargs)
     if engine.dialect.name == "sqlite":
-        _configure_sqlite(engine, readonly=False)
+        configure_sqlite(engine, "create")
     old = HistoryStore(engine)
     old.migrate("0001")
     assert old.revision() == "0001"

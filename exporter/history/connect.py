@@ -1,0 +1,213 @@
+"""Opening a history database: the URL, what a command may do to it, the engine.
+
+Three modes, one per kind of caller:
+
+- ``create`` (``serve`` and its writer): create the SQLite file if it is missing, in a
+  directory that must already exist (only the default location's directory, the exporter's
+  own state directory, is created), and bring the schema to the newest revision. A
+  PostgreSQL server that is down at start does not stop the exporter: the migration waits
+  for the first write.
+- ``readonly`` (``history events``/``at``, ``api``): the store must exist and hold a
+  history; sessions are read-only.
+- ``maintenance`` (``history prune``): the store must exist and hold a history; it is
+  upgraded if its schema is older, and written to.
+
+Read and maintenance commands never create a file or a directory, and every failure is a
+:class:`UserError` of one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    NoSuchModuleError,
+    OperationalError,
+    SQLAlchemyError,
+)
+
+from exporter.errors import UserError
+from exporter.history.store import HistoryStore, MigrationUnreachable, describe_error
+
+log = logging.getLogger("podres.history")
+
+Mode = Literal["create", "readonly", "maintenance"]
+MODES: tuple[Mode, ...] = ("create", "readonly", "maintenance")
+
+# The child process that migrates for ``serve`` (see exporter/history/migrate.py): it gets
+# the URL in the environment, never on a command line where ``ps`` would show a password.
+MIGRATE_MODULE = "exporter.history.migrate"
+MIGRATE_URL_ENV = "PODRES_HISTORY_MIGRATE_URL"
+MIGRATE_UNREACHABLE = 3  # the child's exit code when the database did not answer
+
+
+def default_history_url() -> str:
+    """``sqlite:///$XDG_STATE_HOME/podres-exporter/history.db`` (``~/.local/state`` when the
+    variable is unset), or ``/var/lib/podres-exporter/history.db`` when running as root."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        base = Path("/var/lib/podres-exporter")
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        base = Path(state) / "podres-exporter"
+    return f"sqlite:///{base / 'history.db'}"
+
+
+def redact_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<invalid url>"
+
+
+def open_store(url: str | None = None, *, mode: Mode = "create",
+               isolated_migrations: bool = False) -> HistoryStore:
+    """Open the history database at ``url`` (default :func:`default_history_url`) in
+    ``mode`` (see the module's description). With ``isolated_migrations`` a schema change
+    runs in a short-lived child process, so the caller never loads Alembic."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}")
+    url = url or default_history_url()
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"invalid --history.url {url!r} (examples: sqlite:///path/history.db, "
+                        "postgresql+psycopg://user@host/db)") from None
+    backend = parsed.get_backend_name()
+    created: Path | None = None
+    if backend == "sqlite":
+        created = _check_sqlite_path(parsed, mode, url == default_history_url())
+        kwargs: dict[str, Any] = {
+            "connect_args": {"timeout": 10, "check_same_thread": False}}
+    elif backend == "postgresql":
+        kwargs = _postgres_options(mode)
+    else:
+        raise UserError(f"--history.url: unsupported database {backend!r} "
+                        "(use sqlite:/// or postgresql+psycopg://)")
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise UserError(f"--history.url {redact_url(url)}: {exc}") from None
+    if backend == "sqlite":
+        configure_sqlite(engine, mode)
+    migrator = _child_migrator(url) if isolated_migrations else None
+    store = HistoryStore(engine, readonly=mode == "readonly", migrator=migrator)
+    try:
+        _prepare(store, mode)
+    except UserError:
+        engine.dispose()
+        raise
+    except (DBAPIError, SQLAlchemyError) as exc:
+        engine.dispose()
+        raise UserError(f"history database {redact_url(url)}: {describe_error(exc)}"
+                        ) from None
+    if created is not None:
+        log.info("history store created", extra={"path": str(created)})
+    return store
+
+
+def _check_sqlite_path(parsed: URL, mode: Mode, default_location: bool) -> Path | None:
+    """Refuse what SQLite would silently create; returns the file that opening will create
+    (``create`` mode, file missing), else None."""
+    database = parsed.database or ""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise UserError("--history.url: SQLite needs a file path "
+                        "(sqlite:///path/to/history.db)")
+    path = Path(database).expanduser()
+    if path.exists():
+        return None
+    if mode != "create":
+        raise UserError(f"history database {path} does not exist (the exporter creates it "
+                        "when it first writes)")
+    if default_location:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot create the history directory {path.parent}: "
+                            f"{exc.strerror or exc}") from None
+    elif not path.parent.is_dir():
+        raise UserError(f"history directory {path.parent} does not exist (create it, or "
+                        "give --history.url a file in an existing directory)")
+    return path
+
+
+def _postgres_options(mode: Mode) -> dict[str, Any]:
+    connect_args: dict[str, Any] = {"connect_timeout": 5}
+    if mode == "readonly":
+        connect_args["options"] = "-c default_transaction_read_only=on"
+    return {"connect_args": connect_args, "pool_pre_ping": True, "pool_size": 5,
+            "max_overflow": 10}
+
+
+def _prepare(store: HistoryStore, mode: Mode) -> None:
+    if mode != "create":
+        # Before any migration: an empty or foreign database is refused, not initialised.
+        if not store.has_history():
+            raise UserError(f"{store.url} holds no podres-exporter history (never written "
+                            "to by an exporter)")
+        if mode == "maintenance":
+            store.migrate()
+        return
+    try:
+        store.migrate()
+    except (OperationalError, MigrationUnreachable) as exc:
+        if store.dialect != "postgresql":
+            raise
+        # A fleet database that is down must not stop the exporter from serving metrics:
+        # the writer buffers and retries, and migrates on its first successful write.
+        log.warning("history database unreachable; migrating on first write",
+                    extra={"url": store.url, "error": describe_error(exc)})
+        store.migration_pending = True
+
+
+def configure_sqlite(engine: Engine, mode: Mode) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so that writes can take the
+        # write lock up front (BEGIN IMMEDIATE) instead of failing on upgrade.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 10000")
+        if mode == "create":
+            # Stored in the file: set by the writer that creates it, not by a command that
+            # must leave a file that is not a history untouched.
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        if mode == "readonly":
+            cur.execute("PRAGMA query_only = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        if conn.get_execution_options().get("podres_write"):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def _child_migrator(url: str, timeout: float = 120.0) -> Callable[[], None]:
+    def migrate_in_child() -> None:
+        env = dict(os.environ, **{MIGRATE_URL_ENV: url})
+        try:
+            proc = subprocess.run([sys.executable, "-m", MIGRATE_MODULE], env=env,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise MigrationUnreachable(
+                f"schema migration took longer than {timeout:g}s") from None
+        message = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        if proc.returncode == MIGRATE_UNREACHABLE:
+            raise MigrationUnreachable(message)
+        if proc.returncode != 0:
+            raise UserError(message.removeprefix("podres-exporter history: error: "))
+    return migrate_in_child
