@@ -140,6 +140,9 @@ class WebOptions(FlagGroup):
             raise UserError(f"--web.listen-address {address!r}: port is not a number") from None
         if not 0 <= port <= 65535:
             raise UserError(f"--web.listen-address {address!r}: port out of range")
+        if host.startswith("[") != host.endswith("]"):
+            raise UserError(f"--web.listen-address {address!r}: unbalanced [ ] around the "
+                            "IPv6 host")
         host = host.strip("[]")
         return (host or None), port
 
@@ -336,6 +339,10 @@ class ModelOptions(FlagGroup):
                 raise UserError(str(exc)) from None
         if self.topology:
             from exporter.sources.topology import load_topology_file
+
+            if not Path(self.topology).exists():
+                raise UserError(f"--topology {self.topology}: no such file; a modelled node's "
+                                "shape is --topology.shape SOCKETSxCORESxTHREADS (e.g. 2x8x2)")
 
             return from_snapshot(load_topology_file(self.topology))
         return None

@@ -78,7 +78,8 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
                        pods_max_series=poll.pods_max_series),
         history=writer, checkpoint_probe=_checkpoint_probe(sources.kubelet_root))
     app = build_app(exporter, web_config, _history_routes(store))
-    listening = await start_site(app, host, port, ssl_context=web_config.ssl_context)
+    listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
+                                 address=options.web.listen_address)
     log.info("listening", extra={"url": listening.url, "socket": sources.socket})
     stop = stop or asyncio.Event()
     stop_on_signals(stop, on_hup=exporter.wake)

@@ -39,9 +39,11 @@ class Listening:
 
 async def start_site(app: web.Application, host: str | None, port: int, *,
                      ssl_context: ssl.SSLContext | None = None,
-                     shutdown_timeout: float = 60.0) -> Listening:
+                     shutdown_timeout: float = 60.0, address: str | None = None
+                     ) -> Listening:
     """Serve ``app`` on ``host:port`` (port 0 picks a free one); a port in use or a host
-    that cannot be bound is one ``UserError`` line."""
+    that cannot be bound is one ``UserError`` line naming ``address`` (the operator's
+    spelling of it)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=shutdown_timeout)
     await runner.setup()
@@ -50,8 +52,8 @@ async def start_site(app: web.Application, host: str | None, port: int, *,
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        raise UserError(f"cannot listen on {host or ''}:{port}: {exc.strerror or exc}"
-                        ) from None
+        where = address or f"{host or ''}:{port}"
+        raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     bound = next((int(a[1]) for a in runner.addresses if isinstance(a, tuple)), port)
     return Listening(runner, host, bound, ssl_context is not None)
 

@@ -15,6 +15,7 @@ from histsim import SimNode, actual_assignments, expected_assignments
 from exporter.cli import build_parser, main
 from exporter.commands.api import serve_api
 from exporter.history import HistoryWriter, open_store
+from exporter.options import HistoryOptions
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -112,7 +113,7 @@ def test_history_on_a_missing_database(tmp_path: Path,
 def test_history_url_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PODRES_HISTORY_URL", f"sqlite:///{tmp_path}/env.db")
     args = build_parser().parse_args(["history", "events"])
-    assert args.history_url == f"sqlite:///{tmp_path}/env.db"
+    assert HistoryOptions.from_args(args).url == f"sqlite:///{tmp_path}/env.db"
 
 
 async def test_api_command_serves_the_database_read_only(history_url: str) -> None:
