@@ -325,6 +325,11 @@ class ModelOptions(FlagGroup):
             not Path(self.topology).exists()
         return self.topology if legacy else self.shape
 
+    @property
+    def topology_file(self) -> str | None:
+        """The topology.json the modelled node comes from (``None`` for a shape)."""
+        return None if self._shape() else self.topology
+
     def describe(self) -> str:
         return self._shape() or str(self.topology)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,12 +86,45 @@ def _simulator(state: Any, args: argparse.Namespace) -> SimKubelet:
                       token=args.token, misbehaviour=misbehaviour_from_args(args))
 
 
-async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None = None
-                              ) -> None:
-    """Start ``sim``, print where it listens, reload on SIGHUP, stop on SIGINT/SIGTERM."""
+def refuse_socket_in_use(path: str) -> None:
+    """A second simulator must not take over a live one's socket (starting unlinks the
+    path), nor delete a file that is not a socket."""
+    import socket
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise UserError(f"--socket {path}: exists and is not a socket")
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return  # left behind by a simulator that exited
+    raise UserError(f"--socket {path}: another process is serving it (stop it or choose "
+                    "another path)")
+
+
+def client_flags(info: Mapping[str, Any], topology_file: str | None) -> str:
+    """The exporter flags that read this simulator as the node it simulates."""
+    flags = [f"--podresources.socket {os.path.abspath(info['socket'])}"]
+    if info["https"]:
+        flags.append(f"--kubelet.url {info['https']} --kubelet.ca-file {info['ca_file']}")
+    if topology_file:
+        flags.append(f"--topology {topology_file}")
+    return " ".join(flags)
+
+
+async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None = None, *,
+                              topology_file: str | None = None) -> None:
+    """Start ``sim``, print where it listens and the exporter flags that read it, reload on
+    SIGHUP, stop on SIGINT/SIGTERM."""
     from exporter.sim.server import describe
     from exporter.web.lifecycle import stop_on_signals
 
+    refuse_socket_in_use(sim.socket_path)
     try:
         await sim.start()
     except OSError as exc:
@@ -111,6 +145,10 @@ async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None
     print(f"sim: PodResources on unix://{info['socket']}", flush=True)
     if info["https"]:
         print(f"sim: kubelet HTTPS on {info['https']} (CA file {info['ca_file']})", flush=True)
+    print(f"sim: exporter flags: {client_flags(info, topology_file)}", flush=True)
+    if topology_file is None:
+        print("sim: without --topology the exporter reads this host's CPUs, not the simulated "
+              "node's", flush=True)
     try:
         await stop.wait()
     finally:
@@ -127,7 +165,9 @@ async def _serve_fixture(args: argparse.Namespace) -> int:
     def reload() -> None:
         sim.set_state(load_fixture_dir(args.from_dir).kubelet)
 
-    await serve_until_stopped(sim, reload)
+    topology = Path(args.from_dir, "topology.json")
+    await serve_until_stopped(sim, reload,
+                              topology_file=str(topology.resolve()) if topology.is_file() else None)
     return 0
 
 
@@ -196,7 +236,8 @@ async def _serve_model(args: argparse.Namespace, model: ModelOptions) -> int:
     task = asyncio.create_task(_watch_manifests(Path(args.manifests), args.manifests_poll,
                                                 reload)) if args.manifests else None
     try:
-        await serve_until_stopped(sim, reload)
+        await serve_until_stopped(sim, reload,
+                                  topology_file=args.topology_file or model.topology_file)
     finally:
         if task is not None:
             task.cancel()

@@ -385,3 +385,34 @@ def test_plan_topology_mistakes(capsys: pytest.CaptureFixture[str], argv: list[s
     code, _, err = _main(capsys, "plan", "-f", manifest, *argv)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_sim_refuses_a_socket_in_use(short_tmp: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    import socket
+
+    path = short_tmp / "live.sock"
+    with socket.socket(socket.AF_UNIX) as live:
+        live.bind(str(path))
+        live.listen()
+        code, _, err = _main(capsys, "sim", "--from", str(HYBRID), "--socket", str(path))
+        assert code == 2 and "another process is serving it" in err, err
+        assert path.exists()  # not taken over
+    plain = short_tmp / "notes.txt"
+    plain.write_text("keep me")
+    code, _, err = _main(capsys, "sim", "--from", str(HYBRID), "--socket", str(plain))
+    assert code == 2 and "exists and is not a socket" in err, err
+    assert plain.read_text() == "keep me"
+
+
+def test_sim_names_the_flags_a_client_needs(short_tmp: Path) -> None:
+    from exporter.commands.sim import client_flags
+
+    info = {"socket": "k.sock", "https": "https://127.0.0.1:4443", "ca_file": "/t/ca.pem"}
+    flags = client_flags(info, "/f/topology.json")
+    assert flags.startswith(f"--podresources.socket {Path('k.sock').resolve()} ")
+    assert "--kubelet.url https://127.0.0.1:4443 --kubelet.ca-file /t/ca.pem" in flags
+    assert flags.endswith("--topology /f/topology.json")
+    args = build_parser().parse_args(["snapshot", *flags.split()])
+    assert vars(args)["topology"] == "/f/topology.json"
+    assert "--topology" not in client_flags({**info, "https": None}, None)
