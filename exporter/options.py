@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 from exporter.errors import UserError
-from exporter.flags import add_flag, duration, format_duration, positive_int
+from exporter.flags import add_flag, duration, env_name, format_duration, positive_int
 from exporter.sources.kubelet import DEFAULT_TOKEN_FILE
 from exporter.sources.podresources import DEFAULT_MAX_RECV, DEFAULT_SOCKET
 
@@ -39,7 +39,6 @@ class Flag:
     type: Callable[[str], Any] | None = None
     choices: tuple[str, ...] | None = None
     action: Any = None
-    aliases: tuple[str, ...] = ()
     # A second environment variable consulted when the flag's own is unset (NODE_NAME is
     # what the downward API conventionally sets).
     fallback_env: str | None = None
@@ -85,12 +84,21 @@ class FlagGroup:
         values = {f.name: getattr(args, _flag(f).dest)
                   for f in fields(cls)  # type: ignore[arg-type]
                   if hasattr(args, _flag(f).dest)}
+        for f in fields(cls):  # type: ignore[arg-type]
+            _check_choice(_flag(f), values.get(f.name))
         options = cls(**values)
         options.validate()
         return options
 
     def validate(self) -> None:
         """Cross-field checks; single values are checked by their flag's type."""
+
+
+def _check_choice(spec: Flag, value: Any) -> None:
+    # argparse checks choices on the command line only, not a default from the environment.
+    if spec.choices is not None and value is not None and value not in spec.choices:
+        raise UserError(f"{spec.name} {value!r} (from {env_name(spec.name)}): invalid choice "
+                        f"(choose from {', '.join(spec.choices)})")
 
 
 def _add(group: argparse._ArgumentGroup, spec: Flag, default: Any) -> None:
@@ -106,7 +114,7 @@ def _add(group: argparse._ArgumentGroup, spec: Flag, default: Any) -> None:
     shows_default = default not in (None, False, "")
     if shows_default and "default" not in spec.help:
         kwargs["help"] = f"{spec.help} (default: %(default)s)"
-    add_flag(group, spec.name, *spec.aliases, **kwargs)
+    add_flag(group, spec.name, **kwargs)
 
 
 # ---- web ------------------------------------------------------------------------------

@@ -416,3 +416,14 @@ def test_sim_names_the_flags_a_client_needs(short_tmp: Path) -> None:
     args = build_parser().parse_args(["snapshot", *flags.split()])
     assert vars(args)["topology"] == "/f/topology.json"
     assert "--topology" not in client_flags({**info, "https": None}, None)
+
+
+def test_a_bad_choice_from_the_environment_is_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """argparse checks choices only on the command line: the options check the rest."""
+    monkeypatch.setenv("PODRES_LOG_LEVEL", "verbose")
+    code, _, err = _main(capsys, "serve", "--history.url", "off")
+    assert code == 2
+    assert err.strip() == ("podres-exporter serve: error: --log.level 'verbose' (from "
+                           "PODRES_LOG_LEVEL): invalid choice (choose from debug, info, "
+                           "warn, error)")
