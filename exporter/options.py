@@ -287,6 +287,12 @@ class SourcesOptions(FlagGroup):
         "--node-name", "this node's name, shown in the ledger and the history store "
         "(default: $NODE_NAME)", metavar="NAME", fallback_env="NODE_NAME"), "")
 
+    def validate(self) -> None:
+        # Asked for and missing would silently mean sysfs (the host's CPUs): a wrong ledger.
+        if self.topology and not Path(self.topology).is_file():
+            raise UserError(f"--topology {self.topology}: file does not exist (a "
+                            "topology.json as record writes it)")
+
 
 # ---- the modelled node (plan, sim) ----------------------------------------------------
 

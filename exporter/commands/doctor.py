@@ -331,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         import asyncio
 
+        SourcesOptions.from_args(args)  # the sources flags' cross-checks, before any read
         facts = asyncio.run(_facts_live(args))
     checks = doctor_checks(facts.config, facts.metrics, facts.checkpoints, facts.platform,
                            online_cpus=facts.online, allocatable_cpus=facts.allocatable)

@@ -67,14 +67,13 @@ def test_fixture_dir_without_list(short_tmp: Path) -> None:
     assert_one_clear_line(run, "list.json is missing")
 
 
-async def test_topology_file_missing_is_a_warning(start_sim: Any) -> None:
+async def test_topology_file_missing_is_an_error(start_sim: Any) -> None:
+    """Without it the ledger would silently describe the host's CPUs."""
     sim = await start_sim(HYBRID)
     run = await arun_cli("snapshot", "--output", "json", "--podresources.socket",
                          sim.socket_path, "--topology", "/nonexistent/topology.json")
-    assert run.code == 0 and "Traceback" not in run.err
-    assert len(run.err_lines) == 1
-    assert "topology read" in run.err and "/nonexistent/topology.json" in run.err
-    assert json.loads(run.out)["node"]["numa_nodes"] is None
+    assert_one_clear_line(run, "--topology /nonexistent/topology.json: file does not exist")
+    assert run.out == ""
 
 
 async def test_live_topology_file_problems_are_warnings(start_sim: Any, short_tmp: Path
@@ -260,6 +259,8 @@ def test_durations_have_bounds_and_one_error_style(capsys: pytest.CaptureFixture
     (["doctor", "--kubelet.url", "banana://x"], "invalid URL 'banana://x': expected https://"),
     (["snapshot", "--kubelet.url", "10.0.0.1:10250"], "expected https://HOST:PORT"),
     (["serve", "--web.listen-address", "[::1:9847"], "unbalanced [ ]"),
+    (["doctor", "--kubelet.url", "https://127.0.0.1:1", "--topology", "/nonexistent/t.json"],
+     "--topology /nonexistent/t.json: file does not exist"),
 ])
 def test_bad_source_and_web_values(capsys: pytest.CaptureFixture[str], argv: list[str],
                                    needle: str) -> None:
