@@ -201,7 +201,8 @@ def test_import_linter_contracts_hold() -> None:
     if not lint.exists():
         pytest.skip("import-linter is not installed: pip install import-linter")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = subprocess.run([str(lint), "--config", str(REPO / ".importlinter")], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run([str(lint), "--no-cache", "--config", str(REPO / ".importlinter")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout
