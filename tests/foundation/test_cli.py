@@ -428,3 +428,14 @@ def test_a_bad_choice_from_the_environment_is_one_line(
     assert err.strip() == ("podres-exporter serve: error: --log.level 'verbose' (from "
                            "PODRES_LOG_LEVEL): invalid choice (choose from debug, info, "
                            "warn, error)")
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.01, "10ms"), (0.1, "100ms"), (1.5, "1500ms"), (15.0, "15s"), (60.0, "1m"),
+    (300.0, "5m"), (3600.0, "1h"), (86400.0, "1d"), (30 * 86400.0, "30d"), (90.0, "90s"),
+])
+def test_format_duration_is_read_back(seconds: float, text: str) -> None:
+    from exporter.flags import format_duration
+
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == pytest.approx(seconds)
