@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
-from exporter.flags import add_flag, duration, parse_duration
+from exporter.flags import add_flag, duration
 from exporter.options import ModelOptions
 from reconciler.allocator.report import STYLES
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from exporter.sim.server import SimKubelet
 
 HELP = "serve a fixture directory (or the allocator model's placement) as a kubelet would"
-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     misbehave = parser.add_argument_group("misbehaviour (for tests)")
     add_flag(misbehave, "--unimplemented", default="", metavar="RPC[,RPC]",
              help="answer UNIMPLEMENTED for these RPCs (List, GetAllocatableResources, Get)")
-    add_flag(misbehave, "--delay", default="0s", type=parse_duration, metavar="DURATION",
+    add_flag(misbehave, "--delay", default="0s", type=duration(0.0, 86400.0), metavar="DURATION",
              help="delay every answer by this long (default: %(default)s)")
     add_flag(misbehave, "--forbid", default="", metavar="PATH[,PATH]",
              help="answer 403 on these HTTPS paths, e.g. /pods")
