@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -24,7 +25,14 @@ def _module(name: str) -> ModuleType:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage mistakes are one line (SPEC §4.1), pointing at ``--help`` for the rest."""
+    """Usage mistakes are one line, pointing at ``--help`` for the rest."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # A value that starts with "-" and a digit (`--poll.interval -5s`) is a value, so
+        # its flag's type explains what is wrong with it, not "expected one argument".
+        # No flag of this CLI starts with "-" and a digit.
+        self._negative_number_matcher = re.compile(r"^-\d")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -41,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         module = _module(name)
-        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP,
-                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        # Defaults are written into each flag's help where it is declared (once); the
+        # argparse formatter that appends them would repeat them.
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(cmd)
         cmd.set_defaults(_run=module.run)
     return parser

@@ -1,15 +1,18 @@
 """Command-line flags in the exporter convention: ``--dotted.names`` that each also read a
-``PODRES_DOTTED_NAMES`` environment variable, and duration values written ``15s``/``1m``."""
+``PODRES_DOTTED_NAMES`` environment variable, duration values written ``15s``/``1m``, and the
+value types (bounded durations, positive counts) every command shares."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_TERM = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_EXAMPLES = "examples: 500ms, 15s, 1m, 2h, 30d"
 
 
 def env_name(flag: str) -> str:
@@ -17,19 +20,57 @@ def env_name(flag: str) -> str:
 
 
 def parse_duration(text: str) -> float:
-    """``"15s"`` → 15.0 seconds; also ``500ms``, ``1m``, ``2h``, ``30d``, ``1h30m``."""
+    """``"15s"`` → 15.0 seconds; also ``500ms``, ``1m``, ``2h``, ``30d``, ``1h30m``.
+    Durations are never negative: a leading ``-`` is refused by name."""
     text = text.strip()
+    if text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
     total = 0.0
     pos = 0
-    for match in re.finditer(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", text):
+    for match in _TERM.finditer(text):
         if match.start() != pos:
             break
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     if pos != len(text) or not text:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r} (examples: 500ms, 15s, 1m, 2h, 30d)")
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} ({_EXAMPLES})")
     return total
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling ``parse_duration`` reads back: 0.1 → ``100ms``."""
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{round(seconds * 1000)}ms"
+
+
+def duration(minimum: float, maximum: float) -> Callable[[str], float]:
+    """An argparse ``type`` for a duration within ``[minimum, maximum]`` seconds, with the
+    same error wording as ``parse_duration``."""
+    def parse(text: str) -> float:
+        value = parse_duration(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text.strip()!r}: must be at least "
+                f"{format_duration(minimum)}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text.strip()!r}: must be at most "
+                f"{format_duration(maximum)}")
+        return value
+    return parse
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, flag: str,

@@ -5,27 +5,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 from collections.abc import Callable
 
-from exporter.errors import UserError
-from exporter.flags import add_flag
+from exporter.options import HistoryOptions, LogOptions, WebOptions
 
 HELP = "serve the read-only history API (/api/v1) over a history database"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--history.url", dest="history_url", default=None, metavar="URL",
-             help="history database: sqlite:///PATH or postgresql+psycopg://... "
-             "(default: the exporter's SQLite file)")
-    add_flag(parser, "--web.listen-address", dest="listen", default=":9101",
-             metavar="[HOST]:PORT", help="address to listen on")
-    add_flag(parser, "--web.config.file", dest="web_config", default=None, metavar="FILE",
-             help="exporter-toolkit web config (TLS, basic auth)")
+    WebOptions.add_flags(parser)
+    HistoryOptions.add_flags(parser, only=("url",))
+    LogOptions.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    LogOptions.from_args(args).setup()
     return asyncio.run(serve_api(args))
 
 
@@ -33,17 +27,17 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
                     on_ready: Callable[[str], None] | None = None) -> int:
     from aiohttp import web
 
-    from exporter.commands.serve import parse_listen
     from exporter.history import open_store
     from exporter.history.api import add_routes
     from exporter.web.app import auth_middleware
+    from exporter.web.lifecycle import start_site, stop_on_signals
     from exporter.web.webconfig import load_web_config
 
-    host, port = parse_listen(args.listen)
-    config = load_web_config(args.web_config)
-
-    ssl_context = config.ssl_context
-    store = open_store(args.history_url, mode="readonly")
+    web_options = WebOptions.from_args(args)
+    history = HistoryOptions.from_args(args)
+    host, port = web_options.bind()
+    config = load_web_config(web_options.config_file)
+    store = open_store(history.url, mode="readonly")
     app = web.Application(middlewares=[auth_middleware(config)])
     add_routes(app, store)
 
@@ -51,31 +45,21 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
         return web.Response(text="ok\n")
 
     app.router.add_get("/-/healthy", health)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
     try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
+        listening = await start_site(app, host, port, ssl_context=config.ssl_context,
+                                     address=web_options.listen_address)
+    except BaseException:
         store.close()
-        raise UserError(f"cannot listen on {args.listen}: {exc.strerror or exc}") from None
-    server = getattr(site, "_server", None)
-    sockets = getattr(server, "sockets", None) or []
-    bound = sockets[0].getsockname()[1] if sockets else port
-    url = f"{'https' if ssl_context else 'http'}://{host or '127.0.0.1'}:{bound}"
+        raise
     if on_ready is not None:
-        on_ready(url)
+        on_ready(listening.url)
     else:
-        print(f"history API on {url}/api/v1/openapi.json", flush=True)
+        print(f"history API on {listening.url}/api/v1/openapi.json", flush=True)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    stop_on_signals(stop)
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await listening.close()
         store.close()
     return 0

@@ -9,37 +9,44 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import shutil
-import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from exporter.flags import add_flag, parse_duration
+from exporter.flags import add_flag, duration
+from exporter.options import LogOptions, PollOptions, WebOptions
+
+if TYPE_CHECKING:
+    from exporter.commands.serve import ServeOptions
+    from exporter.demo.node import DemoNode
 
 HELP = "run the exporter against a built-in simulated kubelet (nothing to install)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--web.listen-address", default="127.0.0.1:9847", metavar="HOST:PORT",
-             help="where the exporter listens (port 0 picks a free one)")
-    add_flag(parser, "--poll.interval", default="5s", type=parse_duration, metavar="DURATION",
-             help="poll interval of the exporter")
-    add_flag(parser, "--churn", action="store_true", default=False,
+    WebOptions.add_flags(parser, only=("listen_address",), listen_address="127.0.0.1:9847")
+    PollOptions.add_flags(parser, only=("interval",), interval=5.0)
+    LogOptions.add_flags(parser, level="warn")
+    demo = parser.add_argument_group("demo")
+    add_flag(demo, "--churn", action="store_true", default=False,
              help="keep adding and removing pods on the simulated node")
-    add_flag(parser, "--churn.interval", default="20s", type=parse_duration,
-             metavar="DURATION", help="time between churn steps")
-    add_flag(parser, "--topology", dest="demo_topology", default="2x8x2", metavar="SxCxT",
-             help="simulated machine: sockets x cores per socket x threads per core")
-    add_flag(parser, "--duration", default=None, type=parse_duration, metavar="DURATION",
+    add_flag(demo, "--churn.interval", default="20s", type=duration(0.1, 86400.0),
+             metavar="DURATION", help="time between churn steps (default: %(default)s)")
+    # `--topology SxCxT` is the deprecated spelling (--topology names a topology.json
+    # file in every other command); PODRES_TOPOLOGY is not read here.
+    add_flag(demo, "--topology.shape", "--topology", default="2x8x2", metavar="SxCxT",
+             help="simulated machine: sockets x cores per socket x threads per core "
+             "(default: %(default)s)")
+    add_flag(demo, "--duration", default=None, type=duration(0.001, 365 * 86400.0),
+             metavar="DURATION",
              help="stop by itself after this long (default: run until Ctrl-C)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.logs import setup_logging
-
-    setup_logging("warning", "logfmt")
+    LogOptions.from_args(args).setup()
     workdir = Path(tempfile.mkdtemp(prefix="podres-demo-", dir="/tmp"))
     try:
         return asyncio.run(_demo(args, workdir))
@@ -47,32 +54,22 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _demo(args: argparse.Namespace, workdir: Path) -> int:
-    from exporter.cli import build_parser
-    from exporter.commands.serve import serve
-    from exporter.demo.node import start_demo_node
+def _serve_options(args: argparse.Namespace, web: WebOptions, sim: DemoNode, workdir: Path
+                   ) -> ServeOptions:
+    from exporter.commands.serve import ServeOptions
+    from exporter.options import HistoryOptions, SourcesOptions
 
-    ns = vars(args)
-    sim, description = await start_demo_node(
-        workdir, ns["demo_topology"], churn=ns["churn.interval"] if ns["churn"] else None)
-    topology_file = sim.topology_file
-    serve_argv = [
-        "serve",
-        "--podresources.socket", sim.socket_path,
-        "--kubelet.url", str(sim.http_url),
-        "--kubelet.ca-file", str(sim.cert_path),
-        "--kubelet.token-file", "",
-        "--web.listen-address", ns["web.listen_address"],
-        "--poll.interval", f"{ns['poll.interval']}s",
-        "--history.url", f"sqlite:///{workdir / 'history.db'}",
-        "--history.summary-interval", "10s",
-        "--node-name", "demo-node",
-    ]
-    serve_argv += ["--topology", str(topology_file)]
-    serve_args = build_parser().parse_args(serve_argv)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    return ServeOptions(
+        web=web,
+        poll=PollOptions.from_args(args),
+        history=HistoryOptions(url=f"sqlite:///{workdir / 'history.db'}",
+                               summary_interval=10.0),
+        sources=SourcesOptions(socket=sim.socket_path, kubelet_url=sim.http_url,
+                               ca_file=str(sim.cert_path), token_file="",
+                               topology=str(sim.topology_file), node_name="demo-node"))
 
+
+def _print_urls(description: str) -> Callable[[str], None]:
     def ready(url: str) -> None:
         print(f"podres-exporter demo: simulated kubelet: {description}", flush=True)
         print(f"  CPU map and links   {url}/", flush=True)
@@ -80,15 +77,25 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
         print(f"  ledger (JSON)       {url}/api/v1/ledger", flush=True)
         print(f"  history API         {url}/api/v1/nodes", flush=True)
         print("Press Ctrl-C to stop; everything the demo made is removed.", flush=True)
+    return ready
 
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-    timer = None
-    if ns["duration"]:
-        timer = loop.call_later(ns["duration"], stop.set)
+
+async def _demo(args: argparse.Namespace, workdir: Path) -> int:
+    from exporter.commands.serve import run_service
+    from exporter.demo.node import start_demo_node
+    from exporter.web.lifecycle import stop_on_signals
+
+    ns = vars(args)
+    web = WebOptions.from_args(args)  # a bad address fails before anything starts
+    sim, description = await start_demo_node(
+        workdir, ns["topology.shape"], churn=ns["churn.interval"] if ns["churn"] else None)
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    timer = asyncio.get_running_loop().call_later(ns["duration"], stop.set) \
+        if ns["duration"] else None
     try:
-        await serve(serve_args, on_ready=ready, stop=stop)
+        await run_service(_serve_options(args, web, sim, workdir),
+                          on_ready=_print_urls(description), stop=stop)
     finally:
         if timer is not None:
             timer.cancel()

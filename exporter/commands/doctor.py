@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
+from exporter.options import SourcesOptions, add_output_flag
 
 HELP = "enablement checklist for pod-level resource managers (exit 0 ready, 1 not, 2 unreadable)"
 
@@ -317,14 +318,11 @@ async def _facts_live(args: argparse.Namespace) -> _Facts:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from exporter.commands._sources import add_source_flags
-
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="check a fixture directory (configz.json, metrics.txt, checkpoint files, "
              "topology.json, allocatable.json) instead of a live node")
-    add_flag(parser, "--output", "-o", default="table", choices=("table", "json"),
-             help="output format")
-    add_source_flags(parser)
+    add_output_flag(parser)
+    SourcesOptions.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -333,6 +331,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         import asyncio
 
+        SourcesOptions.from_args(args)  # the sources flags' cross-checks, before any read
         facts = asyncio.run(_facts_live(args))
     checks = doctor_checks(facts.config, facts.metrics, facts.checkpoints, facts.platform,
                            online_cpus=facts.online, allocatable_cpus=facts.allocatable)

@@ -12,47 +12,61 @@ from datetime import datetime
 from typing import Any
 
 from exporter.errors import UserError
-from exporter.flags import add_flag, parse_duration
+from exporter.flags import add_flag, parse_duration, positive_int
+from exporter.options import HistoryOptions, add_output_flag
 
 HELP = "query the history store (events, what every container held at a time) and prune it"
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    add_flag(parser, "--history.url", dest="history_url", default=None, metavar="URL",
-             help="history database: sqlite:///PATH or postgresql+psycopg://... "
-             "(default: the exporter's SQLite file)")
-    add_flag(parser, "--output", "-o", choices=("table", "json"), default="table",
-             help="output format")
+def _common(parser: argparse.ArgumentParser, *history: str) -> None:
+    HistoryOptions.add_flags(parser, only=("url", *history))
+    add_output_flag(parser)
     add_flag(parser, "--node", default=None, metavar="NAME", help="only this node")
+
+
+_SUBCOMMANDS = {
+    "events": ("changes since a time: assignments opened and released, anomalies raised "
+               "and resolved, gaps in the record",
+               "Print what changed between --since and --until, oldest first."),
+    "at": ("what every container held at TIME",
+           "Print every container's CPUs, memory and NUMA nodes as they were at TIME, with "
+           "a warning when TIME falls in a gap of the record."),
+    "prune": ("delete history older than the retention",
+              "Delete assignments, anomalies, gaps and summaries that ended before the "
+              "cutoff (now minus --history.retention, or --before). serve prunes by itself "
+              "every --history.prune-interval; this is for a one-off clean-up."),
+}
+
+
+def _subparser(sub: Any, name: str, *history: str) -> argparse.ArgumentParser:
+    """A subcommand with its description and the flags every subcommand takes, plus the
+    ``history`` options named."""
+    summary, detail = _SUBCOMMANDS[name]
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {detail}")
+    _common(parser, *history)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="history_command", metavar="SUBCOMMAND")
     sub.required = True
-    fmt = argparse.ArgumentDefaultsHelpFormatter
 
-    events = sub.add_parser("events", help="changes since a time: assignments opened and "
-                            "released, anomalies raised and resolved, gaps",
-                            formatter_class=fmt)
-    _common(events)
+    events = _subparser(sub, "events")
     events.add_argument("--since", default="1h", metavar="DURATION|TIME",
                         help="a duration back from now (1h, 30m) or a time (RFC 3339, "
-                        "unix seconds)")
-    events.add_argument("--until", default=None, metavar="TIME", help="end (default now)")
-    events.add_argument("--limit", type=int, default=10000, help="at most this many events")
+                        "unix seconds) (default: %(default)s)")
+    events.add_argument("--until", default=None, metavar="TIME", help="end (default: now)")
+    events.add_argument("--limit", type=positive_int, default=10000, metavar="N",
+                        help="at most this many events (default: %(default)s)")
 
-    at = sub.add_parser("at", help="what every container held at TIME", formatter_class=fmt)
-    _common(at)
+    at = _subparser(sub, "at")
     at.add_argument("time", metavar="TIME",
                     help="RFC 3339 (2026-11-30T09:15:00Z), unix seconds, or 'now'")
 
-    prune = sub.add_parser("prune", help="delete history older than the retention",
-                           formatter_class=fmt)
-    _common(prune)
-    add_flag(prune, "--history.retention", dest="retention", default="30d",
-             type=parse_duration, metavar="DURATION", help="keep this much history")
-    prune.add_argument("--before", default=None, metavar="TIME",
-                       help="delete what ended before TIME instead (overrides retention)")
+    prune = _subparser(sub, "prune", "retention")
+    add_flag(prune, "--before", default=None, metavar="TIME",
+             help="delete what ended before TIME instead (overrides retention)")
 
 
 def _time(text: str, flag: str) -> datetime:
@@ -84,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from exporter.history.store import describe_error
 
     command = args.history_command
-    store = open_store(args.history_url,
+    store = open_store(HistoryOptions.from_args(args).url,
                        mode="maintenance" if command == "prune" else "readonly")
     try:
         if command == "events":
@@ -126,8 +140,6 @@ def _events(store: Any, args: argparse.Namespace) -> int:
 
     start = _since(args.since)
     end = _time(args.until, "--until") if args.until else None
-    if args.limit < 1:
-        raise UserError("--limit must be at least 1")
     items = q.events(store, start, end, node=args.node, limit=args.limit)
     if args.output == "json":
         _emit_json({"since": format_time(start), "until": format_time(end),
@@ -177,7 +189,8 @@ def _prune(store: Any, args: argparse.Namespace) -> int:
     from exporter.history.timeutil import TimeError, ago, format_time
 
     try:
-        before = _time(args.before, "--before") if args.before else ago(args.retention)
+        before = _time(args.before, "--before") if args.before else \
+            ago(HistoryOptions.from_args(args).retention)
     except TimeError as exc:
         raise UserError(f"--history.retention: {exc}") from None
     result = store.prune(before, node=args.node)

@@ -2,78 +2,22 @@
 
 For every pod template (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob):
 QoS, pod budget, each container's eligibility and exclusive CPUs, the legacy and pod-level
-reservations, the reclaimed cores and the kubelet's admission verdict; with ``--topology``
-the placement the allocator model predicts; with ``--suggest`` a pod budget for templates
-without one.
+reservations, the reclaimed cores and the kubelet's admission verdict; with a node
+(``--topology FILE`` or ``--topology.shape SxCxT``) the placement the allocator model
+predicts; with ``--suggest`` a pod budget for templates without one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
+from exporter.options import ModelOptions, add_output_flag
 
 HELP = "model pod budgets from manifests: legacy vs pod-level CPUs, admission, placement"
-
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-MAX_BYTES = 32 << 20
-
-
-def add_model_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                    *, scope_default: str = "pod") -> None:
-    """Flags describing the modelled node (shared with the model-driven simulator)."""
-    add_flag(parser, "--topology", default=None, metavar="SxCxT",
-             help="sockets x cores per socket x threads per core of the modelled node, "
-             "e.g. 2x16x2")
-    add_flag(parser, "--numa-per-socket", default=1, type=int, metavar="N",
-             help="NUMA nodes per socket of the modelled node")
-    add_flag(parser, "--scope", default=scope_default, choices=("pod", "container"),
-             help="topology manager scope")
-    add_flag(parser, "--topology-policy", default="single-numa-node",
-             choices=("none", "best-effort", "restricted", "single-numa-node"),
-             help="topology manager policy")
-    add_flag(parser, "--reserved", default="0", metavar="CPUSET",
-             help="reservedSystemCPUs of the modelled node (Linux list format; '' for none)")
-    add_flag(parser, "--cpu-policy-options", default="", metavar="OPT[,OPT]",
-             help="CPU manager policy options: full-pcpus-only, distribute-cpus-across-numa, "
-             "strict-cpu-reservation")
-
-
-def model_from_args(args: argparse.Namespace, *, pod_level: bool = True) -> tuple[Any, Any]:
-    """(CPUTopology or None, ModelConfig) from the model flags; bad values are UserErrors."""
-    from reconciler.allocator import ModelConfig, ModelError, TopologyError, from_spec
-    from reconciler.cpuset import CPUSetError, parse_cpuset
-
-    topology = None
-    if args.topology:
-        try:
-            topology = from_spec(args.topology, numa_per_socket=args.numa_per_socket)
-        except TopologyError as exc:
-            raise UserError(str(exc)) from None
-    try:
-        reserved = parse_cpuset(args.reserved or "")
-    except CPUSetError as exc:
-        raise UserError(f"--reserved: {exc}") from None
-    options = frozenset(o.strip() for o in (args.cpu_policy_options or "").split(",")
-                        if o.strip())
-    try:
-        config = ModelConfig(topology_policy=args.topology_policy, scope=args.scope,
-                             options=options, reserved_cpus=reserved or None,
-                             pod_level=pod_level)
-        if topology is not None:
-            unknown = reserved - topology.online
-            if unknown:
-                raise UserError(f"--reserved: CPUs {args.reserved} are not on a "
-                                f"{len(topology.online)}-CPU {args.topology} node")
-    except ModelError as exc:
-        raise UserError(str(exc)) from None
-    return topology, config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,71 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="FILE",
                         help="manifest file or directory (YAML or JSON; '-' reads stdin); "
                         "repeatable")
-    add_model_flags(parser)
-    add_flag(parser, "--output", "-o", default="table", choices=("table", "json"),
-             help="output format")
+    ModelOptions.add_flags(parser)
+    add_output_flag(parser)
     add_flag(parser, "--suggest", action="store_true", default=False,
              help="propose a pod-level budget for templates that have none")
-
-
-def _manifest_paths(names: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for name in names:
-        if name == "-":
-            out.append(name)
-            continue
-        path = Path(name)
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir()
-                           if p.suffix in MANIFEST_SUFFIXES and p.is_file())
-            if not found:
-                raise UserError(f"{path}: no .yaml, .yml or .json files in the directory")
-            out.extend(str(p) for p in found)
-        elif path.exists():
-            out.append(name)
-        else:
-            raise UserError(f"{name}: no such file")
-    return out
-
-
-def _read_text(name: str) -> str:
-    if name == "-":
-        return sys.stdin.read()
-    from exporter.files import read_text_file
-
-    return read_text_file(name, MAX_BYTES)
-
-
-def load_documents(name: str) -> list[Any]:
-    """The YAML (or JSON) documents of one file; a syntax error is one UserError line."""
-    import yaml
-
-    text = _read_text(name)
-    label = "stdin" if name == "-" else name
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UserError(f"{label}: invalid YAML: {exc.problem or exc}{where}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{label}: invalid YAML: {exc}") from None
-
-
-def load_templates(names: Iterable[str]) -> list[Any]:
-    """Every pod template in the given files and directories."""
-    from reconciler.manifests import ManifestError, templates_from_manifest
-
-    templates: list[Any] = []
-    for name in _manifest_paths(names):
-        label = "stdin" if name == "-" else name
-        for i, doc in enumerate(load_documents(name)):
-            source = label if i == 0 else f"{label} document {i + 1}"
-            try:
-                templates.extend(templates_from_manifest(doc, source))
-            except ManifestError as exc:
-                raise UserError(str(exc)) from None
-    return templates
 
 
 def _fmt_cpus(cpus: frozenset[int] | None) -> str | None:
@@ -198,65 +81,75 @@ def _table(rows: list[list[str]]) -> list[str]:
             for r in rows]
 
 
+def _pod_row(p: Any, with_topology: bool) -> list[str]:
+    t = p.template
+    row = [t.kind, f"{t.namespace}/{t.name}", p.qos,
+           "-" if p.budget_cpus is None else str(p.budget_cpus), str(p.legacy_cpus),
+           str(p.pod_level_cpus), str(p.reclaimed_cpus), _yes(p.admitted)]
+    if with_topology:
+        row += [_fmt_cpus(p.cpus) or "-",
+                ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-"]
+    return [*row, p.reason or ""]
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _container_lines(p: Any, with_topology: bool) -> list[str]:
+    rows = [["  CONTAINER", "SIDECAR", "ELIGIBLE", "EXCLUSIVE"] +
+            (["CPUS"] if with_topology else [])]
+    for c in p.containers:
+        row = [f"  {c.name}", _yes(c.sidecar), _yes(c.eligible), str(c.exclusive_cpus)]
+        if with_topology:
+            row.append(_fmt_cpus(c.cpus) or "-")
+        rows.append(row)
+    return _table(rows)
+
+
+def _suggestion_lines(p: Any) -> list[str]:
+    s = p.suggestion
+    if s is None:
+        if p.template.pod.has_pod_cpu_budget:
+            return []
+        why = "the pod is not Guaranteed" if p.qos != "Guaranteed" else \
+            "every container needs its own cores"
+        return [f"  no suggestion: {why}"]
+    verdict = "" if s.admitted else f" (the kubelet would reject it: {s.reason})"
+    saving = f"saves {s.saving_cpus} CPU(s)" if s.saving_cpus > 0 else "no saving"
+    lines = [f"  suggested pod budget: {s.budget_cpus} CPUs, {saving}{verdict}; "
+             "add to the pod template:"]
+    lines += ["    " + ln for ln in suggestion_yaml(s).rstrip().splitlines()]
+    if s.shared_containers:
+        lines.append("  and remove the cpu request and limit of "
+                     f"{', '.join(s.shared_containers)} so they run in the pod shared pool")
+    return lines
+
+
 def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> str:
     head = ["KIND", "POD", "QOS", "BUDGET", "LEGACY", "POD-LEVEL", "RECLAIMED", "ADMITTED"]
     if with_topology:
         head += ["CPUS", "NUMA"]
-    head.append("REASON")
-    lines: list[str] = []
-    rows = [head]
+    lines = _table([[*head, "REASON"], *(_pod_row(p, with_topology) for p in plans)])
     for p in plans:
         t = p.template
-        row = [t.kind, f"{t.namespace}/{t.name}", p.qos,
-               "-" if p.budget_cpus is None else str(p.budget_cpus), str(p.legacy_cpus),
-               str(p.pod_level_cpus), str(p.reclaimed_cpus), "yes" if p.admitted else "no"]
-        if with_topology:
-            row += [_fmt_cpus(p.cpus) or "-",
-                    ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-"]
-        row.append(p.reason or "")
-        rows.append(row)
-    lines += _table(rows)
-    for p in plans:
-        t = p.template
-        lines.append("")
-        lines.append(f"{t.kind} {t.namespace}/{t.name}:")
-        crow = [["  CONTAINER", "SIDECAR", "ELIGIBLE", "EXCLUSIVE"] +
-                (["CPUS"] if with_topology else [])]
-        for c in p.containers:
-            r = [f"  {c.name}", "yes" if c.sidecar else "no", "yes" if c.eligible else "no",
-                 str(c.exclusive_cpus)]
-            if with_topology:
-                r.append(_fmt_cpus(c.cpus) or "-")
-            crow.append(r)
-        lines += _table(crow)
-        s = p.suggestion
-        if with_suggestion and s is not None:
-            verdict = "" if s.admitted else f" (the kubelet would reject it: {s.reason})"
-            saving = f"saves {s.saving_cpus} CPU(s)" if s.saving_cpus > 0 else "no saving"
-            lines.append(f"  suggested pod budget: {s.budget_cpus} CPUs, {saving}{verdict}; "
-                         "add to the pod template:")
-            lines += ["    " + ln for ln in suggestion_yaml(s).rstrip().splitlines()]
-            if s.shared_containers:
-                lines.append("  and remove the cpu request and limit of "
-                             f"{', '.join(s.shared_containers)} so they run in the pod "
-                             "shared pool")
-        elif with_suggestion and not p.template.pod.has_pod_cpu_budget:
-            why = "the pod is not Guaranteed" if p.qos != "Guaranteed" else \
-                "every container needs its own cores"
-            lines.append(f"  no suggestion: {why}")
+        lines += ["", f"{t.kind} {t.namespace}/{t.name}:"]
+        lines += _container_lines(p, with_topology)
+        if with_suggestion:
+            lines += _suggestion_lines(p)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
-    lines.append("")
-    lines.append(f"total reclaimed CPUs (one pod per template): {total}")
+    lines += ["", f"total reclaimed CPUs (one pod per template): {total}"]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    from exporter.manifest_files import load_templates
     from reconciler.allocator.plan import plan_templates
 
     templates = load_templates(args.files)
     if not templates:
         raise UserError("no pod templates found in " + ", ".join(args.files))
-    topology, config = model_from_args(args)
+    topology, config = ModelOptions.from_args(args).build()
     if topology is None:
         # Without a node shape there is nothing to reserve from.
         from dataclasses import replace

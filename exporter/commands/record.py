@@ -7,15 +7,15 @@ import asyncio
 import sys
 from pathlib import Path
 
-from exporter.commands._sources import add_source_flags, source_options
 from exporter.errors import UserError
+from exporter.options import SourcesOptions
 
 HELP = "capture a live node into a fixture directory (for bug reports and tests)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", metavar="DIR", help="where to write the fixture files")
-    add_source_flags(parser)
+    SourcesOptions.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
 async def _record(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from exporter.commands._sources import source_options
     from exporter.reader import NodeReader
     from exporter.sources.fixture import CHECKPOINT_FILES, write_fixture_dir
 

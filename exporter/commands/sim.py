@@ -1,34 +1,35 @@
-"""``podres-exporter sim``: a simulated kubelet on a real unix socket (and HTTPS)."""
+"""``podres-exporter sim``: a simulated kubelet on a real unix socket (and HTTPS), serving
+a fixture directory (``--from DIR``) or the allocator model's placement of manifests on a
+modelled node (``--topology FILE`` or ``--topology.shape SxCxT``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import importlib.util
-import signal
+import os
 import sys
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
-from exporter.flags import add_flag, parse_duration
+from exporter.flags import add_flag, duration
+from exporter.options import ModelOptions
+from reconciler.allocator.report import STYLES
+
+if TYPE_CHECKING:
+    from exporter.sim.model_driven import ChangeReport, ModelDrivenNode
+    from exporter.sim.server import SimKubelet
 
 HELP = "serve a fixture directory (or the allocator model's placement) as a kubelet would"
-
-_MODEL = "exporter.sim.model_driven"
-
-
-def _model_driven() -> Any:
-    if importlib.util.find_spec(_MODEL) is None:
-        return None
-    return importlib.import_module(_MODEL)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="fixture directory to serve (re-read on SIGHUP)")
     add_flag(parser, "--socket", default="./kubelet.sock", metavar="PATH",
-             help="where to create the PodResources unix socket")
+             help="where to create the PodResources unix socket (default: %(default)s)")
     add_flag(parser, "--http-listen", default=None, metavar="HOST:PORT",
              help="also serve /pods, /configz and /metrics over HTTPS (self-signed)")
     add_flag(parser, "--token", default=None, metavar="TOKEN",
@@ -36,24 +37,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     misbehave = parser.add_argument_group("misbehaviour (for tests)")
     add_flag(misbehave, "--unimplemented", default="", metavar="RPC[,RPC]",
              help="answer UNIMPLEMENTED for these RPCs (List, GetAllocatableResources, Get)")
-    add_flag(misbehave, "--delay", default="0s", type=parse_duration, metavar="DURATION",
-             help="delay every answer by this long")
+    add_flag(misbehave, "--delay", default="0s", type=duration(0.0, 86400.0), metavar="DURATION",
+             help="delay every answer by this long (default: %(default)s)")
     add_flag(misbehave, "--forbid", default="", metavar="PATH[,PATH]",
              help="answer 403 on these HTTPS paths, e.g. /pods")
-    model = _model_driven()
-    if model is not None:
-        model.add_arguments(parser.add_argument_group("model-driven node"))
+    ModelOptions.add_flags(parser)
+    driven = parser.add_argument_group("model-driven node")
+    add_flag(driven, "--manifests", default=None, metavar="PATH",
+             help="manifest file or directory of pods to place (polled for changes)")
+    add_flag(driven, "--reporting", default="1.37", choices=STYLES,
+             help="which kubelet's reporting style to serve (default: %(default)s)")
+    add_flag(driven, "--manifests-poll", default="1s", type=duration(0.01, 3600.0),
+             metavar="DURATION",
+             help="how often the manifests path is checked for changes (default: %(default)s)")
+    add_flag(driven, "--topology-file", default=None, metavar="FILE",
+             help="also write the modelled node's topology.json here (for the exporter's "
+             "--topology)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "topology", None):
-        model = _model_driven()
-        if model is None:
-            raise UserError("the model-driven simulator is not available in this build")
-        code: int = model.run(args)
-        return code
+    model = ModelOptions.from_args(args)
+    if model.given:
+        return asyncio.run(_serve_model(args, model))
     if not args.from_dir:
-        raise UserError("give --from DIR (a fixture directory) or --topology SxCxT")
+        raise UserError("give --from DIR (a fixture directory), --topology FILE or "
+                        "--topology.shape SxCxT (a modelled node)")
     return asyncio.run(_serve_fixture(args))
 
 
@@ -70,28 +78,76 @@ def misbehaviour_from_args(args: argparse.Namespace) -> Any:
                         forbidden_paths=forbidden)
 
 
-async def serve_until_stopped(sim: Any, reload: Any = None) -> None:
-    """Start ``sim``, print where it listens, reload on SIGHUP, stop on SIGINT/SIGTERM."""
-    await sim.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    if reload is not None:
-        def on_hup() -> None:
-            try:
-                reload()
-                print("sim: reloaded", file=sys.stderr, flush=True)
-            except UserError as exc:
-                print(f"sim: reload failed, still serving the previous state: {exc}",
-                      file=sys.stderr, flush=True)
-        loop.add_signal_handler(signal.SIGHUP, on_hup)
-    from exporter.sim.server import describe
+def _simulator(state: Any, args: argparse.Namespace) -> SimKubelet:
+    from exporter.sim.server import SimKubelet
 
+    return SimKubelet(state, socket_path=args.socket, http_listen=args.http_listen,
+                      token=args.token, misbehaviour=misbehaviour_from_args(args))
+
+
+def refuse_socket_in_use(path: str) -> None:
+    """A second simulator must not take over a live one's socket (starting unlinks the
+    path), nor delete a file that is not a socket."""
+    import socket
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise UserError(f"--socket {path}: exists and is not a socket")
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return  # left behind by a simulator that exited
+    raise UserError(f"--socket {path}: another process is serving it (stop it or choose "
+                    "another path)")
+
+
+def client_flags(info: Mapping[str, Any], topology_file: str | None) -> str:
+    """The exporter flags that read this simulator as the node it simulates."""
+    flags = [f"--podresources.socket {os.path.abspath(info['socket'])}"]
+    if info["https"]:
+        flags.append(f"--kubelet.url {info['https']} --kubelet.ca-file {info['ca_file']}")
+    if topology_file:
+        flags.append(f"--topology {topology_file}")
+    return " ".join(flags)
+
+
+async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None = None, *,
+                              topology_file: str | None = None) -> None:
+    """Start ``sim``, print where it listens and the exporter flags that read it, reload on
+    SIGHUP, stop on SIGINT/SIGTERM."""
+    from exporter.sim.server import describe
+    from exporter.web.lifecycle import stop_on_signals
+
+    refuse_socket_in_use(sim.socket_path)
+    try:
+        await sim.start()
+    except OSError as exc:
+        raise UserError(f"cannot listen: {exc}") from None
+    stop = asyncio.Event()
+
+    def on_hup() -> None:
+        assert reload is not None
+        try:
+            reload()
+            print("sim: reloaded", file=sys.stderr, flush=True)
+        except UserError as exc:
+            print(f"sim: reload failed, still serving the previous state: {exc}",
+                  file=sys.stderr, flush=True)
+
+    stop_on_signals(stop, on_hup=on_hup if reload is not None else None)
     info = describe(sim)
     print(f"sim: PodResources on unix://{info['socket']}", flush=True)
     if info["https"]:
         print(f"sim: kubelet HTTPS on {info['https']} (CA file {info['ca_file']})", flush=True)
+    print(f"sim: exporter flags: {client_flags(info, topology_file)}", flush=True)
+    if topology_file is None:
+        print("sim: without --topology the exporter reads this host's CPUs, not the simulated "
+              "node's", flush=True)
     try:
         await stop.wait()
     finally:
@@ -100,18 +156,90 @@ async def serve_until_stopped(sim: Any, reload: Any = None) -> None:
 
 
 async def _serve_fixture(args: argparse.Namespace) -> int:
-    from exporter.sim.server import SimKubelet
     from exporter.sources.fixture import load_fixture_dir
 
     fixture = load_fixture_dir(args.from_dir)
-    sim = SimKubelet(fixture.kubelet, socket_path=args.socket, http_listen=args.http_listen,
-                     token=args.token, misbehaviour=misbehaviour_from_args(args))
+    sim = _simulator(fixture.kubelet, args)
 
     def reload() -> None:
         sim.set_state(load_fixture_dir(args.from_dir).kubelet)
 
+    topology = Path(args.from_dir, "topology.json")
+    await serve_until_stopped(sim, reload,
+                              topology_file=str(topology.resolve()) if topology.is_file() else None)
+    return 0
+
+
+# ---- the model-driven node ------------------------------------------------------------
+
+
+def _print_changes(report: ChangeReport) -> None:
+    for ns, name in report.released:
+        print(f"sim: released {ns}/{name}", file=sys.stderr, flush=True)
+    for placement in report.admitted:
+        print(f"sim: placed {placement.namespace}/{placement.name}", file=sys.stderr,
+              flush=True)
+    for r in report.rejected:
+        print(f"sim: rejected {r.namespace}/{r.name}: {r.reason}", file=sys.stderr, flush=True)
+
+
+async def _watch_manifests(path: Path, interval: float, reload: Callable[[], None]) -> None:
+    """Re-place the pods whenever a file under ``path`` changes."""
+    from exporter.sim.model_driven import fingerprint
+
+    last = fingerprint(path)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            now = fingerprint(path) if path.exists() else b""
+        except OSError:
+            continue
+        if now == last:
+            continue
+        last = now
+        try:
+            reload()
+        except UserError as exc:
+            print(f"sim: manifests not applied, still serving the previous state: {exc}",
+                  file=sys.stderr, flush=True)
+
+
+def _model_node(args: argparse.Namespace, model: ModelOptions) -> ModelDrivenNode:
+    import json
+
+    from exporter.sim.model_driven import ModelDrivenNode, desired_pods
+
+    topology, config = model.build()
+    assert topology is not None  # model.given
+    node = ModelDrivenNode(topology, config, args.reporting)
+    if args.manifests and not Path(args.manifests).exists():
+        raise UserError(f"--manifests {args.manifests}: no such file or directory")
+    _print_changes(node.sync(desired_pods(args.manifests)))
+    if args.topology_file:
+        Path(args.topology_file).write_text(json.dumps(node.topology_json(), indent=1),
+                                            encoding="utf-8")
+    print(f"sim: model-driven node {model.describe()}: {node.summary()}", flush=True)
+    return node
+
+
+async def _serve_model(args: argparse.Namespace, model: ModelOptions) -> int:
+    from exporter.sim.model_driven import desired_pods
+
+    node = _model_node(args, model)
+    sim = _simulator(node.state(), args)
+
+    def reload() -> None:
+        _print_changes(node.sync(desired_pods(args.manifests)))
+        sim.set_state(node.state())
+
+    task = asyncio.create_task(_watch_manifests(Path(args.manifests), args.manifests_poll,
+                                                reload)) if args.manifests else None
     try:
-        await serve_until_stopped(sim, reload)
-    except OSError as exc:
-        raise UserError(f"cannot listen: {exc}") from None
+        await serve_until_stopped(sim, reload,
+                                  topology_file=args.topology_file or model.topology_file)
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     return 0

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter.commands._sources import add_source_flags, source_options
 from exporter.errors import UserError
 from exporter.flags import add_flag
+from exporter.options import SourcesOptions, add_output_flag
 
 if TYPE_CHECKING:
     from reconciler.ledger import Ledger
@@ -23,15 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="read a fixture directory (list.json, allocatable.json, pods.json, "
              "configz.json, topology.json) instead of a live node")
-    add_flag(parser, "--output", "-o", choices=("table", "json"), default="table",
-             help="output format; json is the podres.ledger/v1 object")
-    add_source_flags(parser)
+    add_output_flag(parser, "output format; json is the podres.ledger/v1 object")
+    SourcesOptions.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     ledger: Ledger
     if args.from_dir:
-        ledger = ledger_from_fixture(args.from_dir, node_name=vars(args)["node_name"])
+        ledger = ledger_from_fixture(args.from_dir,
+                                     node_name=SourcesOptions.from_args(args).node_name)
     else:
         ledger = asyncio.run(_live(args))
     if args.output == "json":
@@ -74,6 +74,7 @@ def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
 
 
 async def _live(args: argparse.Namespace) -> Ledger:
+    from exporter.commands._sources import source_options
     from exporter.reader import NodeReader
 
     reader = NodeReader(source_options(args))

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from exporter.errors import UserError
+from exporter.manifest_files import load_templates
 from exporter.sim.model_driven import ModelDrivenNode, pods_from_templates
 from exporter.sim.server import SimKubelet
 from reconciler.allocator import ModelConfig, TopologyError, from_spec
@@ -20,8 +21,6 @@ WORKLOAD = Path(__file__).with_name("workload.yaml")
 
 
 def demo_pods() -> list[PodSpec]:
-    from exporter.commands.plan import load_templates
-
     return pods_from_templates(load_templates([str(WORKLOAD)]))
 
 
@@ -29,7 +28,7 @@ def build_node(topology: str) -> ModelDrivenNode:
     try:
         topo = from_spec(topology)
     except TopologyError as exc:
-        raise UserError(f"--topology: {exc}") from None
+        raise UserError(f"--topology.shape: {exc}") from None
     # One whole core reserved (CPU 0 and its sibling), as operators usually do.
     siblings = next((sorted(core) for core in _cores(topo) if 0 in core), [0])
     config = ModelConfig(scope="pod", topology_policy="single-numa-node",

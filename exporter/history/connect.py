@@ -44,9 +44,10 @@ log = logging.getLogger("podres.history")
 Mode = Literal["create", "readonly", "maintenance"]
 MODES: tuple[Mode, ...] = ("create", "readonly", "maintenance")
 
-# The child process that migrates for ``serve`` (see exporter/history/migrate.py): it gets
-# the URL in the environment, never on a command line where ``ps`` would show a password.
-MIGRATE_MODULE = "exporter.history.migrate"
+# The child process that migrates for ``serve`` (``migrate_main`` below): it gets the URL in
+# the environment, never on a command line where ``ps`` would show a password. It runs this
+# module's own function, so that no second module has to import this one back.
+_CHILD = "import sys; from exporter.history.connect import migrate_main; sys.exit(migrate_main())"
 MIGRATE_URL_ENV = "PODRES_HISTORY_MIGRATE_URL"
 MIGRATE_UNREACHABLE = 3  # the child's exit code when the database did not answer
 
@@ -199,7 +200,7 @@ def _child_migrator(url: str, timeout: float = 120.0) -> Callable[[], None]:
     def migrate_in_child() -> None:
         env = dict(os.environ, **{MIGRATE_URL_ENV: url})
         try:
-            proc = subprocess.run([sys.executable, "-m", MIGRATE_MODULE], env=env,
+            proc = subprocess.run([sys.executable, "-c", _CHILD], env=env,
                                   capture_output=True, text=True, timeout=timeout,
                                   check=False)
         except subprocess.TimeoutExpired:
@@ -211,3 +212,27 @@ def _child_migrator(url: str, timeout: float = 120.0) -> Callable[[], None]:
         if proc.returncode != 0:
             raise UserError(message.removeprefix("podres-exporter history: error: "))
     return migrate_in_child
+
+
+def migrate_main() -> int:
+    """The migration child's entry point: bring the database named in the environment to the
+    newest schema in a short-lived process, so that the node agent itself never loads Alembic
+    (about a tenth of its memory).
+
+    Exit codes: 0 migrated, 2 a clear error (printed), 3 the database is unreachable.
+    """
+    url = os.environ.get(MIGRATE_URL_ENV)
+    if not url:
+        print(f"podres-exporter history: error: {MIGRATE_URL_ENV} is not set", file=sys.stderr)
+        return 2
+    try:
+        store = open_store(url)
+    except UserError as exc:
+        print(f"podres-exporter history: error: {exc}", file=sys.stderr)
+        return 2
+    pending = store.migration_pending
+    store.close()
+    if pending:
+        print("history database unreachable", file=sys.stderr)
+        return MIGRATE_UNREACHABLE
+    return 0

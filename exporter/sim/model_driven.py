@@ -11,11 +11,7 @@ files.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import hashlib
-import sys
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.errors import UserError
-from exporter.flags import add_flag, parse_duration
+from exporter.manifest_files import has_manifests, load_templates
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
 from reconciler.allocator.report import (
     STYLES,
@@ -38,7 +34,6 @@ from reconciler.manifests import PodTemplate
 if TYPE_CHECKING:
     from exporter.sources.fixture import KubeletState
 
-REPORTING = STYLES
 
 
 def pods_from_templates(templates: Iterable[PodTemplate]) -> list[PodSpec]:
@@ -67,15 +62,16 @@ class ModelDrivenNode:
 
     def __init__(self, topology: CPUTopology, config: ModelConfig, reporting: str = "1.37",
                  *, node_name: str = "sim-node") -> None:
-        if reporting not in REPORTING:
-            raise UserError(f"--reporting must be one of {', '.join(REPORTING)}")
+        if reporting not in STYLES:
+            raise UserError(f"--reporting must be one of {', '.join(STYLES)}")
         if reporting == "1.35":
             config = replace(config, pod_level=False)
         self.reporting = reporting
         self.node_name = node_name
         self.model = NodeModel(topology, config)
         self.rejected: dict[tuple[str, str], tuple[PodSpec, Rejection]] = {}
-        # The kubelet's own counters (SPEC §2.5), as it would expose them on /metrics.
+        # The kubelet's own counters (docs/design.md#sources), as it would expose them on
+        # /metrics.
         self.counters: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
 
     @property
@@ -194,26 +190,11 @@ class ModelDrivenNode:
                 f"{len(self.rejected)} rejected")
 
 
-# ---- command line ---------------------------------------------------------------------
+# ---- manifests on disk ---------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The model-driven flags of ``sim`` (``--socket``/``--http-listen`` are sim's own)."""
-    from exporter.commands.plan import add_model_flags
-
-    add_model_flags(parser)
-    add_flag(parser, "--manifests", default=None, metavar="PATH",
-             help="manifest file or directory of pods to place (polled for changes)")
-    add_flag(parser, "--reporting", default="1.37", choices=REPORTING,
-             help="which kubelet's reporting style to serve")
-    add_flag(parser, "--manifests-poll", default="1s", type=parse_duration,
-             metavar="DURATION", help="how often the manifests path is checked for changes")
-    add_flag(parser, "--topology-file", default=None, metavar="FILE",
-             help="also write the modelled node's topology.json here (for the exporter's "
-             "--topology)")
-
-
-def _fingerprint(path: Path) -> bytes:
+def fingerprint(path: Path) -> bytes:
+    """Changes when a file under ``path`` (a file or a directory) changes."""
     h = hashlib.blake2b(digest_size=16)
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     for f in files:
@@ -226,88 +207,10 @@ def _fingerprint(path: Path) -> bytes:
 
 
 def desired_pods(path: str | None) -> list[PodSpec]:
+    """The pods the manifests at ``path`` describe (none for an empty directory)."""
     if not path:
         return []
-    from exporter.commands.plan import load_templates
-
     p = Path(path)
-    if p.is_dir() and not any(x.suffix in (".yaml", ".yml", ".json") for x in p.iterdir()):
+    if p.is_dir() and not has_manifests(p):
         return []
     return pods_from_templates(load_templates([path]))
-
-
-def _print_changes(report: ChangeReport) -> None:
-    for ns, name in report.released:
-        print(f"sim: released {ns}/{name}", file=sys.stderr, flush=True)
-    for placement in report.admitted:
-        print(f"sim: placed {placement.namespace}/{placement.name}", file=sys.stderr,
-              flush=True)
-    for r in report.rejected:
-        print(f"sim: rejected {r.namespace}/{r.name}: {r.reason}", file=sys.stderr, flush=True)
-
-
-def node_from_args(args: argparse.Namespace) -> ModelDrivenNode:
-    from exporter.commands.plan import model_from_args
-
-    topology, config = model_from_args(args)
-    assert topology is not None
-    return ModelDrivenNode(topology, config, args.reporting)
-
-
-async def _serve(args: argparse.Namespace) -> int:
-    import json
-
-    from exporter.commands.sim import misbehaviour_from_args, serve_until_stopped
-    from exporter.sim.server import SimKubelet
-
-    node = node_from_args(args)
-    if args.manifests and not Path(args.manifests).exists():
-        raise UserError(f"--manifests {args.manifests}: no such file or directory")
-    _print_changes(node.sync(desired_pods(args.manifests)))
-    if args.topology_file:
-        Path(args.topology_file).write_text(json.dumps(node.topology_json(), indent=1),
-                                            encoding="utf-8")
-    print(f"sim: model-driven node {args.topology}: {node.summary()}", flush=True)
-    sim = SimKubelet(node.state(), socket_path=args.socket, http_listen=args.http_listen,
-                     token=getattr(args, "token", None),
-                     misbehaviour=misbehaviour_from_args(args))
-
-    def reload() -> None:
-        _print_changes(node.sync(desired_pods(args.manifests)))
-        sim.set_state(node.state())
-
-    async def poll() -> None:
-        path = Path(args.manifests)
-        last = _fingerprint(path)
-        while True:
-            await asyncio.sleep(args.manifests_poll)
-            try:
-                now = _fingerprint(path) if path.exists() else b""
-            except OSError:
-                continue
-            if now == last:
-                continue
-            last = now
-            try:
-                reload()
-            except UserError as exc:
-                print(f"sim: manifests not applied, still serving the previous state: {exc}",
-                      file=sys.stderr, flush=True)
-
-    task = asyncio.create_task(poll()) if args.manifests else None
-    try:
-        await serve_until_stopped(sim, reload)
-    except OSError as exc:
-        raise UserError(f"cannot listen: {exc}") from None
-    finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    return asyncio.run(_serve(args))
-
-

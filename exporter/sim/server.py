@@ -28,6 +28,7 @@ from aiohttp import web
 from exporter.pb import api_pb2
 from exporter.sources.fixture import KubeletState
 from exporter.tlsutil import write_self_signed
+from exporter.web.lifecycle import start_site
 
 log = logging.getLogger("podres.sim")
 
@@ -177,15 +178,10 @@ class SimKubelet:
         for path in ("/pods", "/configz", "/metrics"):
             app.router.add_get(path, self._http_get)
         # A delayed (misbehaving) answer must not hold up stop() for a minute.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port),
-                           ssl_context=context)
-        await site.start()
-        self._http = runner
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.http_port = sockets[0].getsockname()[1] if sockets else int(port)
+        listening = await start_site(app, host.strip("[]") or "127.0.0.1", int(port),
+                                     ssl_context=context, shutdown_timeout=1.0)
+        self._http = listening.runner
+        self.http_port = listening.port
 
     @property
     def http_url(self) -> str | None:

@@ -87,9 +87,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(f"{problem}{where}".split())
 
 
-def load_web_config(path: str | None) -> WebConfig:
-    if not path:
-        return WebConfig()
+def _read(path: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except OSError as exc:
@@ -101,42 +99,61 @@ def load_web_config(path: str | None) -> WebConfig:
     unknown = set(raw) - {"tls_server_config", "basic_auth_users", "http_server_config"}
     if unknown:
         raise UserError(f"web config {path}: unknown keys {', '.join(sorted(unknown))}")
-    base = Path(path).parent
-    config = WebConfig()
-    tls = raw.get("tls_server_config")
-    if tls:
-        if not isinstance(tls, dict):
-            raise UserError("web config: tls_server_config must be a mapping")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    return raw
+
+
+def _choice(tls: dict[str, Any], key: str, default: str, known: dict[str, Any]) -> Any:
+    value = tls.get(key, default)
+    if not isinstance(value, str) or value not in known:
+        raise UserError(f"web config: {key} must be one of {', '.join(known)}")
+    return known[value]
+
+
+def _client_verification(context: ssl.SSLContext, base: Path, tls: dict[str, Any]) -> None:
+    context.verify_mode = _choice(tls, "client_auth_type", "NoClientCert", _CLIENT_AUTH)
+    if tls.get("client_ca_file"):
+        ca_file = _file(base, tls["client_ca_file"], "client_ca_file")
         try:
-            context.load_cert_chain(_file(base, tls.get("cert_file"), "cert_file"),
-                                    _file(base, tls.get("key_file"), "key_file"))
+            context.load_verify_locations(ca_file)
         except ssl.SSLError as exc:
-            raise UserError(f"web config: cannot load certificate/key: {exc}") from None
-        version = tls.get("min_version", "TLS12")
-        if not isinstance(version, str) or version not in _VERSIONS:
-            raise UserError(f"web config: min_version must be one of {', '.join(_VERSIONS)}")
-        context.minimum_version = _VERSIONS[version]
-        auth = tls.get("client_auth_type", "NoClientCert")
-        if not isinstance(auth, str) or auth not in _CLIENT_AUTH:
-            raise UserError(f"web config: client_auth_type must be one of "
-                            f"{', '.join(_CLIENT_AUTH)}")
-        context.verify_mode = _CLIENT_AUTH[auth]
-        if tls.get("client_ca_file"):
-            ca_file = _file(base, tls["client_ca_file"], "client_ca_file")
-            try:
-                context.load_verify_locations(ca_file)
-            except ssl.SSLError as exc:
-                raise UserError(f"web config: cannot load client_ca_file {ca_file}: {exc}"
-                                ) from None
-        elif context.verify_mode != ssl.CERT_NONE:
-            raise UserError(f"web config: client_auth_type {auth} needs client_ca_file")
-        config.ssl_context = context
-    users = raw.get("basic_auth_users") or {}
+            raise UserError(f"web config: cannot load client_ca_file {ca_file}: {exc}"
+                            ) from None
+    elif context.verify_mode != ssl.CERT_NONE:
+        raise UserError(f"web config: client_auth_type {tls['client_auth_type']} needs "
+                        "client_ca_file")
+
+
+def _tls_context(base: Path, tls: Any) -> ssl.SSLContext:
+    if not isinstance(tls, dict):
+        raise UserError("web config: tls_server_config must be a mapping")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(_file(base, tls.get("cert_file"), "cert_file"),
+                                _file(base, tls.get("key_file"), "key_file"))
+    except ssl.SSLError as exc:
+        raise UserError(f"web config: cannot load certificate/key: {exc}") from None
+    context.minimum_version = _choice(tls, "min_version", "TLS12", _VERSIONS)
+    _client_verification(context, base, tls)
+    return context
+
+
+def _users(users: Any) -> dict[str, bytes]:
     if not isinstance(users, dict):
         raise UserError("web config: basic_auth_users must map user names to bcrypt hashes")
+    hashes = {}
     for user, hashed in users.items():
         if not isinstance(hashed, str) or not hashed.startswith("$2"):
             raise UserError(f"web config: the password of {user!r} is not a bcrypt hash")
-        config.users[str(user)] = hashed.encode()
-    return config
+        hashes[str(user)] = hashed.encode()
+    return hashes
+
+
+def load_web_config(path: str | None) -> WebConfig:
+    """The config of ``--web.config.file`` (none: no TLS, no auth); every mistake in it is
+    one ``UserError`` line."""
+    if not path:
+        return WebConfig()
+    raw = _read(path)
+    tls = raw.get("tls_server_config")
+    return WebConfig(ssl_context=_tls_context(Path(path).parent, tls) if tls else None,
+                     users=_users(raw.get("basic_auth_users") or {}))

@@ -16,6 +16,7 @@ from histsim import SimNode, actual_assignments, expected_assignments
 from exporter.cli import build_parser, main
 from exporter.commands.api import serve_api
 from exporter.history import HistoryWriter, open_store
+from exporter.options import HistoryOptions
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -41,7 +42,12 @@ async def populate(url: str, steps: int = 30) -> list[tuple[datetime, Any]]:
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+    """Exit code, stdout and stderr of one command; a usage error (refused by the argument
+    parser, which exits) counts like any other."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -108,7 +114,8 @@ def test_history_errors_are_one_line(argv: list[str], tmp_path: Path,
         argv = [*argv, "--history.url", url]
     code, _out, err = cli(capsys, *argv)
     assert code == 2
-    assert err.count("\n") == 1 and err.startswith("podres-exporter history: error:")
+    assert err.count("\n") == 1 and err.startswith("podres-exporter history")
+    assert ": error: " in err and "Traceback" not in err
 
 
 def test_history_on_a_missing_database(tmp_path: Path,
@@ -151,7 +158,7 @@ def test_prune_against_an_unreachable_postgres_is_one_line(
 def test_history_url_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PODRES_HISTORY_URL", f"sqlite:///{tmp_path}/env.db")
     args = build_parser().parse_args(["history", "events"])
-    assert args.history_url == f"sqlite:///{tmp_path}/env.db"
+    assert HistoryOptions.from_args(args).url == f"sqlite:///{tmp_path}/env.db"
 
 
 async def test_api_command_serves_the_database_read_only(history_url: str) -> None:

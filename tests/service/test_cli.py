@@ -84,6 +84,11 @@ def test_address_in_use(short_tmp: Path) -> None:
     (["--podresources.staleness", "1 minute"], "invalid duration"),
     (["--collector.pods.max-series", "-1"], "must be positive"),
     (["--log.format", "xml"], "invalid choice: 'xml'"),
+    # 0s polled in a busy loop; a negative value used to read as a missing argument.
+    (["--poll.interval", "0s"], "invalid duration '0s': must be at least 100ms"),
+    (["--poll.interval", "-5s"], "invalid duration '-5s': must not be negative"),
+    (["--history.prune-interval", "0s"], "must be at least 1m"),
+    (["--kubelet.url", "banana://x"], "invalid URL 'banana://x'"),
 ])
 def test_bad_flags(argv: list[str], message: str) -> None:
     run = run_cli("serve", *argv)
@@ -91,10 +96,14 @@ def test_bad_flags(argv: list[str], message: str) -> None:
     assert_one_error_line(run, exact=False, contains=message)
 
 
-def test_bad_environment_variable() -> None:
-    run = run_cli("serve", env={"PODRES_POLL_INTERVAL": "often"})
+@pytest.mark.parametrize(("value", "message"), [
+    ("often", "invalid duration 'often'"),
+    ("0s", "invalid duration '0s': must be at least 100ms"),
+])
+def test_bad_environment_variable(value: str, message: str) -> None:
+    run = run_cli("serve", env={"PODRES_POLL_INTERVAL": value})
     assert run.returncode == 2
-    assert_one_error_line(run, exact=False, contains="invalid duration 'often'")
+    assert_one_error_line(run, exact=False, contains=message)
 
 
 async def test_pods_collector_capped(start_sim: StartSim, run_serve: RunServe) -> None:

@@ -1,0 +1,77 @@
+"""Kubernetes manifests read from files, directories or stdin, as pod templates (for
+``plan``, the model-driven simulator and the demo's workload)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from exporter.errors import UserError
+from exporter.files import read_text_file
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_BYTES = 32 << 20
+
+
+def has_manifests(directory: Path) -> bool:
+    return any(p.suffix in MANIFEST_SUFFIXES for p in directory.iterdir())
+
+
+def _manifest_paths(names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        if name == "-":
+            out.append(name)
+            continue
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir()
+                           if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+            if not found:
+                raise UserError(f"{path}: no .yaml, .yml or .json files in the directory")
+            out.extend(str(p) for p in found)
+        elif path.exists():
+            out.append(name)
+        else:
+            raise UserError(f"{name}: no such file")
+    return out
+
+
+def _read_text(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    return read_text_file(name, MAX_BYTES)
+
+
+def load_documents(name: str) -> list[Any]:
+    """The YAML (or JSON) documents of one file; a syntax error is one UserError line."""
+    import yaml
+
+    text = _read_text(name)
+    label = "stdin" if name == "-" else name
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise UserError(f"{label}: invalid YAML: {exc.problem or exc}{where}") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{label}: invalid YAML: {exc}") from None
+
+
+def load_templates(names: Iterable[str]) -> list[Any]:
+    """Every pod template in the given files and directories ('-' is stdin)."""
+    from reconciler.manifests import ManifestError, templates_from_manifest
+
+    templates: list[Any] = []
+    for name in _manifest_paths(names):
+        label = "stdin" if name == "-" else name
+        for i, doc in enumerate(load_documents(name)):
+            source = label if i == 0 else f"{label} document {i + 1}"
+            try:
+                templates.extend(templates_from_manifest(doc, source))
+            except ManifestError as exc:
+                raise UserError(str(exc)) from None
+    return templates

@@ -1,0 +1,70 @@
+"""Start-up and shutdown shared by every server the project runs (``serve``, ``api``, the
+simulated kubelet, ``sim``, ``demo``): an aiohttp site on ``[HOST]:PORT`` whose bound port
+is read from the runner's public ``addresses``, and SIGINT/SIGTERM (and optionally SIGHUP)
+handled on the running loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from exporter.errors import UserError
+
+
+@dataclass(frozen=True)
+class Listening:
+    """A started site: its runner (``close`` it) and where it listens."""
+
+    runner: web.AppRunner
+    host: str | None
+    port: int
+    tls: bool
+
+    @property
+    def url(self) -> str:
+        host = self.host or "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_site(app: web.Application, host: str | None, port: int, *,
+                     ssl_context: ssl.SSLContext | None = None,
+                     shutdown_timeout: float = 60.0, address: str | None = None
+                     ) -> Listening:
+    """Serve ``app`` on ``host:port`` (port 0 picks a free one); a port in use or a host
+    that cannot be bound is one ``UserError`` line naming ``address`` (the operator's
+    spelling of it)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        where = address or f"{host or ''}:{port}"
+        raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+    bound = next((int(a[1]) for a in runner.addresses if isinstance(a, tuple)), port)
+    return Listening(runner, host, bound, ssl_context is not None)
+
+
+def stop_on_signals(stop: asyncio.Event, *, on_hup: Callable[[], None] | None = None
+                    ) -> None:
+    """SIGINT and SIGTERM set ``stop``; SIGHUP calls ``on_hup`` when given. A loop that
+    cannot take signal handlers (not the main thread) is left as it is."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        if on_hup is not None:
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
