@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -582,3 +583,16 @@ def test_global_alerts_keep_their_cluster(fleet_env: Fleet) -> None:
     workload = {key(a["labels"]) for a in alerts if a["labels"]["alertname"] in (
         "PodresPodSharedPoolSaturated", "PodresExclusiveContainerThrottled")}
     assert workload == expected
+
+
+def test_every_exporter_exposition_passes_promtool_check_metrics(fleet_env: Fleet) -> None:
+    from dash_helpers import promtool, run
+    tool = promtool()
+    for name, address in fleet_env.addresses.items():
+        if not fleet_env.nodes[name].exporter:
+            continue
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert "podres_up" in text
+        result = run([tool, "check", "metrics"], input=text)
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
