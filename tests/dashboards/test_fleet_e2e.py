@@ -54,6 +54,7 @@ from dash_helpers import (
     grafana_values,
     prom_substitute,
     prometheus_binary,
+    variable_queries,
 )
 from fleet_nodes import (
     TOPOLOGY,
@@ -384,6 +385,24 @@ def test_targets_carry_the_node_and_not_the_exporter_pods_labels(fleet_env: Flee
 
 # --- every expression, every node ---------------------------------------------------------
 
+@pytest.mark.parametrize("where,cluster,expected", [
+    ("cluster a", "All", {"node-a1", "node-a2", "node-a3", "node-a4"}),
+    ("global", "b", {"node-b1", "node-b2"}),
+    ("global", "All", {"node-a1", "node-a2", "node-a3", "node-a4", "node-b1", "node-b2"})])
+def test_node_picker_lists_node_names(fleet_env: Fleet, where: str, cluster: str,
+                                      expected: set[str]) -> None:
+    """The node variable offers Kubernetes node names (what the history dashboard and
+    kubectl use), not exporter addresses; the cluster variable offers the clusters."""
+    prom = fleet_env.clusters["a"] if where == "cluster a" else fleet_env.global_
+    [q] = [q for q in variable_queries("node.json") if q.panel == "variable node"]
+    values = grafana_values("node.json", {"cluster": cluster, "job": "All"})
+    series = prom.query(prom_substitute(q.text, values=values))
+    assert {s["metric"]["node"] for s in series} == expected
+    [c] = [q for q in variable_queries("node.json") if q.panel == "variable cluster"]
+    clusters = {s["metric"].get("cluster") for s in prom.query(prom_substitute(c.text))}
+    assert clusters == ({None} if where == "cluster a" else {"a", "b"})
+
+
 @pytest.mark.parametrize("where", ["cluster a", "global"])
 def test_node_dashboard_has_data_exactly_where_the_scenario_has(fleet_env: Fleet,
                                                                 where: str) -> None:
@@ -441,7 +460,11 @@ def test_node_values(fleet_env: Fleet) -> None:
     a2 = node_queries(prom, nodes["node-a2"], cluster="All")
     assert scalar(a2["PodResources source up"]) == 0
     assert a2["Active anomalies"] == []
-    # and no source claims to be up while nothing is polled
+
+
+def test_dead_kubelet_has_no_source_up(fleet_env: Fleet) -> None:
+    """While PodResources fails, no other source is polled: none may claim to be up."""
+    a2 = node_queries(fleet_env.clusters["a"], fleet_env.nodes["node-a2"], cluster="All")
     sources = {r["metric"]["source"]: float(r["value"][1]) for r in a2["Sources up"]}
     assert sources.get("podresources") == 0 and set(sources.values()) == {0.0}, sources
 
