@@ -363,6 +363,29 @@ def scalar(results: list[Any]) -> float:
 
 # --- scrape targets ------------------------------------------------------------------------
 
+def test_operator_emulation_adds_the_exporter_pods_labels_before_the_chart_drops_them() -> None:
+    """Without the chart's relabelings the operator's own would label every series with the
+    exporter pod's namespace/pod/container and name the job after the Service: the live
+    checks below would catch a chart that stops dropping them."""
+    sm, service = _render_chart()
+    endpoint = Endpoint("127.0.0.1:9847", "Pod", "podres-exporter-x", "w1", "metrics",
+                        service["pod_labels"], "exporter")
+    [config] = scrape_configs(sm, service, [endpoint])
+    targets = [r.get("target_label") for r in config["relabel_configs"]]
+    for label in ("namespace", "pod", "container", "job", "node"):
+        assert label in targets, label
+    drop = max(i for i, r in enumerate(config["relabel_configs"])
+               if r.get("action") == "labeldrop")
+    assert drop > max(i for i, label in enumerate(targets) if label in ("pod", "container"))
+    assert config["honor_labels"] is True
+    # a selector that does not match the Service keeps nothing
+    other = {**sm, "spec": {**sm["spec"], "selector": {"matchLabels": {"app": "other"}}}}
+    [config] = scrape_configs(other, service, [endpoint])
+    keep = [r for r in config["relabel_configs"] if r.get("action") == "keep"]
+    assert keep[0]["regex"] == "(other);true"
+
+
+
 def test_targets_carry_the_node_and_not_the_exporter_pods_labels(fleet_env: Fleet) -> None:
     targets = fleet_env.clusters["a"].api("targets")["activeTargets"]
     exporters = [t for t in targets if t["labels"]["job"] == EXPORTER_JOB]
