@@ -183,11 +183,19 @@ def _labels(d: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in d.items())
 
 
+def _stamped(lines: list[str], now: float) -> str:
+    """Every sample with the time its value was computed for (Prometheus honours explicit
+    timestamps): 5 s rates stay exact however late a loaded machine answers a scrape."""
+    ms = int(now * 1000)
+    return "\n".join(line if line.startswith("#") else f"{line} {ms}" for line in lines) + "\n"
+
+
 def cadvisor_exposition(node: Node, t0: float) -> str:
     """/metrics/cadvisor as the kubelet serves it: per container ``container``, ``cpu``,
     ``id``, ``image``, ``name``, ``namespace``, ``pod``; plus the pod's own cgroup
     (``container=""``) and its sandbox, which are not containers."""
-    elapsed = time.time() - t0
+    now = time.time()
+    elapsed = now - t0
     usage, periods, throttled = [], [], []
     pods: dict[tuple[str, str], float] = {}
     for i, u in enumerate(node.usage):
@@ -216,24 +224,26 @@ def cadvisor_exposition(node: Node, t0: float) -> str:
     if periods:
         out += ["# TYPE container_cpu_cfs_periods_total counter", *periods,
                 "# TYPE container_cpu_cfs_throttled_periods_total counter", *throttled]
-    return "\n".join(out) + "\n"
+    return _stamped(out, now)
 
 
 def resource_exposition(node: Node, t0: float) -> str:
     """/metrics/resource: the same usage under the same name, without cAdvisor's labels."""
-    elapsed = time.time() - t0
+    now = time.time()
+    elapsed = now - t0
     lines = ["# TYPE container_cpu_usage_seconds_total counter"]
     for u in node.usage:
         lines.append(f'container_cpu_usage_seconds_total{{container="{u.container}",'
                      f'namespace="{u.namespace}",pod="{u.pod}"}} {100 + u.cpu * elapsed:.6f}')
-    return "\n".join(lines) + "\n"
+    return _stamped(lines, now)
 
 
 def kubelet_exposition(node: Node, t0: float) -> str:
-    elapsed = time.time() - t0
+    now = time.time()
+    elapsed = now - t0
     lines = []
     for name, labels, rate in node.kubelet_counters:
         lines += [f"# TYPE {name} counter", f"{name}{{{_labels(labels)}}} {rate * elapsed:.6f}"]
     lines.append(f'kubernetes_feature_enabled{{name="PodLevelResourceManagers",stage="BETA"}} '
                  f"{1 if node.pod_level else 0}")
-    return "\n".join(lines) + "\n"
+    return _stamped(lines, now)
