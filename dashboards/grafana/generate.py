@@ -9,8 +9,13 @@ data source references consistent. tests/dashboards checks that the committed fi
 its output, validate against schema/dashboard.schema.json, and that every expression parses
 (promtool) and every SQL query runs (SQLite and PostgreSQL).
 
-Conventions: data sources only through the ``${datasource}`` variable (no UIDs), template
-variables always matched with ``=~`` (so "All" = ``.*`` works), Prometheus 2.42 PromQL.
+Conventions: data sources only through the ``${datasource}`` variable (no UIDs); a node is
+the ``node`` target label the scrape configuration attaches (the Kubernetes node name, also
+the history store's node name), never ``instance``; variables with "All" or several values
+are matched with ``=~`` (Grafana regex-escapes their values), single-value variables with
+``=`` (Grafana inserts them unescaped: an exact match is safe for any value); every join
+and aggregation keeps ``cluster``; cAdvisor series are the kubelet's own (job "kubelet",
+metrics_path "/metrics/cadvisor"); Prometheus 2.42 PromQL.
 """
 
 from __future__ import annotations
@@ -114,7 +119,8 @@ def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: 
 
 def stat(title: str, expr: str, *, unit: str | None = None, description: str = "",
          thresholds: list[tuple[float | None, str]] | None = None,
-         mappings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         mappings: list[dict[str, Any]] | None = None,
+         no_value: str | None = None) -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     if thresholds:
         defaults["thresholds"] = {"mode": "absolute", "steps": [
@@ -122,6 +128,8 @@ def stat(title: str, expr: str, *, unit: str | None = None, description: str = "
         defaults["color"] = {"mode": "thresholds"}
     if mappings:
         defaults["mappings"] = mappings
+    if no_value:
+        defaults["noValue"] = no_value
     return panel("stat", title, [prom_target(expr, instant=True)], unit=unit,
                  description=description, defaults=defaults,
                  options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
@@ -132,12 +140,18 @@ def stat(title: str, expr: str, *, unit: str | None = None, description: str = "
 def timeseries(title: str, targets: list[dict[str, Any]], *, unit: str | None = None,
                description: str = "", stack: bool = False, min0: bool = True,
                overrides: list[dict[str, Any]] | None = None,
-               datasource: dict[str, str] = PROM) -> dict[str, Any]:
+               datasource: dict[str, str] = PROM,
+               threshold: float | None = None) -> dict[str, Any]:
+    """``threshold``: drawn as a red line (the value an alert fires above)."""
     custom: dict[str, Any] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
                               "showPoints": "never", "spanNulls": False}
     if stack:
         custom.update({"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60})
     defaults: dict[str, Any] = {"custom": custom}
+    if threshold is not None:
+        custom["thresholdsStyle"] = {"mode": "line"}
+        defaults["thresholds"] = {"mode": "absolute", "steps": [
+            {"value": None, "color": "green"}, {"value": threshold, "color": "red"}]}
     if min0:
         defaults["min"] = 0
     return panel("timeseries", title, targets, unit=unit, description=description,
@@ -165,6 +179,18 @@ def color_overrides(field_names: dict[str, str]) -> list[dict[str, Any]]:
                     "properties": [{"id": "color",
                                     "value": {"mode": "fixed", "fixedColor": color}}]})
     return out
+
+
+# The node dashboard for the row's node and cluster, over the same time range.
+NODE_LINK = ("/d/podres-node/podres-exporter-node?var-cluster=${__data.fields.cluster}"
+             "&var-node=${__data.fields.node}&${__url_time_range}")
+
+
+def node_link_override() -> dict[str, Any]:
+    """Makes a table's ``node`` column link to the node dashboard."""
+    return {"matcher": {"id": "byName", "options": "node"},
+            "properties": [{"id": "links", "value": [
+                {"title": "Node dashboard of ${__data.fields.node}", "url": NODE_LINK}]}]}
 
 
 def organize(exclude: list[str], rename: dict[str, str] | None = None,
@@ -203,7 +229,8 @@ def sql_query_var(name: str, label: str, sql: str) -> dict[str, Any]:
 
 def dashboard(uid: str, title: str, description: str, layout: Layout,
               variables: list[dict[str, Any]], *, time_from: str = "now-6h",
-              refresh: str = "1m") -> dict[str, Any]:
+              refresh: str = "1m", links: list[dict[str, Any]] | None = None
+              ) -> dict[str, Any]:
     return {
         "uid": uid,
         "title": title,
@@ -221,7 +248,8 @@ def dashboard(uid: str, title: str, description: str, layout: Layout,
         "liveNow": False,
         "links": [{"title": "podres-exporter", "type": "dashboards", "tags": ["podres"],
                    "asDropdown": True, "includeVars": False, "keepTime": True,
-                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""}],
+                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""},
+                  *(links or [])],
         "annotations": {"list": [{
             "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
             "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
@@ -235,7 +263,19 @@ def dashboard(uid: str, title: str, description: str, layout: Layout,
 # node.json: one node
 # --------------------------------------------------------------------------------------
 
-N = 'job=~"$job", instance=~"$node"'
+N = 'cluster=~"$cluster", job=~"$job", node="$node"'
+# The kubelet's own cAdvisor series of the selected node (not /metrics/resource, not a
+# standalone cAdvisor: either would count the same usage twice).
+CADVISOR = 'job="kubelet", metrics_path="/metrics/cadvisor", cluster=~"$cluster", node="$node"'
+# Anomalies the alerts count (the 1.36 reporting pattern is shown, not alerted).
+ALERTED = 'kind!="legacy_shared_report"'
+SATURATION_THRESHOLD = 0.9  # PodresPodSharedPoolSaturated
+
+
+def link(title: str, url: str, tooltip: str) -> dict[str, Any]:
+    return {"title": title, "type": "link", "url": url, "tooltip": tooltip,
+            "icon": "dashboard", "asDropdown": False, "includeVars": False,
+            "keepTime": True, "targetBlank": False, "tags": []}
 
 
 def node_dashboard() -> dict[str, Any]:
@@ -252,12 +292,16 @@ def node_dashboard() -> dict[str, Any]:
                  description="Every online CPU lands in exactly one pool."), 4, 4)
     lay.add(stat("Reclaimed cores", f"sum(podres_reclaimed_cpus{{{N}}})",
                  description="Cores pod-level resource managers gave back: legacy "
-                             "per-container cost minus pod budgets (SPEC §3.3)."), 4, 4)
+                             "per-container cost minus pod budgets "
+                             "(docs/design.md#estimates)."), 4, 4)
     lay.add(stat("Reclaimable cores", f"sum(podres_reclaimable_cpus{{{N}}})",
                  description="Cores that pods without a pod-level budget could still give "
                              "back (1-CPU padding containers)."), 4, 4)
-    lay.add(stat("Active anomalies", f"sum(podres_anomalies{{{N}}}) or vector(0)",
-                 thresholds=[(None, "green"), (1, "red")]), 4, 4)
+    lay.add(stat("Active anomalies", f"sum(podres_anomalies{{{N}, {ALERTED}}})",
+                 description="Anomalies the alerts count (every kind but the 1.36 reporting "
+                             "pattern). No data while the exporter has withdrawn the ledger "
+                             "(PodResources failing): that is not a healthy 0.",
+                 thresholds=[(None, "green"), (1, "red")], no_value="no data"), 4, 4)
     lay.add(stat("Last successful poll",
                  f"time() - max(podres_last_success_timestamp_seconds{{{N}}})", unit="s",
                  thresholds=[(None, "green"), (60, "orange"), (300, "red")]), 4, 4)
@@ -323,8 +367,9 @@ def node_dashboard() -> dict[str, Any]:
     lay.row("Anomalies")
     lay.add(table("Current anomalies", [prom_target(
         f"sum by (kind) (podres_anomalies{{{N}}}) > 0", instant=True, table=True)],
-        description="Allocation errors the exporter sees now (SPEC §3.4); details per pod "
-                    "at the exporter's /api/v1/ledger and in the history dashboard.",
+        description="Allocation errors the exporter sees now (docs/design.md#anomalies), "
+                    "legacy_shared_report included; details per pod at the exporter's "
+                    "/api/v1/ledger and in the history dashboard.",
         transformations=[organize(["Time"], {"Value": "count"})]), 8, 8)
     lay.add(timeseries("Anomalies observed", [prom_target(
         f"sum by (kind) (increase(podres_anomalies_observed_total{{{N}}}[$__rate_interval]))",
@@ -332,33 +377,35 @@ def node_dashboard() -> dict[str, Any]:
 
     lay.row("Pod shared pools and exclusive CPUs (cAdvisor)")
     lay.add(timeseries("Pod shared pool saturation", [prom_target(
-        "sum by (namespace, pod) (\n"
-        "  sum by (namespace, pod, container) (\n"
-        '    rate(container_cpu_usage_seconds_total{container!="", container!="POD"}'
-        "[$__rate_interval])\n"
+        "sum by (cluster, namespace, pod) (\n"
+        "  sum by (cluster, namespace, pod, container) (\n"
+        f'    rate(container_cpu_usage_seconds_total{{{CADVISOR}, container!="", '
+        'container!="POD"}[$__rate_interval])\n'
         "  )\n"
-        f'  and on (namespace, pod, container) podres_container_cpus{{{N}, '
+        f'  and on (cluster, namespace, pod, container) podres_container_cpus{{{N}, '
         'assignment="pod_shared"}\n'
         ")\n"
-        "/ on (namespace, pod)\n"
-        f'max by (namespace, pod) (podres_pod_cpus{{{N}, pool="pod_shared"}} > 0)',
+        "/ on (cluster, namespace, pod)\n"
+        f'max by (cluster, namespace, pod) (podres_pod_cpus{{{N}, pool="pod_shared"}} > 0)',
         legend="{{namespace}}/{{pod}}")], unit="percentunit",
+        threshold=SATURATION_THRESHOLD,
         description="CPU used by each pod's pod_shared containers (cAdvisor) over the size "
-                    "of its pod shared pool. Near 100 % the sidecars compete for CPU."),
+                    "of its pod shared pool. Near 100 % the sidecars compete for CPU; the "
+                    "red line is where PodresPodSharedPoolSaturated fires (after 15 min)."),
         12, 9)
     lay.add(timeseries("CFS throttling of exclusive containers", [prom_target(
         "(\n"
-        "  sum by (namespace, pod, container) (\n"
-        '    rate(container_cpu_cfs_throttled_periods_total{container!="", container!="POD"}'
-        "[$__rate_interval])\n"
+        "  sum by (cluster, namespace, pod, container) (\n"
+        f'    rate(container_cpu_cfs_throttled_periods_total{{{CADVISOR}, container!="", '
+        'container!="POD"}[$__rate_interval])\n'
         "  )\n"
         "  /\n"
-        "  (sum by (namespace, pod, container) (\n"
-        '    rate(container_cpu_cfs_periods_total{container!="", container!="POD"}'
-        "[$__rate_interval])\n"
+        "  (sum by (cluster, namespace, pod, container) (\n"
+        f'    rate(container_cpu_cfs_periods_total{{{CADVISOR}, container!="", '
+        'container!="POD"}[$__rate_interval])\n'
         "  ) > 0)\n"
         ")\n"
-        "and on (namespace, pod, container)\n"
+        "and on (cluster, namespace, pod, container)\n"
         f'podres_container_cpus{{{N}, assignment=~"pod_exclusive|node_exclusive"}}',
         legend="{{namespace}}/{{pod}}/{{container}}")], unit="percentunit",
         description="Fraction of CFS periods in which a container holding exclusive CPUs "
@@ -409,12 +456,22 @@ def node_dashboard() -> dict[str, Any]:
 
     variables = [
         datasource_var("prometheus"),
-        prom_query_var("job", "Job", "label_values(podres_up, job)", include_all=True),
-        prom_query_var("node", "Node", 'label_values(podres_up{job=~"$job"}, instance)'),
+        # "All" (.*) also matches series without a cluster label: one variable serves a
+        # single-cluster Prometheus and a global view.
+        prom_query_var("cluster", "Cluster", "label_values(podres_up, cluster)",
+                       include_all=True),
+        prom_query_var("job", "Job", 'label_values(podres_up{cluster=~"$cluster"}, job)',
+                       include_all=True),
+        prom_query_var("node", "Node",
+                       'label_values(podres_up{cluster=~"$cluster", job=~"$job"}, node)'),
     ]
     return dashboard("podres-node", "podres-exporter / Node",
                      "CPU pools, pod-level assignments, reclaimed cores and anomalies of one "
-                     "node (Kubernetes Pod-Level Resource Managers).", lay, variables)
+                     "node (Kubernetes Pod-Level Resource Managers).", lay, variables,
+                     links=[link("History of this node",
+                                 "/d/podres-history/podres-exporter-history?var-node=${node}",
+                                 "Assignment timeline and anomaly log of the same node "
+                                 "(the history store names nodes as the node label does)")])
 
 
 # --------------------------------------------------------------------------------------
@@ -422,13 +479,29 @@ def node_dashboard() -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 F = 'cluster=~"$cluster", job=~"$job"'
-K = 'cluster=~"$cluster"'  # kubelet / cAdvisor series: not the exporter's job
+K = 'cluster=~"$cluster"'  # kubelet series: not the exporter's job
 
 
 def kubelet_rate(name: str, by: str) -> str:
     """Both spellings of a kubelet resource-manager metric (1.36 bare, 1.37 kubelet_)."""
     return (f"sum by ({by}) (rate({{__name__=~\"(kubelet_)?{name}\", {K}}}"
             f"[$__rate_interval]))")
+
+
+def node_table(title: str, targets: list[dict[str, Any]], rename: dict[str, str], *,
+               description: str = "", exclude: tuple[str, ...] = ("Time",),
+               sort: str | None = None) -> dict[str, Any]:
+    """A table with one row per (cluster, node) whose node cells link to the node
+    dashboard."""
+    transformations: list[dict[str, Any]] = []
+    if len(targets) > 1:
+        transformations.append({"id": "merge", "options": {}})
+    transformations.append(organize(list(exclude), rename))
+    if sort:
+        transformations.append({"id": "sortBy", "options": {"sort": [
+            {"field": sort, "desc": True}]}})
+    return table(title, targets, description=description, transformations=transformations,
+                 overrides=[node_link_override()])
 
 
 def fleet_dashboard() -> dict[str, Any]:
@@ -441,16 +514,20 @@ def fleet_dashboard() -> dict[str, Any]:
     lay.row("Pod-level resource managers across the fleet")
     lay.add(stat("Pod-shared per pod-exclusive containers", f"{shared_c} / ({excl_c} > 0)",
                  description="How many sidecars share a pod's pool per container holding "
-                             "pod-exclusive CPUs."), 5, 4)
+                             "pod-exclusive CPUs."), 4, 4)
     lay.add(stat("Pod-shared per pod-exclusive CPUs", f"{shared_p} / ({excl_p} > 0)",
-                 description="CPUs in pod shared pools per pod-exclusive CPU."), 5, 4)
+                 description="CPUs in pod shared pools per pod-exclusive CPU."), 4, 4)
     lay.add(stat("Reclaimed cores", f"sum(podres_reclaimed_cpus{{{F}}})",
-                 description="Cores given back fleet-wide by pod-level budgets."), 5, 4)
+                 description="Cores given back fleet-wide by pod-level budgets."), 4, 4)
     lay.add(stat("Reclaimable cores", f"sum(podres_reclaimable_cpus{{{F}}})",
                  description="Cores still pinned by 1-CPU padding containers of pods "
-                             "without a pod-level budget."), 5, 4)
+                             "without a pod-level budget."), 4, 4)
     lay.add(stat("Nodes reporting", f"count(podres_up{{{F}}} == 1)",
                  description="Exporters whose PodResources source is up."), 4, 4)
+    lay.add(stat("Active anomalies", f"sum(podres_anomalies{{{F}, {ALERTED}}})",
+                 description="Anomalies the alerts count, over every node that publishes a "
+                             "ledger (the 1.36 reporting pattern is not counted).",
+                 thresholds=[(None, "green"), (1, "red")], no_value="no data"), 4, 4)
 
     lay.add(timeseries("Pod-shared per pod-exclusive ratio", [
         prom_target(f"{shared_c} / ({excl_c} > 0)", ref="A", legend="containers"),
@@ -468,33 +545,50 @@ def fleet_dashboard() -> dict[str, Any]:
         f"sum by (pool) (podres_cpus{{{F}}})", legend="{{pool}}")], stack=True,
         overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
 
+    lay.row("Rollout")
+    lay.add(panel("bargauge", "Nodes by pod-level resource managers", [prom_target(
+        f"count by (pod_level_resource_managers) (podres_kubelet_info{{{F}}})",
+        legend="enabled: {{pod_level_resource_managers}}", instant=True)],
+        description="Rollout progress: nodes whose kubelet runs with the "
+                    "PodLevelResourceManagers feature gate (true) or without it (false).",
+        defaults={"min": 0, "decimals": 0, "color": {"mode": "fixed", "fixedColor": "blue"}},
+        options={"orientation": "horizontal", "displayMode": "basic",
+                 "showUnfilled": True, "valueMode": "color",
+                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+        8, 8)
+    lay.add(node_table("Resource manager configuration per node", [
+        prom_target(f"max by (cluster, node, pod_level_resource_managers, cpu_manager_policy, "
+                    f"memory_manager_policy, topology_manager_policy, topology_manager_scope) "
+                    f"(podres_kubelet_info{{{F}}})", ref="A", instant=True, table=True),
+        prom_target(f"max by (cluster, node) (podres_checkpoint_downgrade_unsafe{{{F}}})",
+                    ref="B", instant=True, table=True)],
+        {"Value #B": "downgrade unsafe"}, exclude=("Time", "Value #A"),
+        description="Which nodes run pod-level resource managers, with which policies; "
+                    "'downgrade unsafe' 1 marks kubelet checkpoints an older kubelet cannot "
+                    "read (drain the node before a downgrade)."), 16, 8)
+
     lay.row("Pods and nodes")
-    lay.add(table("Top pods by reclaimed cores", [prom_target(
-        f"topk(20, max by (cluster, namespace, pod) (podres_pod_reclaimed_cpus{{{F}}}))",
-        instant=True, table=True)],
-        transformations=[organize(["Time"], {"Value": "reclaimed cores"}),
-                         {"id": "sortBy", "options": {"sort": [
-                             {"field": "reclaimed cores", "desc": True}]}}]), 8, 10)
-    lay.add(table("Nodes by reclaimed cores", [
-        prom_target(f"sum by (cluster, instance) (podres_reclaimed_cpus{{{F}}})", ref="A",
+    lay.add(node_table("Top pods by reclaimed cores", [prom_target(
+        f"topk(20, max by (cluster, node, namespace, pod) (podres_pod_reclaimed_cpus{{{F}}}))",
+        instant=True, table=True)], {"Value": "reclaimed cores"}, sort="reclaimed cores"),
+        8, 10)
+    lay.add(node_table("Nodes by reclaimed cores", [
+        prom_target(f"sum by (cluster, node) (podres_reclaimed_cpus{{{F}}})", ref="A",
                     instant=True, table=True),
-        prom_target(f"sum by (cluster, instance) (podres_reclaimable_cpus{{{F}}})", ref="B",
+        prom_target(f"sum by (cluster, node) (podres_reclaimable_cpus{{{F}}})", ref="B",
                     instant=True, table=True)],
-        transformations=[{"id": "merge", "options": {}},
-                         organize(["Time"], {"Value #A": "reclaimed", "Value #B": "reclaimable",
-                                             "instance": "node"}),
-                         {"id": "sortBy", "options": {"sort": [
-                             {"field": "reclaimed", "desc": True}]}}]), 8, 10)
-    lay.add(table("Nodes with anomalies", [prom_target(
-        f"sum by (cluster, instance, kind) (podres_anomalies{{{F}}}) > 0",
-        instant=True, table=True)],
-        transformations=[organize(["Time"], {"Value": "count", "instance": "node"})]), 8, 10)
+        {"Value #A": "reclaimed", "Value #B": "reclaimable"}, sort="reclaimed"), 8, 10)
+    lay.add(node_table("Nodes with anomalies", [prom_target(
+        f"sum by (cluster, node, kind) (podres_anomalies{{{F}}}) > 0",
+        instant=True, table=True)], {"Value": "count"},
+        description="Current anomalies per node and kind, legacy_shared_report (the 1.36 "
+                    "reporting pattern, not alerted) included."), 8, 10)
 
     lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")
     lay.add(timeseries("Kubelet allocation errors", [prom_target(
         kubelet_rate("resource_manager_allocation_errors_total",
-                     "instance, resource_name, source"),
-        legend="{{instance}} {{resource_name}} {{source}}")], unit="ops",
+                     "cluster, node, resource_name, source"),
+        legend="{{cluster}} {{node}} {{resource_name}} {{source}}")], unit="ops",
         description="resource_manager_allocation_errors_total (1.36) or "
                     "kubelet_resource_manager_allocation_errors_total (1.37)."), 8, 8)
     lay.add(timeseries("Kubelet allocations", [prom_target(
@@ -506,19 +600,21 @@ def fleet_dashboard() -> dict[str, Any]:
         description="A counter of assignment events, not current state: current counts are "
                     "the exporter's podres_containers."), 8, 8)
     lay.add(timeseries("Older kubelet manager errors", [
-        prom_target(f"sum by (instance) (rate(kubelet_cpu_manager_pinning_errors_total{{{K}}}"
-                    f"[$__rate_interval]))", ref="A", legend="cpu pinning {{instance}}"),
-        prom_target(f"sum by (instance) (rate(kubelet_memory_manager_pinning_errors_total"
-                    f"{{{K}}}[$__rate_interval]))", ref="B", legend="memory pinning {{instance}}"),
-        prom_target(f"sum by (instance) (rate(kubelet_topology_manager_admission_errors_total"
-                    f"{{{K}}}[$__rate_interval]))", ref="C",
-                    legend="topology admission {{instance}}")], unit="ops"), 12, 8)
-    lay.add(table("Exporters down", [prom_target(
-        f'up{{{K}, job=~"(.+-)?podres-exporter"}} == 0 or podres_up{{{F}}} == 0',
-        instant=True, table=True)],
+        prom_target(f"sum by (cluster, node) (rate(kubelet_cpu_manager_pinning_errors_total"
+                    f"{{{K}}}[$__rate_interval]))", ref="A",
+                    legend="cpu pinning {{cluster}} {{node}}"),
+        prom_target(f"sum by (cluster, node) (rate(kubelet_memory_manager_pinning_errors_total"
+                    f"{{{K}}}[$__rate_interval]))", ref="B",
+                    legend="memory pinning {{cluster}} {{node}}"),
+        prom_target(f"sum by (cluster, node) (rate("
+                    f"kubelet_topology_manager_admission_errors_total{{{K}}}"
+                    f"[$__rate_interval]))", ref="C",
+                    legend="topology admission {{cluster}} {{node}}")], unit="ops"), 12, 8)
+    lay.add(node_table("Exporters down", [prom_target(
+        f"max by (cluster, node, instance, __name__) (up{{{F}}} == 0 or podres_up{{{F}}} == 0)",
+        instant=True, table=True)], {"__name__": "metric"}, exclude=("Time", "Value"),
         description="Scrape failures (up == 0) or a failing PodResources source "
-                    "(podres_up == 0).",
-        transformations=[organize(["Time", "Value"], {"__name__": "metric"})]), 12, 8)
+                    "(podres_up == 0)."), 12, 8)
 
     variables = [
         datasource_var("prometheus"),
@@ -529,8 +625,9 @@ def fleet_dashboard() -> dict[str, Any]:
     ]
     return dashboard("podres-fleet", "podres-exporter / Fleet",
                      "Pod-level resource managers across every node: pod_shared to "
-                     "pod_exclusive ratio, reclaimed cores, anomalies and the kubelet's own "
-                     "allocation errors.", lay, variables, time_from="now-7d", refresh="5m")
+                     "pod_exclusive ratio, reclaimed cores, rollout, anomalies and the "
+                     "kubelet's own allocation errors. Node cells link to the node "
+                     "dashboard.", lay, variables, time_from="now-7d", refresh="5m")
 
 
 # --------------------------------------------------------------------------------------
@@ -654,8 +751,9 @@ def history_dashboard() -> dict[str, Any]:
 
     lay.row("Anomaly log of $node")
     lay.add(table("Anomaly log", [sql_target(ANOMALY_SQL)], datasource=PG,
-                  description="Anomalies (SPEC §3.4) with first and last sighting; resolved_at "
-                              "is empty while the anomaly persists."), 24, 10)
+                  description="Anomalies (docs/design.md#anomalies) with first and last "
+                              "sighting; resolved_at is empty while the anomaly persists."),
+            24, 10)
     lay.add(table("History gaps", [sql_target(GAPS_SQL)], datasource=PG,
                   description="Explicit gaps recorded when the store was unreachable for "
                               "longer than the writer's buffer."), 24, 5)
@@ -679,7 +777,10 @@ def history_dashboard() -> dict[str, Any]:
     return dashboard("podres-history", "podres-exporter / History",
                      "The history store (PostgreSQL fleet database) through Grafana's "
                      "PostgreSQL data source: assignment timeline of a pod, anomaly log, "
-                     "node summaries.", lay, variables, time_from="now-24h", refresh="")
+                     "node summaries.", lay, variables, time_from="now-24h", refresh="",
+                     links=[link("Node dashboard of this node",
+                                 "/d/podres-node/podres-exporter-node?var-node=${node}",
+                                 "Live pools and assignments of the same node (Prometheus)")])
 
 
 DASHBOARDS = {

@@ -27,7 +27,6 @@ PROMETHEUS_DIR = REPO / "dashboards" / "prometheus"
 RULE_FILES = [PROMETHEUS_DIR / "recording.rules.yml", PROMETHEUS_DIR / "alerts.rules.yml"]
 DASHBOARDS = ["node.json", "fleet.json", "history.json"]
 SCHEMA = GRAFANA / "schema" / "dashboard.schema.json"
-DATA = Path(__file__).resolve().parent / "data"
 
 
 def load_dashboard(name: str) -> dict[str, Any]:
@@ -86,13 +85,34 @@ def all_promql() -> list[Query]:
             if q.kind == "promql"]
 
 
-def prom_substitute(expr: str, *, interval: str = "5m", var: str = ".*") -> str:
-    """What Grafana would send: its interval macros as a duration and every template
-    variable as a regex (the dashboards always match variables with ``=~``)."""
+def prom_substitute(expr: str, *, interval: str = "5m", var: str = ".*",
+                    values: dict[str, str] | None = None) -> str:
+    """What Grafana would send: its interval macros as a duration, the variables in
+    ``values`` as given (format them with ``grafana_values``) and every other variable as
+    ``var``."""
+    values = values or {}
     expr = re.sub(r"\$__(rate_interval|interval|range)\b", interval, expr)
     expr = re.sub(r"\$\{__(rate_interval|interval|range)\}", interval, expr)
-    expr = re.sub(r"\$\{\w+(:\w+)?\}", var, expr)
-    return re.sub(r"\$\w+", var, expr)
+    expr = re.sub(r"\$\{(\w+)(:\w+)?\}", lambda m: values.get(m.group(1), var), expr)
+    return re.sub(r"\$(\w+)", lambda m: values.get(m.group(1), var), expr)
+
+
+def grafana_values(dashboard: str, selected: dict[str, str]) -> dict[str, str]:
+    """Selected variable values as Grafana's Prometheus data source interpolates them: a
+    variable with "All" or several values is regex-escaped (``All`` becomes its allValue),
+    a single-value variable is inserted as it is."""
+    out = {}
+    for v in load_dashboard(dashboard)["templating"]["list"]:
+        if v["name"] not in selected:
+            continue
+        value = selected[v["name"]]
+        if v.get("multi") or v.get("includeAll"):
+            value = (v.get("allValue", ".*") if value == "All"
+                     # doubled: the backslash itself must survive PromQL's string syntax
+                     else re.sub(r"[$^*{}\[\]'+?.()|\\]", lambda m: "\\\\" + m.group(0),
+                                 value))
+        out[v["name"]] = value
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -142,12 +162,14 @@ class PrometheusServer:
     """A real Prometheus on loopback with its own config and TSDB in a temporary directory.
     Targets are applied on a 5 s tick: the first answers come after ~5.5 s."""
 
-    def __init__(self, scrape_configs: list[dict[str, Any]], *, rules: bool = True) -> None:
+    def __init__(self, scrape_configs: list[dict[str, Any]], *, rules: bool = True,
+                 external_labels: dict[str, str] | None = None) -> None:
         binary = prometheus_binary()
         self.dir = Path(tempfile.mkdtemp(prefix="podres-prom-"))
         config: dict[str, Any] = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
-                       "evaluation_interval": "1s"},
+                       "evaluation_interval": "1s",
+                       "external_labels": external_labels or {}},
             "scrape_configs": scrape_configs,
         }
         if rules:

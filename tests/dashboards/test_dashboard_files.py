@@ -105,12 +105,76 @@ def test_panels_ids_titles_and_grid(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["node.json", "fleet.json"])
-def test_promql_variables_use_regex_matchers(name: str) -> None:
-    """``$var`` only inside ``=~`` so that "All" (``.*``) and the tests' substitution work."""
+def test_promql_variables_match_as_grafana_formats_them(name: str) -> None:
+    """Grafana regex-escapes the values of multi-value and "All" variables and inserts a
+    single value as it is: the first are matched with ``=~`` (so "All" = ``.*`` works), the
+    second exactly with ``=`` (an IPv6 address or a dotted node name must not turn into a
+    regex)."""
+    variables = {v["name"]: v for v in load_dashboard(name)["templating"]["list"]}
+    seen = 0
     for p in iter_panels(load_dashboard(name)):
         for t in p.get("targets", []):
-            for m in re.finditer(r'(\w+)\s*(=~|!=|=|!~)\s*"\$\w+"', t.get("expr", "")):
-                assert m.group(2) == "=~", f"{p['title']}: {m.group(0)}"
+            for m in re.finditer(r'(\w+)\s*(=~|!=|=|!~)\s*"\$(\w+)"', t.get("expr", "")):
+                var = variables[m.group(3)]
+                regex = var.get("multi") or var.get("includeAll")
+                assert m.group(2) == ("=~" if regex else "="), f"{p['title']}: {m.group(0)}"
+                seen += 1
+    assert seen > 10
+
+
+@pytest.mark.parametrize("name", ["node.json", "fleet.json"])
+def test_nodes_are_named_by_the_node_label(name: str) -> None:
+    """One node identity: the ``node`` target label, never the exporter pod's address."""
+    for p in iter_panels(load_dashboard(name)):
+        for t in p.get("targets", []):
+            assert "instance=~" not in t.get("expr", ""), p["title"]
+            assert "by (instance" not in t.get("expr", ""), p["title"]
+    node = {v["name"]: v for v in load_dashboard("node.json")["templating"]["list"]}["node"]
+    assert node["query"]["query"].endswith(", node)")
+    assert not node["includeAll"] and not node["multi"]
+
+
+def test_fleet_tables_link_to_the_node_dashboard() -> None:
+    fleet = load_dashboard("fleet.json")
+    linked = []
+    for p in iter_panels(fleet):
+        for o in p.get("fieldConfig", {}).get("overrides", []):
+            if o["matcher"]["options"] == "node":
+                [prop] = [x for x in o["properties"] if x["id"] == "links"]
+                [link] = prop["value"]
+                assert link["url"].startswith("/d/podres-node/")
+                assert "var-node=${__data.fields.node}" in link["url"]
+                assert "var-cluster=${__data.fields.cluster}" in link["url"]
+                assert "${__url_time_range}" in link["url"]
+                linked.append(p["title"])
+                for t in p["targets"]:
+                    assert "by (cluster, node" in t["expr"], p["title"]
+    assert {"Nodes by reclaimed cores", "Nodes with anomalies",
+            "Resource manager configuration per node"} <= set(linked)
+    assert load_dashboard("node.json")["uid"] == "podres-node"
+
+
+def test_saturation_panel_draws_the_alert_threshold() -> None:
+    import yaml
+    from dash_helpers import PROMETHEUS_DIR
+    rules = yaml.safe_load((PROMETHEUS_DIR / "alerts.rules.yml").read_text())
+    [alert] = [r for g in rules["groups"] for r in g["rules"]
+               if r.get("alert") == "PodresPodSharedPoolSaturated"]
+    threshold = float(alert["expr"].rsplit(">", 1)[1])
+    [p] = [p for p in iter_panels(load_dashboard("node.json"))
+           if p["title"] == "Pod shared pool saturation"]
+    defaults = p["fieldConfig"]["defaults"]
+    assert defaults["custom"]["thresholdsStyle"] == {"mode": "line"}
+    assert [s["value"] for s in defaults["thresholds"]["steps"]] == [None, threshold]
+
+
+def test_active_anomalies_count_what_the_alerts_count() -> None:
+    """No ``or vector(0)``: a withdrawn ledger shows "no data", not a green 0."""
+    for name in ("node.json", "fleet.json"):
+        [p] = [p for p in iter_panels(load_dashboard(name)) if p["title"] == "Active anomalies"]
+        [t] = p["targets"]
+        assert 'kind!="legacy_shared_report"' in t["expr"]
+        assert "vector(" not in t["expr"]
 
 
 def test_metric_names_are_the_catalogue() -> None:

@@ -20,6 +20,8 @@ from dash_helpers import (
 )
 
 RUNBOOK = REPO / "docs" / "runbook.md"
+# The published runbook; the Helm chart swaps this base for prometheusRule.runbookBaseURL.
+RUNBOOK_BASE = "https://example.invalid/podres-exporter/docs/runbook.md"
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
 
 
@@ -113,6 +115,12 @@ def test_every_alert_is_documented() -> None:
         assert isinstance(ann, dict)
         assert ann.get("summary") and ann.get("description"), rule["alert"]
         url = str(ann["runbook_url"])
-        assert url.startswith("docs/runbook.md#"), url
+        # Absolute: Alertmanager, pagers and chat have no repository to resolve a path in.
+        assert url.startswith(RUNBOOK_BASE + "#"), url
+        assert url == f"{RUNBOOK_BASE}#{rule['alert'].lower()}", url
         assert url.split("#", 1)[1] in anchors, f"{rule['alert']}: no section {url}"
         assert str(rule["labels"]["severity"]), rule["alert"]  # type: ignore[index]
+        # Alerts name the node by the node label, never by the exporter pod's address.
+        if "absent(" not in str(rule["expr"]):
+            assert "$labels.node" in str(ann["summary"]), rule["alert"]
+        assert "$labels.instance }}" not in str(ann["summary"]), rule["alert"]

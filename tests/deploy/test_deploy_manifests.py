@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -559,3 +560,105 @@ def test_dockerfile_builds_the_cli_image() -> None:
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     for pattern in (".git", ".venv", "**/__pycache__", "node_modules"):
         assert any(p.rstrip("/") == pattern for p in ignore), pattern
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+PUBLISHED_RUNBOOK = "https://example.invalid/podres-exporter/docs/runbook.md"
+
+
+def _relabelings(sm: dict[str, Any]) -> list[dict[str, Any]]:
+    (endpoint,) = sm["spec"]["endpoints"]
+    return list(endpoint["relabelings"])
+
+
+@pytest.mark.parametrize("source", ["plain", "rendered"])
+def test_servicemonitor_attaches_the_node_and_drops_the_exporter_pods_labels(
+        source: str) -> None:
+    objects = plain_objects() if source == "plain" else rendered_objects()
+    sm = one(objects, "ServiceMonitor")
+    relabelings = _relabelings(sm)
+    assert {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"],
+            "targetLabel": "node"} in relabelings
+    assert {"action": "replace", "targetLabel": "job",
+            "replacement": "podres-exporter"} in relabelings
+    [drop] = [r for r in relabelings if r["action"] == "labeldrop"]
+    for label in ("namespace", "pod", "container"):
+        assert re.fullmatch(drop["regex"], label), label
+    for label in ("node", "job", "instance", "kind"):
+        assert not re.fullmatch(drop["regex"], label), label
+    # The job comes from the relabeling, not from a Service label that follows the chart.
+    assert "jobLabel" not in sm["spec"]
+
+
+def _rule_texts(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for g in one(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+
+
+def test_job_name_does_not_follow_name_override() -> None:
+    objects = rendered_objects({"nameOverride": "cpu-ledger"})
+    sm = one(objects, "ServiceMonitor", "podres-exporter-cpu-ledger")
+    assert {"action": "replace", "targetLabel": "job",
+            "replacement": "podres-exporter"} in _relabelings(sm)
+    rules = one(objects, "PrometheusRule", "podres-exporter-cpu-ledger")["spec"]["groups"]
+    assert rules == rule_groups_from_sources()
+
+
+def test_job_name_value_sets_the_servicemonitor_and_the_alerts_alike() -> None:
+    objects = rendered_objects({"serviceMonitor": {"jobName": "podres"}})
+    assert {"action": "replace", "targetLabel": "job",
+            "replacement": "podres"} in _relabelings(one(objects, "ServiceMonitor"))
+    exprs = [str(r["expr"]) for r in _rule_texts(objects)]
+    assert sum('job="podres"' in e for e in exprs) == 2   # ExporterDown and ExporterAbsent
+    assert not [e for e in exprs if "podres-exporter" in e]
+
+
+def test_runbook_base_url_is_a_value() -> None:
+    default = _rule_texts(rendered_objects())
+    custom = _rule_texts(rendered_objects(
+        {"prometheusRule": {"runbookBaseURL": "https://wiki.example.com/sre/podres/"}}))
+    alerts = [r for r in default if "alert" in r]
+    assert len(alerts) >= 10
+    for rule in alerts:
+        anchor = "#" + str(rule["alert"]).lower()
+        assert rule["annotations"]["runbook_url"] == PUBLISHED_RUNBOOK + anchor
+    for rule in (r for r in custom if "alert" in r):
+        assert rule["annotations"]["runbook_url"] == (
+            "https://wiki.example.com/sre/podres" + "#" + str(rule["alert"]).lower())
+    with pytest.raises(helm.HelmError):
+        render({"prometheusRule": {"runbookBaseURL": "docs/runbook.md"}})
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool not installed: apt-get install -y --no-install-recommends "
+                    "prometheus")
+    return path
+
+
+def test_helm_rule_copies_pass_promtool(tmp_path: Path) -> None:
+    """``promtool check rules`` and the scripted alert scenarios, run on the chart's copies
+    and on the groups the chart renders (default values)."""
+    tool = _promtool()
+    copies = sorted((CHART / "files" / "rules").glob("*.rules.yml"))
+    assert [p.name for p in copies] == ["alerts.rules.yml", "recording.rules.yml"]
+    rendered = tmp_path / "rendered.rules.yml"
+    rendered.write_text(yaml.safe_dump(
+        {"groups": one(rendered_objects(), "PrometheusRule")["spec"]["groups"]}))
+    check = subprocess.run([tool, "check", "rules", *map(str, copies), str(rendered)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    tests_dir = ROOT / "dashboards" / "prometheus" / "tests"
+    for rule_files in ([str(p) for p in copies], [str(rendered)]):
+        for test in sorted(tests_dir.glob("*_test.yml")):
+            doc = yaml.safe_load(test.read_text(encoding="utf-8"))
+            wanted = {Path(f).name for f in doc["rule_files"]}
+            doc["rule_files"] = [f for f in rule_files
+                                 if Path(f).name in wanted or Path(f) == rendered]
+            copy_path = tmp_path / f"{len(rule_files)}-{test.name}"
+            copy_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            result = subprocess.run([tool, "test", "rules", str(copy_path)],
+                                    capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stdout + result.stderr
