@@ -43,6 +43,7 @@ def parse_proc_stat(text: str, user_hz: int) -> ProcStat:
     busy: dict[int, int] = {}
     idle: dict[int, int] = {}
     malformed = 0
+    twice: set[int] = set()
     for line in text.splitlines():
         if not line.startswith("cpu") or line.startswith("cpu "):
             continue
@@ -59,11 +60,14 @@ def parse_proc_stat(text: str, user_hz: int) -> ProcStat:
             continue
         values += [0] * (10 - len(values))
         cpu = int(ident)
-        if cpu in busy:  # the same CPU twice: trust neither
-            malformed += 1
+        if cpu in busy or cpu in twice:  # the same CPU twice: trust neither line
+            malformed += 1 if cpu in twice else 2
+            twice.add(cpu)
             continue
         busy[cpu] = sum(values[i] for i in _BUSY)
         idle[cpu] = sum(values[i] for i in _IDLE)
+    for cpu in twice:
+        del busy[cpu], idle[cpu]
     return ProcStat(user_hz, busy, idle, malformed)
 
 

@@ -73,7 +73,7 @@ def test_forced_driver(tmp_path: Path, driver: str) -> None:
     other = "cgroupfs" if driver == "systemd" else "systemd"
     with pytest.raises(CgroupUnavailable, match=other):
         detect_layout(str(tmp_path), other)
-    with pytest.raises(UserError, match="--cgroup.driver"):
+    with pytest.raises(UserError, match=r"--cgroup\.driver"):
         detect_layout(str(tmp_path), "bogus")
 
 
