@@ -1,0 +1,157 @@
+"""Round trip: the model-driven simulator places pods and writes the cgroup tree a kubelet
+would have made; the cgroup source reads it back and the enforcement check finds exactly
+the ledger's expectations, and exactly one drift (after the window) when one is injected."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from allocator.strategies import random_pod
+from exporter.sim.cgroupfs import (
+    ProcStatWriter,
+    decorate_pod_list,
+    model_tree,
+    per_cpu_load,
+    write_cgroup_tree,
+)
+from exporter.sim.model_driven import ModelDrivenNode
+from exporter.sources.cgroup import CgroupSource, pod_refs_from_pod_list
+from exporter.sources.procstat import read_proc_stat
+from reconciler.allocator import ModelConfig, from_spec
+from reconciler.allocator.report import report_allocatable, report_pods
+from reconciler.enforcement import (
+    DriftState,
+    EnforcementOptions,
+    compare,
+    expected_cpusets,
+    track,
+)
+from reconciler.kube import kubelet_config_from_json, pod_list_from_json
+from reconciler.ledger import Ledger
+from reconciler.reconcile import reconcile
+from reconciler.snapshot import NodeSnapshot
+from reconciler.usage import UsageCounters, attribute, cpu_holders
+
+
+def place(style: str, scope: str, seed: int, options: frozenset[str] = frozenset(),
+          ) -> ModelDrivenNode:
+    config = ModelConfig(scope=scope, topology_policy="single-numa-node",
+                         reserved_cpu_m=2000, options=options)
+    node = ModelDrivenNode(from_spec("2x8x2", numa_per_socket=2), config, style)
+    rng = random.Random(seed)
+    for i in range(20):
+        node.add(random_pod(rng, f"p{i}", min_shared=2 if style == "1.36" else 0,
+                            namespace=rng.choice(["shop", "db"])))
+        if node.model.pods and rng.random() < 0.15:
+            node.delete(*rng.choice(sorted(node.model.pods)))
+    return node
+
+
+def ledger_of(node: ModelDrivenNode) -> tuple[Ledger, EnforcementOptions]:
+    state = node.state()
+    config = kubelet_config_from_json(state.configz)
+    ledger = reconcile(NodeSnapshot(
+        pods=report_pods(node.model, node.reporting),
+        allocatable=report_allocatable(node.model),
+        topology=node.model.topo.to_snapshot(),
+        pod_specs=pod_list_from_json(state.pod_list),
+        kubelet_config=config))
+    return ledger, EnforcementOptions.from_kubelet_config(config, 10.0)
+
+
+def refs(node: ModelDrivenNode) -> object:
+    return pod_refs_from_pod_list(decorate_pod_list(node.state().pod_list))
+
+
+@pytest.mark.parametrize(("style", "scope", "seed", "options"), [
+    ("1.37", "pod", 1, frozenset()),
+    ("1.37", "pod", 2, frozenset({"strict-cpu-reservation"})),
+    ("1.37", "container", 3, frozenset()),
+    ("1.36", "pod", 4, frozenset()),
+    ("1.35", "pod", 5, frozenset({"strict-cpu-reservation"})),
+])
+def test_tree_read_back_equals_the_ledgers_expectations(
+        tmp_path: Path, style: str, scope: str, seed: int, options: frozenset[str]) -> None:
+    node = place(style, scope, seed, options)
+    # A node with pods in every role and a shared pool left (an empty one cannot be written
+    # to a cgroup: the container would inherit its parent's CPUs).
+    assert node.model.pods and node.model.default_set
+    write_cgroup_tree(tmp_path, model_tree(node.model), node.model.topo.online)
+    ledger, opts = ledger_of(node)
+    reading = CgroupSource(str(tmp_path)).read(refs(node))  # type: ignore[arg-type]
+    assert reading.off is None and reading.errors == ()
+    expectations = expected_cpusets(ledger, opts)
+    assert {k: v[1] for k, v in expectations.containers.items()} == \
+        dict(reading.enforced.containers)
+    cmp = compare(expectations, reading.enforced)
+    assert cmp.differences == ()
+    assert len(cmp.observed) == len(ledger.containers) + len(reading.enforced.pods)
+
+
+def test_injected_drift_is_raised_after_the_window_and_cleared_when_fixed(
+        tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, opts = ledger_of(node)
+    victim = next(c for c in ledger.containers if c.assignment == "pod_exclusive")
+    key = (victim.namespace, victim.pod, victim.name)
+    wrong = frozenset(node.model.default_set)
+    source = CgroupSource(str(tmp_path))
+    expectations = expected_cpusets(ledger, opts)
+
+    def poll(state: DriftState, now: float) -> tuple[DriftState, list[tuple[str, ...]]]:
+        reading = source.read(refs(node))  # type: ignore[arg-type]
+        assert reading.errors == ()
+        state, drifts = track(state, compare(expectations, reading.enforced), now,
+                              opts.reconcile_period)
+        return state, [d.anomaly()[:4] for d in drifts]
+
+    write_cgroup_tree(tmp_path, model_tree(node.model, drift={key: wrong}),
+                      node.model.topo.online)
+    state, found = poll(DriftState(), 0.0)
+    assert found == []
+    state, found = poll(state, 6.0)
+    assert found == []
+    state, found = poll(state, 10.0)
+    assert found == [("cpuset_drift", *key)]
+    write_cgroup_tree(tmp_path, model_tree(node.model), node.model.topo.online)
+    state, found = poll(state, 12.0)
+    assert found == [] and not state.pending
+
+
+def test_released_pods_leave_the_tree(tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    write_cgroup_tree(tmp_path, model_tree(node.model), node.model.topo.online)
+    gone = sorted(node.model.pods)[0]
+    node.delete(*gone)
+    write_cgroup_tree(tmp_path, model_tree(node.model), node.model.topo.online)
+    reading = CgroupSource(str(tmp_path)).read(refs(node))  # type: ignore[arg-type]
+    assert reading.errors == ()
+    assert not any(k[:2] == gone for k in reading.enforced.containers)
+    slices = list((tmp_path / "kubepods.slice").rglob("kubepods-*pod*.slice"))
+    assert len(slices) == len(node.model.pods)
+
+
+def test_proc_stat_writer_load_per_pool_comes_back(tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, _ = ledger_of(node)
+    holders = cpu_holders(ledger)
+    load = {"reserved": 0.1, "node_shared": 0.5, "pod_exclusive": 0.9, "pod_shared": 0.3,
+            "node_exclusive": 0.7, "pod_idle": 0.0}
+    writer = ProcStatWriter(tmp_path / "stat", node.model.topo.online, user_hz=100)
+    counters = UsageCounters(user_hz=100)
+    before = read_proc_stat(tmp_path, user_hz=100)
+    for _ in range(3):
+        writer.advance(20.0, per_cpu_load(holders, load))
+        after = read_proc_stat(tmp_path, user_hz=100)
+        counters = counters.add(attribute(before.busy, after.busy, holders),
+                                [(p.namespace, p.name) for p in ledger.pods])
+        before = after
+    pools = ledger.cpu_pools.to_json()
+    for pool, seconds in counters.pool_seconds().items():
+        # rate over 60 s per CPU of the pool; ticks are floored per field (2 per CPU-write)
+        want = load[pool] * 60.0 * pools[pool]
+        assert abs(seconds - want) <= 0.02 * 3 * pools[pool] + 1e-9, (pool, seconds, want)
+    assert all(v >= 0 for v in counters.pod_seconds().values())
