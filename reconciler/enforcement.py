@@ -117,12 +117,19 @@ def compare(expectations: Expectations, enforced: EnforcedCpusets) -> Comparison
     observed: set[DriftKey] = set()
     subjects: set[DriftKey] = set(expectations.containers)
     subjects.update((namespace, pod, None) for namespace, pod in expectations.pods)
+    # Most containers share one expected set (the node shared pool) and, read through one
+    # parse cache, one enforced set object: compare each pair of objects once.
+    same: dict[tuple[int, int], bool] = {}
     for key, (kind, want) in expectations.containers.items():
         got = enforced.containers.get(key)
         if got is None:
             continue
         observed.add(key)
-        if got != want:
+        pair = (id(got), id(want))
+        equal = same.get(pair)
+        if equal is None:
+            equal = same[pair] = got == want
+        if not equal:
             differences.append(Difference(key, kind, want, got))
     for (namespace, pod), want in expectations.pods.items():
         got = enforced.pods.get((namespace, pod))

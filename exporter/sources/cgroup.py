@@ -12,8 +12,9 @@ Layouts read (cgroup v2 first, then the v1 ``cpuset`` controller under ``<root>/
   directly as ``kubepods/pod<uid>``.
 
 Pods and container ids come from the kubelet's ``/pods`` (``status.containerStatuses`` and,
-for sidecars, ``status.initContainerStatuses``). Each pod directory is listed once and its
-container cgroups matched by id, so a container costs one small read. Whatever goes wrong
+for sidecars, ``status.initContainerStatuses``). The QoS directories are listed once per
+poll to find the pods; a container's cgroup is named from its id and runtime, so it costs
+one small read, and identical cpuset texts are parsed once. Whatever goes wrong
 with one pod or container (gone between listing and reading, unreadable, not a regular
 file, not a cpuset) is an entry error beside the others' readings, never an exception.
 """
@@ -61,10 +62,12 @@ _POD_DIR: dict[Driver, re.Pattern[str]] = {
     "systemd": re.compile(r"^kubepods(?:-burstable|-besteffort)?-pod([0-9A-Za-z_]+)\.slice$"),
     "cgroupfs": re.compile(r"^pod([0-9A-Za-z-]+)$"),
 }
-# Container ids are hex; "crio-conmon-<id>" (CRI-O's monitor process) never matches.
-_CONTAINER_DIR: dict[Driver, re.Pattern[str]] = {
-    "systemd": re.compile(r"^(?:cri-containerd|crio|docker)-([0-9a-f]+)\.scope$"),
-    "cgroupfs": re.compile(r"^(?:crio-)?([0-9a-f]+)$"),
+# A container's cgroup name per driver and runtime (the containerID's scheme); an unknown
+# runtime tries them all. CRI-O's "crio-conmon-<id>" (its monitor process) is never read.
+_CONTAINER_NAMES: dict[Driver, dict[str, tuple[str, ...]]] = {
+    "systemd": {"containerd": ("cri-containerd-{}.scope",), "cri-o": ("crio-{}.scope",),
+                "docker": ("docker-{}.scope",)},
+    "cgroupfs": {"containerd": ("{}",), "cri-o": ("crio-{}",), "docker": ("{}",)},
 }
 _RUNTIME_ID = re.compile(r"^([a-z0-9.+-]+)://([0-9a-f]+)$")
 
@@ -89,11 +92,11 @@ def _running_refs(statuses: object) -> list[ContainerRef]:
     if not isinstance(statuses, list):
         return refs
     for st in statuses:
-        if not isinstance(st, Mapping) or not isinstance(st.get("name"), str):
+        if not isinstance(st, dict) or not isinstance(st.get("name"), str):
             continue
         state = st.get("state")
         # A finished init container keeps its last containerID, but its cgroup is gone.
-        if isinstance(state, Mapping) and "running" not in state:
+        if isinstance(state, dict) and "running" not in state:
             continue
         m = _RUNTIME_ID.match(str(st.get("containerID") or ""))
         if m:
@@ -102,15 +105,16 @@ def _running_refs(statuses: object) -> list[ContainerRef]:
 
 
 def pod_refs_from_pod_list(obj: object) -> tuple[PodRef, ...]:
-    """The running containers of each pod in a ``v1.PodList`` (the kubelet's ``/pods``).
-    Tolerant: an item it cannot use is skipped (the pod-spec parser reports bad lists)."""
-    items = obj.get("items") if isinstance(obj, Mapping) else None
+    """The running containers of each pod in a ``v1.PodList`` (the kubelet's ``/pods``, as
+    ``json.loads`` gives it). Tolerant: an item it cannot use is skipped (the pod-spec
+    parser reports bad lists)."""
+    items = obj.get("items") if isinstance(obj, dict) else None
     refs: list[PodRef] = []
     for item in items if isinstance(items, list) else ():
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             continue
         meta, status = item.get("metadata"), item.get("status")
-        if not isinstance(meta, Mapping) or not isinstance(status, Mapping):
+        if not isinstance(meta, dict) or not isinstance(status, dict):
             continue
         uid = meta.get("uid")
         if not isinstance(uid, str) or not uid:
@@ -207,21 +211,37 @@ class CgroupReading:
     off: str | None = None  # why the source is off; None when it read
 
 
-def _read_cpuset(path: str, names: Sequence[str]) -> frozenset[int]:
+_CpusetCache = dict[bytes, frozenset[int]]
+
+
+def _parse(data: bytes, cache: _CpusetCache) -> frozenset[int]:
+    """A cpuset file's content; identical texts (every node-shared container holds the
+    same) give the same set object, parsed once. Raises ``CPUSetError``."""
+    cpus = cache.get(data)
+    if cpus is None:
+        try:
+            cpus = parse_cpuset(data.decode("ascii"))
+        except UnicodeDecodeError:
+            raise CPUSetError("not ASCII text") from None
+        if len(cache) < _CACHE_LIMIT:
+            cache[data] = cpus
+    return cpus
+
+
+_CACHE_LIMIT = 4096
+
+
+def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache) -> frozenset[int]:
     """The first of ``names`` present in the cgroup ``path``. Raises ``OSError`` or
     ``CPUSetError``; ``FileNotFoundError`` when none of the files is there."""
     missing: FileNotFoundError | None = None
     for name in names:
         try:
-            data = read_kernel_file(os.path.join(path, name), MAX_CPUSET_BYTES)
+            data = read_kernel_file(f"{path}/{name}", MAX_CPUSET_BYTES)
         except FileNotFoundError as exc:
             missing = exc
             continue
-        try:
-            text = data.decode("ascii")
-        except UnicodeDecodeError:
-            raise CPUSetError(f"{name}: not ASCII text") from None
-        cpus = parse_cpuset(text)
+        cpus = _parse(data, cache)
         if not cpus:
             raise CPUSetError(f"{name}: empty")
         return cpus
@@ -248,22 +268,10 @@ def _pod_dirs(layout: CgroupLayout) -> dict[str, str]:
     return dirs
 
 
-def _container_dirs(layout: CgroupLayout, pod_dir: str) -> dict[str, str]:
-    """container id → its cgroup directory (the pod's sandbox is listed too: unused)."""
-    pattern = _CONTAINER_DIR[layout.driver]
-    dirs: dict[str, str] = {}
-    with os.scandir(pod_dir) as entries:
-        for entry in entries:
-            m = pattern.match(entry.name)
-            if m:
-                dirs.setdefault(m.group(1), entry.path)
-    return dirs
-
-
 def _describe(exc: Exception, path: str) -> str:
     if isinstance(exc, FileNotFoundError):
         if not os.path.isdir(path):
-            return f"cgroup {path} vanished while reading (container exited?)"
+            return f"cgroup {path} is gone (the container exited, or is not started yet)"
         return f"no cpuset file in {path} (cpuset controller not enabled there?)"
     if isinstance(exc, CPUSetError):
         return f"{path}: unreadable cpuset: {exc}"
@@ -275,9 +283,13 @@ def _describe(exc: Exception, path: str) -> str:
 class _PodReader:
     """Reads one poll's pods into the accumulators."""
 
-    def __init__(self, layout: CgroupLayout) -> None:
+    def __init__(self, layout: CgroupLayout, cache: _CpusetCache) -> None:
         self.layout = layout
+        self.cache = cache
         self.names = _EFFECTIVE[layout.version]
+        self.scopes = _CONTAINER_NAMES[layout.driver]
+        self.every_scope = tuple(dict.fromkeys(n for names in self.scopes.values()
+                                               for n in names))
         self.containers: dict[tuple[str, str, str], frozenset[int]] = {}
         self.pods: dict[tuple[str, str], frozenset[int]] = {}
         self.errors: list[EntryError] = []
@@ -287,35 +299,37 @@ class _PodReader:
             self.errors.append(EntryError(ref.namespace, ref.name, None,
                                           f"no pod cgroup for uid {ref.uid}"))
             return
-        try:
-            by_id = _container_dirs(self.layout, pod_dir)
-        except OSError as exc:
-            self.errors.append(EntryError(ref.namespace, ref.name, None,
-                                          _describe(exc, pod_dir)))
-            return
         if self.layout.version == "v2":
             self._pod_cpuset(ref, pod_dir)
         for c in ref.containers:
             key = (ref.namespace, ref.name, c.name)
-            path = by_id.get(c.id)
-            if path is None:
-                self.errors.append(EntryError(*key, f"no cgroup for {c.runtime} container "
-                                              f"{c.id[:12]} under {pod_dir}"))
-                continue
             try:
-                self.containers.setdefault(key, _read_cpuset(path, self.names))
+                self.containers.setdefault(key, self._container(pod_dir, c))
             except (OSError, CPUSetError) as exc:
-                self.errors.append(EntryError(*key, _describe(exc, path)))
+                self.errors.append(EntryError(*key, _describe(
+                    exc, f"{pod_dir}/{self._scope_names(c)[0].format(c.id)}")))
+
+    def _scope_names(self, c: ContainerRef) -> tuple[str, ...]:
+        return self.scopes.get(c.runtime, self.every_scope)
+
+    def _container(self, pod_dir: str, c: ContainerRef) -> frozenset[int]:
+        names = self._scope_names(c)
+        for scope in names[:-1]:  # an unknown runtime: the first scope that is there
+            try:
+                return _read_cpuset(f"{pod_dir}/{scope.format(c.id)}", self.names, self.cache)
+            except FileNotFoundError:
+                continue
+        return _read_cpuset(f"{pod_dir}/{names[-1].format(c.id)}", self.names, self.cache)
 
     def _pod_cpuset(self, ref: PodRef, pod_dir: str) -> None:
         """cgroup v2 only: an empty ``cpuset.cpus`` there means "not set" (inherited),
         which v1 cannot express (its pod cpusets are always filled in)."""
         try:
-            data = read_kernel_file(os.path.join(pod_dir, "cpuset.cpus"), MAX_CPUSET_BYTES)
-            cpus = parse_cpuset(data.decode("ascii"))
+            cpus = _parse(read_kernel_file(f"{pod_dir}/cpuset.cpus", MAX_CPUSET_BYTES),
+                          self.cache)
         except FileNotFoundError:
             return
-        except (OSError, CPUSetError, UnicodeDecodeError) as exc:
+        except (OSError, CPUSetError) as exc:
             self.errors.append(EntryError(ref.namespace, ref.name, None,
                                           _describe(exc, pod_dir)))
             return
@@ -323,11 +337,13 @@ class _PodReader:
             self.pods.setdefault((ref.namespace, ref.name), cpus)
 
 
-def read_enforced(layout: CgroupLayout, pods: Iterable[PodRef]) -> CgroupReading:
+def read_enforced(layout: CgroupLayout, pods: Iterable[PodRef],
+                  cache: _CpusetCache | None = None) -> CgroupReading:
     """The enforced cpuset of every running container of ``pods`` (and of each pod whose
-    cgroup sets one), with an error entry for each one that could not be read."""
+    cgroup sets one), with an error entry for each one that could not be read. ``cache``
+    (parsed cpuset texts) may be kept from one poll to the next."""
     dirs = _pod_dirs(layout)
-    reader = _PodReader(layout)
+    reader = _PodReader(layout, {} if cache is None else cache)
     for ref in pods:
         reader.pod(ref, dirs.get(ref.uid))
     return CgroupReading(EnforcedCpusets(reader.containers, reader.pods),
@@ -344,6 +360,7 @@ class CgroupSource:
         self.root = root
         self.driver = driver
         self._said: str | None = None
+        self._cache: _CpusetCache = {}
 
     def read(self, pods: Sequence[PodRef] | None) -> CgroupReading:
         if pods is None:
@@ -354,7 +371,7 @@ class CgroupSource:
         except CgroupUnavailable as exc:
             return self._off(str(exc))
         self._said = None
-        return read_enforced(layout, pods)
+        return read_enforced(layout, pods, self._cache)
 
     def _off(self, reason: str) -> CgroupReading:
         message = f"cgroup source off: {reason}"

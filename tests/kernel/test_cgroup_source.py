@@ -197,7 +197,7 @@ def test_container_listed_without_cgroup_and_pod_without_cgroup(tmp_path: Path) 
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
     messages = {(e.pod, e.container): e.message for e in reading.errors}
-    assert "no cgroup for containerd container" in messages[("web", "app")]
+    assert "is gone" in messages[("web", "app")]
     assert "no pod cgroup" in messages[("toy", None)]
     assert ("prod", "web", "proxy") in reading.enforced.containers
     assert len(reading.enforced.containers) == 3
@@ -217,7 +217,7 @@ def test_container_vanishing_between_listing_and_reading(
     monkeypatch.setattr(cgroup, "read_kernel_file", exit_then_read)
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
-    assert [(e.container, "vanished" in e.message) for e in reading.errors] == \
+    assert [(e.container, "is gone" in e.message) for e in reading.errors] == \
         [("worker", True)]
     assert len(reading.enforced.containers) == 5
 
@@ -236,8 +236,9 @@ def test_pod_directory_vanishing_after_discovery(
     monkeypatch.setattr(cgroup, "_pod_dirs", discover_then_delete)
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
-    assert [(e.pod, e.container) for e in reading.errors] == [("batch", None)]
-    assert "vanished" in reading.errors[0].message
+    assert [(e.pod, e.container) for e in reading.errors] == [("batch", "sidecar"),
+                                                                ("batch", "worker")]
+    assert all("is gone" in e.message for e in reading.errors)
     assert len(reading.enforced.containers) == 4
 
 
@@ -288,3 +289,19 @@ def test_pod_refs_from_pod_list() -> None:
 ])
 def test_reconcile_period(body: object, seconds: float) -> None:
     assert cpu_manager_reconcile_period(body) == seconds
+
+
+@pytest.mark.parametrize("driver", ["systemd", "cgroupfs"])
+@pytest.mark.parametrize("runtime", ["containerd", "cri-o"])
+def test_unknown_runtime_scheme_tries_every_scope_name(tmp_path: Path, driver: str,
+                                                       runtime: str) -> None:
+    pods = three_pods(runtime)
+    write_tree(tmp_path, "v2", driver, pods)
+    body = pod_list(pods)
+    for item in body["items"]:  # type: ignore[attr-defined]
+        for st in item["status"]["containerStatuses"]:
+            st["containerID"] = st["containerID"].replace(f"{runtime}://", "future-rt://")
+    reading = read_enforced(detect_layout(str(tmp_path)), pod_refs_from_pod_list(body))
+    assert reading.errors == () and len(reading.enforced.containers) == 6
+    # The id decides, not the runtime: CRI-O's conmon scope is never taken for it.
+    assert reading.enforced.containers[("prod", "web", "app")] == frozenset({2, 3})

@@ -8,8 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
-
 from allocator.strategies import random_pod
+
 from exporter.sim.cgroupfs import (
     ProcStatWriter,
     decorate_pod_list,
