@@ -350,6 +350,42 @@ def read_enforced(layout: CgroupLayout, pods: Iterable[PodRef],
                          tuple(reader.errors), layout)
 
 
+def capture_tree(root: str, layout: CgroupLayout, pods: Iterable[PodRef], dest: str) -> int:
+    """Copy the files this source reads for ``pods`` (and only those) from ``root`` into
+    ``dest``, paths kept, so that ``dest`` serves as ``--cgroup.root`` for a fixture
+    directory's ``cgroup/`` (``record``). Returns the number of files copied; files that
+    cannot be read are left out, as the reading would show them."""
+    wanted: list[str] = [os.path.join(root, "cgroup.controllers")] \
+        if layout.version == "v2" else []
+    dirs = _pod_dirs(layout)
+    scopes = _CONTAINER_NAMES[layout.driver]
+    every = tuple(dict.fromkeys(n for names in scopes.values() for n in names))
+    for qos_dir in _QOS_DIRS[layout.driver]:
+        os.makedirs(os.path.join(dest, os.path.relpath(os.path.join(layout.base, qos_dir),
+                                                       root)), exist_ok=True)
+    for ref in pods:
+        pod_dir = dirs.get(ref.uid)
+        if pod_dir is None:
+            continue
+        wanted.append(f"{pod_dir}/cpuset.cpus")
+        for c in ref.containers:
+            for scope in scopes.get(c.runtime, every):
+                wanted += [f"{pod_dir}/{scope.format(c.id)}/{name}"
+                           for name in _EFFECTIVE[layout.version]]
+    copied = 0
+    for path in wanted:
+        try:
+            data = read_kernel_file(path, MAX_CPUSET_BYTES)
+        except OSError:
+            continue
+        target = os.path.join(dest, os.path.relpath(path, root))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as out:
+            out.write(data)
+        copied += 1
+    return copied
+
+
 class CgroupSource:
     """The source as the poll uses it: off (said once in the log, until it works again)
     without a pod list or without a cgroup mount."""

@@ -78,10 +78,14 @@ def clock_ticks() -> int:
 
 def read_proc_stat(proc_root: str | Path = "/proc", user_hz: int | None = None) -> ProcStat:
     """One sample of ``<proc_root>/stat``; an unreadable file is a ``SourceError``."""
-    path = os.path.join(proc_root, "stat")
+    return read_proc_stat_file(os.path.join(proc_root, "stat"), user_hz)
+
+
+def read_proc_stat_file(path: str | Path, user_hz: int | None = None) -> ProcStat:
+    """One sample of a ``/proc/stat`` file (also a fixture directory's ``proc_stat``)."""
     hz = user_hz if user_hz is not None else clock_ticks()
     try:
-        data = read_kernel_file(path, MAX_PROC_STAT_BYTES, truncate=True)
+        data = read_kernel_file(str(path), MAX_PROC_STAT_BYTES, truncate=True)
     except OSError as exc:
         raise SourceError("procstat", "read", f"{path}: {exc.strerror or exc}") from None
     if len(data) >= MAX_PROC_STAT_BYTES:

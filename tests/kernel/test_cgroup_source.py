@@ -305,3 +305,21 @@ def test_unknown_runtime_scheme_tries_every_scope_name(tmp_path: Path, driver: s
     assert reading.errors == () and len(reading.enforced.containers) == 6
     # The id decides, not the runtime: CRI-O's conmon scope is never taken for it.
     assert reading.enforced.containers[("prod", "web", "app")] == frozenset({2, 3})
+
+
+@pytest.mark.parametrize(("version", "driver", "runtime"), LAYOUTS)
+def test_captured_tree_reads_back_the_same(tmp_path: Path, version: str, driver: str,
+                                           runtime: str) -> None:
+    pods = three_pods(runtime)
+    live = tmp_path / "live"
+    write_tree(live, version, driver, pods)
+    refs = pod_refs_from_pod_list(pod_list(pods))
+    layout = detect_layout(str(live))
+    original = read_enforced(layout, refs)
+    fixture = tmp_path / "fixture" / "cgroup"
+    copied = cgroup.capture_tree(str(live), layout, refs, str(fixture))
+    # Per container both cpuset files, per pod its cpuset.cpus, and v2's controllers.
+    assert copied == 6 * 2 + 3 + (version == "v2")
+    assert not list(fixture.rglob("*conmon*")) and not list(fixture.rglob("f" * 64 + "*"))
+    again = read_enforced(detect_layout(str(fixture)), refs)
+    assert again.enforced == original.enforced and again.errors == ()

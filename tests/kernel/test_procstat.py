@@ -14,6 +14,7 @@ from exporter.sources.procstat import (
     clock_ticks,
     parse_proc_stat,
     read_proc_stat,
+    read_proc_stat_file,
 )
 
 REAL_SHAPE = """\
@@ -102,3 +103,8 @@ def test_oversized_file_keeps_its_complete_lines(tmp_path: Path) -> None:
     (tmp_path / "stat").write_text("cpu0 1 1 1 1\ncpu1 2 2 2 2\n" + filler)
     stat = read_proc_stat(tmp_path, user_hz=100)
     assert stat.busy == {0: 3, 1: 6} and stat.malformed == 0
+
+
+def test_fixture_proc_stat_file(tmp_path: Path) -> None:
+    (tmp_path / "proc_stat").write_text(REAL_SHAPE)
+    assert read_proc_stat_file(tmp_path / "proc_stat", 100).busy == {0: 5450, 1: 7570}
