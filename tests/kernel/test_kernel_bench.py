@@ -7,7 +7,6 @@ import json
 import sys
 
 import pytest
-
 from foundation.helpers import REPO
 
 if str(REPO) not in sys.path:  # bench/ is run from the checkout (python -m bench.kernel_read)
