@@ -212,6 +212,9 @@ class CgroupReading:
 
 
 _CpusetCache = dict[bytes, frozenset[int]]
+# Distinct cpuset texts on a node are few (the shared pools, one per exclusive slice); the
+# bound only matters under long churn, where starting afresh is as good as anything.
+_CACHE_LIMIT = 4096
 
 
 def _parse(data: bytes, cache: _CpusetCache) -> frozenset[int]:
@@ -223,12 +226,10 @@ def _parse(data: bytes, cache: _CpusetCache) -> frozenset[int]:
             cpus = parse_cpuset(data.decode("ascii"))
         except UnicodeDecodeError:
             raise CPUSetError("not ASCII text") from None
-        if len(cache) < _CACHE_LIMIT:
-            cache[data] = cpus
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[data] = cpus
     return cpus
-
-
-_CACHE_LIMIT = 4096
 
 
 def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache) -> frozenset[int]:
