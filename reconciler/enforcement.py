@@ -205,6 +205,14 @@ def track(state: DriftState, comparison: Comparison, now: float, period: float,
     return DriftState(pending), tuple(current)
 
 
+def observe(state: DriftState, ledger: Ledger, enforced: EnforcedCpusets,
+            options: EnforcementOptions, now: float) -> tuple[DriftState, tuple[Drift, ...]]:
+    """One poll's enforcement check: expectations from ``ledger``, comparison with
+    ``enforced``, then :func:`track` over ``options.reconcile_period``."""
+    comparison = compare(expected_cpusets(ledger, options), enforced)
+    return track(state, comparison, now, options.reconcile_period)
+
+
 def drift_counts(drifts: tuple[Drift, ...]) -> dict[str, int]:
     """Current drifts per kind, every kind present (the ``podres_cpuset_drift`` gauge)."""
     counts = dict.fromkeys(DRIFT_KINDS, 0)

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from reconciler.allocator.model import NodeModel
+from reconciler.allocator.report import report_allocatable, report_pods
 from reconciler.cpuset import format_cpuset
-from reconciler.usage import CPUHolder
+from reconciler.reconcile import reconcile
+from reconciler.snapshot import NodeSnapshot
+from reconciler.usage import CPUHolder, cpu_holders
 
 _QOS_SLICE = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
 
@@ -149,6 +152,14 @@ def decorate_pod_list(pod_list: Mapping[str, Any]) -> dict[str, Any]:
         item["status"] = status
         items.append(item)
     return {**pod_list, "items": items}
+
+
+def model_cpu_holders(model: NodeModel) -> dict[int, CPUHolder]:
+    """Who holds each CPU in the model: the ledger of its own 1.37 report, which reproduces
+    the model's placements exactly (the allocator round-trip tests hold it to that)."""
+    return cpu_holders(reconcile(NodeSnapshot(
+        pods=report_pods(model, "1.37"), allocatable=report_allocatable(model),
+        topology=model.topo.to_snapshot())))
 
 
 def per_cpu_load(holders: Mapping[int, CPUHolder], load_by_pool: Mapping[str, float],

@@ -15,6 +15,7 @@ from reconciler.enforcement import (
     compare,
     drift_counts,
     expected_cpusets,
+    observe,
     track,
 )
 from reconciler.kube import KubeletConfig
@@ -179,3 +180,16 @@ def test_pod_level_drift_names_the_pod() -> None:
     assert anomaly[:4] == ("cpuset_drift", "default", "idle", None)
     assert anomaly.detail.startswith("pod cgroup runs on CPUs 6 but the ledger implies 6-7")
     assert drift_counts(now)["pod"] == 1
+
+
+def test_observe_is_expectations_compare_and_track() -> None:
+    ledger = small_ledger()
+    actual = enforced_as_expected()
+    actual[("default", "db", "db")] = S({5, 6})
+    opts = EnforcementOptions(reconcile_period=10.0)
+    state, now = observe(DriftState(), ledger, EnforcedCpusets(actual), opts, 0.0)
+    assert now == ()
+    state, now = observe(state, ledger, EnforcedCpusets(actual), opts, 10.0)
+    assert [(d.key, d.kind) for d in now] == [(("default", "db", "db"), "node_exclusive")]
+    state, now = observe(state, ledger, EnforcedCpusets(enforced_as_expected()), opts, 20.0)
+    assert now == () and not state.pending

@@ -12,7 +12,9 @@ from allocator.strategies import random_pod
 
 from exporter.sim.cgroupfs import (
     ProcStatWriter,
+    container_id,
     decorate_pod_list,
+    model_cpu_holders,
     model_tree,
     per_cpu_load,
     write_cgroup_tree,
@@ -155,3 +157,28 @@ def test_proc_stat_writer_load_per_pool_comes_back(tmp_path: Path) -> None:
         want = load[pool] * 60.0 * pools[pool]
         assert abs(seconds - want) <= 0.02 * 3 * pools[pool] + 1e-9, (pool, seconds, want)
     assert all(v >= 0 for v in counters.pod_seconds().values())
+
+
+def test_model_holders_match_the_ledger_of_any_reporting_style() -> None:
+    for style, seed in (("1.37", 1), ("1.36", 4)):
+        node = place(style, "pod", seed)
+        ledger, _ = ledger_of(node)
+        assert model_cpu_holders(node.model) == cpu_holders(ledger)
+
+
+def test_decorated_pod_list_running_pods_only() -> None:
+    body = {"kind": "PodList", "items": [
+        {"metadata": {"namespace": "a", "name": "ok", "uid": "u1"},
+         "spec": {"initContainers": [{"name": "setup"},
+                                     {"name": "mesh", "restartPolicy": "Always"}],
+                  "containers": [{"name": "app"}]},
+         "status": {"phase": "Running"}},
+        {"metadata": {"namespace": "a", "name": "rejected", "uid": "u2"},
+         "spec": {"containers": [{"name": "app"}]},
+         "status": {"phase": "Failed"}},
+    ]}
+    decorated = decorate_pod_list(body)
+    assert "containerStatuses" not in body["items"][0]["status"]  # a copy
+    assert [(r.name, [(c.name, c.id) for c in r.containers])
+            for r in pod_refs_from_pod_list(decorated)] == [
+        ("ok", [("mesh", container_id("u1", "mesh")), ("app", container_id("u1", "app"))])]
