@@ -91,7 +91,9 @@ class Expectations:
 
 def expected_cpusets(ledger: Ledger, options: EnforcementOptions) -> Expectations:
     """The cpuset each listed container (and each pod with a block) should run on. A name
-    listed twice keeps its first entry, as ownership does."""
+    listed twice keeps its first entry, as ownership does. An empty expectation (a pod
+    shared pool with no CPU left, a node with no shared CPU) cannot be enforced by any
+    cgroup and is left out: ``empty_pod_shared_pool`` already tells of the first."""
     online = frozenset(cell.id for cell in ledger.cpu_map)
     if options.static_policy:
         shared_pools = {"node_shared"} if options.strict_cpu_reservation \
@@ -102,7 +104,8 @@ def expected_cpusets(ledger: Ledger, options: EnforcementOptions) -> Expectation
     containers: dict[tuple[str, str, str], tuple[str, frozenset[int]]] = {}
     for c in ledger.containers:
         cpus = node_shared if c.assignment == "node_shared" else c.cpus
-        containers.setdefault((c.namespace, c.pod, c.name), (c.assignment, cpus))
+        if cpus:
+            containers.setdefault((c.namespace, c.pod, c.name), (c.assignment, cpus))
     pods: dict[tuple[str, str], frozenset[int]] = {}
     for p in ledger.pods:
         if p.cpus:

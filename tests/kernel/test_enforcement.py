@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.helpers import small_ledger
+from kernel.helpers import flat_topology, small_ledger
 from reconciler.enforcement import (
     DRIFT_KINDS,
     Comparison,
@@ -20,6 +20,8 @@ from reconciler.enforcement import (
 )
 from reconciler.kube import KubeletConfig
 from reconciler.ledger import Anomaly
+from reconciler.reconcile import reconcile
+from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
 
 S = frozenset
 
@@ -193,3 +195,19 @@ def test_observe_is_expectations_compare_and_track() -> None:
     assert [(d.key, d.kind) for d in now] == [(("default", "db", "db"), "node_exclusive")]
     state, now = observe(state, ledger, EnforcedCpusets(enforced_as_expected()), opts, 20.0)
     assert now == () and not state.pending
+
+
+def test_empty_expectations_are_not_compared() -> None:
+    # app's block is all exclusive: its sidecar has no CPU (empty_pod_shared_pool).
+    ledger = reconcile(NodeSnapshot(
+        pods=(PodAlloc("default", "app", (ContainerAlloc("main", (0, 1)),
+                                          ContainerAlloc("proxy")), (0, 1)),
+              PodAlloc("default", "other", (ContainerAlloc("c"),))),
+        topology=flat_topology(2)))
+    assert "empty_pod_shared_pool" in {a.kind for a in ledger.anomalies}
+    exp = expected_cpusets(ledger, EnforcementOptions())
+    # Nothing is left for node-shared containers either.
+    assert set(exp.containers) == {("default", "app", "main")}
+    cmp = compare(exp, EnforcedCpusets({("default", "app", "proxy"): S({0, 1}),
+                                        ("default", "other", "c"): S({0, 1})}))
+    assert cmp.differences == () and cmp.observed == frozenset()
