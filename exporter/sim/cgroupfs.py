@@ -16,9 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from reconciler.allocator.model import NodeModel
+from exporter.errors import UserError
+from reconciler.allocator.model import POOLS, NodeModel
 from reconciler.allocator.report import report_allocatable, report_pods
-from reconciler.cpuset import format_cpuset
+from reconciler.cpuset import CPUSetError, format_cpuset, parse_cpuset
 from reconciler.reconcile import reconcile
 from reconciler.snapshot import NodeSnapshot
 from reconciler.usage import CPUHolder, cpu_holders
@@ -202,3 +203,61 @@ class ProcStatWriter:
                   "procs_blocked 0"]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _put(self.path, "\n".join(lines) + "\n")
+
+
+def parse_pool_loads(text: str) -> dict[str, float]:
+    """``"pod_shared=0.9,node_shared=0.3"`` → busy fraction per pool (flag ``--load``)."""
+    loads: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        pool, sep, value = part.partition("=")
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = -1.0
+        if not sep or pool.strip() not in POOLS or not 0.0 <= fraction <= 1.0:
+            raise UserError(f"--load {part!r}: expected POOL=FRACTION with POOL one of "
+                            f"{', '.join(POOLS)} and FRACTION in 0..1")
+        loads[pool.strip()] = fraction
+    return loads
+
+
+def parse_drift(text: str) -> dict[tuple[str, str, str], frozenset[int]]:
+    """``"shop/web-0/proxy=0-3"`` → the CPUs that container is made to run on (flag
+    ``--drift``; several separated by ``;``, since cpusets hold commas)."""
+    drift: dict[tuple[str, str, str], frozenset[int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        target, _, cpus = part.partition("=")
+        names = target.split("/")
+        try:
+            cpuset = parse_cpuset(cpus)
+        except CPUSetError:
+            cpuset = frozenset()
+        if len(names) != 3 or not all(names) or not cpuset:
+            raise UserError(f"--drift {part!r}: expected NAMESPACE/POD/CONTAINER=CPUSET")
+        drift[(names[0], names[1], names[2])] = cpuset
+    return drift
+
+
+class SimKernel:
+    """The simulator's kernel files kept in step with its model: ``sync`` after the
+    placements change (rewrites the cgroup tree, re-derives each CPU's load), ``tick`` as
+    time passes (advances ``/proc/stat``)."""
+
+    def __init__(self, model: NodeModel, cgroup_root: str | Path, proc_stat: str | Path, *,
+                 load_by_pool: Mapping[str, float], user_hz: int = 100,
+                 drift: Mapping[tuple[str, str, str], frozenset[int]] | None = None) -> None:
+        self.model = model
+        self.cgroup_root = Path(cgroup_root)
+        self.load_by_pool = dict(load_by_pool)
+        self.drift = dict(drift or {})
+        self.writer = ProcStatWriter(proc_stat, model.topo.online, user_hz)
+        self._load: dict[int, float] = {}
+        self.sync()
+
+    def sync(self) -> None:
+        online = self.model.topo.online
+        write_cgroup_tree(self.cgroup_root, model_tree(self.model, drift=self.drift), online)
+        self._load = per_cpu_load(model_cpu_holders(self.model), self.load_by_pool)
+
+    def tick(self, seconds: float) -> None:
+        self.writer.advance(seconds, self._load)

@@ -10,12 +10,16 @@ from pathlib import Path
 import pytest
 from allocator.strategies import random_pod
 
+from exporter.errors import UserError
 from exporter.sim.cgroupfs import (
     ProcStatWriter,
+    SimKernel,
     container_id,
     decorate_pod_list,
     model_cpu_holders,
     model_tree,
+    parse_drift,
+    parse_pool_loads,
     per_cpu_load,
     write_cgroup_tree,
 )
@@ -182,3 +186,48 @@ def test_decorated_pod_list_running_pods_only() -> None:
     assert [(r.name, [(c.name, c.id) for c in r.containers])
             for r in pod_refs_from_pod_list(decorated)] == [
         ("ok", [("mesh", container_id("u1", "mesh")), ("app", container_id("u1", "app"))])]
+
+
+def test_sim_kernel_keeps_in_step_with_the_model(tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, opts = ledger_of(node)
+    victim = next(c for c in ledger.containers if c.assignment == "node_exclusive")
+    drift = parse_drift(f"{victim.namespace}/{victim.pod}/{victim.name}=0-1")
+    kernel = SimKernel(node.model, tmp_path / "cg", tmp_path / "proc" / "stat",
+                       load_by_pool=parse_pool_loads("node_exclusive=1, pod_shared=0.5"),
+                       drift=drift)
+    before = read_proc_stat(tmp_path / "proc", user_hz=100)
+    kernel.tick(10.0)
+    after = read_proc_stat(tmp_path / "proc", user_hz=100)
+    got = attribute(before.busy, after.busy, cpu_holders(ledger)).pools
+    pools = ledger.cpu_pools.to_json()
+    assert got["node_exclusive"] == 1000 * pools["node_exclusive"]
+    assert abs(got["pod_shared"] - 500 * pools["pod_shared"]) <= 2 * pools["pod_shared"]
+    assert got["node_shared"] == got["pod_exclusive"] == 0
+    reading = CgroupSource(str(tmp_path / "cg")).read(refs(node))  # type: ignore[arg-type]
+    diffs = compare(expected_cpusets(ledger, opts), reading.enforced).differences
+    assert [(d.key, d.enforced) for d in diffs] == [(next(iter(drift)), frozenset({0, 1}))]
+    node.delete(victim.namespace, victim.pod)
+    kernel.sync()
+    assert not any(k[:2] == (victim.namespace, victim.pod)
+                   for k in CgroupSource(str(tmp_path / "cg")).read(
+                       refs(node)).enforced.containers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["pod_shared", "pod_shared=2", "nope=0.5", "pod_shared=x"])
+def test_bad_load_flag(text: str) -> None:
+    with pytest.raises(UserError, match="--load"):
+        parse_pool_loads(text)
+
+
+@pytest.mark.parametrize("text", ["a/b=0-1", "a/b/c=", "a/b/c=x", "a//c=1", "a/b/c"])
+def test_bad_drift_flag(text: str) -> None:
+    with pytest.raises(UserError, match="--drift"):
+        parse_drift(text)
+
+
+def test_flags_parse() -> None:
+    assert parse_pool_loads("pod_shared=0.9, node_shared=0.3,") == \
+        {"pod_shared": 0.9, "node_shared": 0.3}
+    assert parse_drift("a/b/c=0-1; d/e/f=3") == {("a", "b", "c"): frozenset({0, 1}),
+                                                ("d", "e", "f"): frozenset({3})}
