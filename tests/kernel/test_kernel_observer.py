@@ -1,0 +1,102 @@
+"""The per-poll observer over the simulator's kernel: drift after the configured reconcile
+period, usage counters whose rates equal the injected load, and the ways a source is off."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytest
+
+from exporter.kernel import KernelObserver, KernelOptions
+from exporter.sim.cgroupfs import (
+    ProcStatWriter,
+    decorate_pod_list,
+    model_cpu_holders,
+    model_tree,
+    per_cpu_load,
+    pod_slice,
+    write_cgroup_tree,
+)
+from kernel.test_sim_roundtrip import ledger_of, place
+
+LOAD = {"reserved": 0.05, "node_shared": 0.4, "pod_exclusive": 0.8, "pod_shared": 0.6,
+        "node_exclusive": 0.3, "pod_idle": 0.0}
+
+
+def test_poll_after_poll(tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, _ = ledger_of(node)
+    state = node.state()
+    pod_list = decorate_pod_list(state.pod_list)
+    configz = copy.deepcopy(state.configz)
+    configz["kubeletconfig"]["cpuManagerReconcilePeriod"] = "5s"  # type: ignore[index]
+    # A sidecar of a pod with exclusive slices, set loose on every CPU: the kernel narrows
+    # that to its pod's cpuset, the whole block, still more than its shared pool.
+    victim = next(c for c in ledger.containers if c.assignment == "pod_shared"
+                  and node.model.pods[(c.namespace, c.pod)].exclusive)
+    key = (victim.namespace, victim.pod, victim.name)
+    block = node.model.pods[(victim.namespace, victim.pod)].block
+    online = node.model.topo.online
+    write_cgroup_tree(tmp_path / "cg", model_tree(node.model, drift={key: online}), online)
+    writer = ProcStatWriter(tmp_path / "proc" / "stat", online, user_hz=100)
+    load = per_cpu_load(model_cpu_holders(node.model), LOAD)
+    observer = KernelObserver(KernelOptions(str(tmp_path / "cg"), "auto",
+                                            str(tmp_path / "proc"), 100))
+
+    first = observer.poll(ledger, pod_list, configz, 0.0)
+    assert first.usage is None and first.drifts == () and not first.errors
+    assert first.enforced.containers[key] == block
+    writer.advance(4.0, load)
+    second = observer.poll(ledger, pod_list, configz, 4.0)
+    assert second.drifts == ()  # within the 5 s period
+    writer.advance(4.0, load)
+    third = observer.poll(ledger, pod_list, configz, 8.0)
+    assert [a[:4] for a in third.anomalies] == [("cpuset_drift", *key)]
+    assert third.drift_counts["pod_shared"] == 1 and sum(third.drift_counts.values()) == 1
+    assert third.usage is not None
+    pools = ledger.cpu_pools.to_json()
+    for pool, seconds in third.usage.pool_seconds().items():  # 8 s at the injected load
+        assert abs(seconds - LOAD[pool] * 8.0 * pools[pool]) <= 0.02 * 2 * pools[pool]
+    exclusive = {k: v for k, v in third.usage.pod_seconds().items() if k[2] == "pod_exclusive"}
+    assert exclusive and all(v > 0 for v in exclusive.values())
+
+    write_cgroup_tree(tmp_path / "cg", model_tree(node.model), online)  # the fix
+    fourth = observer.poll(ledger, pod_list, configz, 9.0)
+    assert fourth.drifts == () and not observer.drift_state.pending
+
+
+def test_sources_off_and_failing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, _ = ledger_of(node)
+    pod_list = decorate_pod_list(node.state().pod_list)
+    observer = KernelObserver(KernelOptions(str(tmp_path / "no-cgroup"), "auto",
+                                            str(tmp_path / "no-proc"), 100))
+    with caplog.at_level(logging.WARNING, logger="podres.cgroup"):
+        report = observer.poll(ledger, pod_list, None, 0.0)
+        again = observer.poll(ledger, None, None, 1.0)
+    assert report.cgroup_off is not None and "not a cgroup mount" in report.cgroup_off
+    assert again.cgroup_off is not None and "/pods" in again.cgroup_off
+    assert list(report.errors) == [("procstat", "read")]
+    assert report.usage is None and report.drifts == ()
+    assert len(caplog.records) == 2  # one line per reason, not per poll
+    quiet = KernelObserver(KernelOptions(None, "auto", None))
+    off = quiet.poll(ledger, pod_list, None, 0.0)
+    assert off.cgroup_off == "--cgroup.root unset" and not off.errors and off.usage is None
+
+
+def test_unreadable_entries_are_one_source_error(tmp_path: Path) -> None:
+    node = place("1.37", "pod", 1)
+    ledger, _ = ledger_of(node)
+    online = node.model.topo.online
+    write_cgroup_tree(tmp_path, model_tree(node.model), online)
+    victim = next(p for p in node.model.pods.values())
+    pod_dir = tmp_path / pod_slice(victim.uid, victim.spec.qos)
+    for f in pod_dir.glob("*.scope/cpuset.cpus*"):
+        f.write_text("garbage\n")
+    observer = KernelObserver(KernelOptions(str(tmp_path), proc_root=None))
+    report = observer.poll(ledger, decorate_pod_list(node.state().pod_list), None, 0.0)
+    assert set(report.errors) == {("cgroup", "read")}
+    assert report.entry_errors and all(e.pod == victim.name for e in report.entry_errors)
+    assert report.enforced.containers  # the other pods still read
