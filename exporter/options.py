@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from socket import gethostname
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit
 
@@ -102,8 +103,8 @@ def _check_choice(spec: Flag, value: Any) -> None:
 
 
 def _add(group: argparse._ArgumentGroup, spec: Flag, default: Any) -> None:
-    if spec.fallback_env and default == "":
-        default = os.environ.get(spec.fallback_env, "")
+    if spec.fallback_env and os.environ.get(spec.fallback_env):
+        default = os.environ[spec.fallback_env]
     kwargs: dict[str, Any] = {"default": default, "help": spec.help}
     if isinstance(default, float):  # a duration: parsed back by its type, shown as typed
         kwargs["default"] = format_duration(default)
@@ -284,8 +285,10 @@ class SourcesOptions(FlagGroup):
                              metavar="DIR"), "/sys")
     topology: str | None = option(TOPOLOGY, None)
     node_name: str = option(Flag(
-        "--node-name", "this node's name, shown in the ledger and the history store "
-        "(default: $NODE_NAME)", metavar="NAME", fallback_env="NODE_NAME"), "")
+        "--node-name", "this node's Kubernetes name, shown in the ledger and the history "
+        "store; the scrape configuration attaches the same name as the `node` target label "
+        "(default: $NODE_NAME from the downward API, else the host name)", metavar="NAME",
+        fallback_env="NODE_NAME"), gethostname())
 
     def validate(self) -> None:
         # Asked for and missing would silently mean sysfs (the host's CPUs): a wrong ledger.

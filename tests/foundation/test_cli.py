@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 import shutil
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,24 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_node_name_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["snapshot", "--from", str(HYBRID), "-o", "json", "--node-name", "n1"]) == 0
     assert json.loads(capsys.readouterr().out)["node"]["name"] == "n1"
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"NODE_NAME": "from-downward-api"}, "from-downward-api"),
+    ({"NODE_NAME": "from-downward-api", "PODRES_NODE_NAME": "explicit"}, "explicit"),
+    ({}, socket.gethostname()),
+])
+def test_node_name_defaults(env: dict[str, str], expected: str,
+                            monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The name the history store uses is the Kubernetes node name the scrape configuration
+    attaches as `node`: the downward API's NODE_NAME, else the host name (never empty)."""
+    for var in ("NODE_NAME", "PODRES_NODE_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert main(["snapshot", "--from", str(HYBRID), "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["node"]["name"] == expected
 
 
 def test_hostile_names_in_table_output(short_tmp: Path) -> None:
