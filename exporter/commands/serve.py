@@ -105,7 +105,7 @@ async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | N
         ServiceOptions(poll_interval=ns["poll.interval"], staleness=ns["podresources.staleness"],
                        pods_collector=ns["collector.pods"],
                        pods_max_series=ns["collector.pods.max_series"]),
-        history=writer, checkpoint_probe=_checkpoint_probe(options.kubelet_root))
+        history=writer)
 
     def mount_history(app: web.Application) -> None:
         if store is None:
@@ -179,11 +179,3 @@ def _open_history(ns: dict[str, Any], node: str) -> tuple[Any, Any]:
                            summary_interval=ns["history.summary_interval"],
                            retention=ns["history.retention"])
     return store, writer
-
-
-def _checkpoint_probe(root: str | None) -> Callable[[], tuple[dict[str, str], bool | None]] | None:
-    if not root:
-        return None
-    from exporter.sources.checkpoint_probe import checkpoint_probe
-
-    return checkpoint_probe(root)

@@ -1,10 +1,11 @@
 """``record DIR`` from the simulated kubelet, then ``snapshot --from DIR``: the same ledger.
-And the fixture directory format itself (SPEC §4.2)."""
+And the fixture directory format itself (docs/design.md#sources)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from exporter.errors import UserError
-from exporter.sources.fixture import FixtureDir, load_fixture_dir, write_fixture_dir
+from exporter.sources.fixture import load_fixture_dir, write_fixture_dir
 from foundation.helpers import SCENARIO_NAMES, SCENARIOS, arun_cli, run_cli
 
 
@@ -61,7 +62,7 @@ async def test_record_with_checkpoints(start_sim: Any, short_tmp: Path) -> None:
     assert run.code == 0, run.err
     assert (out / "cpu_manager_state").read_text() == checkpoint
     assert not (out / "memory_manager_state").exists()
-    assert load_fixture_dir(out).checkpoints == {"cpu_manager_state": checkpoint}
+    assert load_fixture_dir(out).checkpoints == (("cpu_manager_state", checkpoint.encode()),)
 
 
 async def test_record_unreachable_node_is_one_line(short_tmp: Path) -> None:
@@ -112,7 +113,7 @@ def test_only_list_json_is_required(short_tmp: Path) -> None:
     fixture = load_fixture_dir(short_tmp)
     assert fixture.kubelet.allocatable is None and fixture.kubelet.pod_list is None
     assert fixture.kubelet.configz is None and fixture.topology is None
-    assert fixture.checkpoints == {}
+    assert fixture.checkpoints == ()
     run = run_cli("snapshot", "--from", str(short_tmp), "-o", "json")
     assert run.code == 0
     assert json.loads(run.out)["pods"] == []
@@ -120,11 +121,10 @@ def test_only_list_json_is_required(short_tmp: Path) -> None:
 
 def test_write_then_load(short_tmp: Path) -> None:
     fixture = load_fixture_dir(SCENARIOS / "database-pod-scope")
-    written = write_fixture_dir(short_tmp / "copy", FixtureDir(fixture.kubelet,
-                                                               fixture.topology,
-                                                               {"cpu_manager_state": "{}"}))
+    written = write_fixture_dir(short_tmp / "copy", replace(
+        fixture, checkpoints=(("cpu_manager_state", b"{}"),)))
     assert all(p.exists() for p in written)
     assert not list((short_tmp / "copy").glob(".*.tmp"))
     again = load_fixture_dir(short_tmp / "copy")
     assert again.kubelet == fixture.kubelet and again.topology == fixture.topology
-    assert again.checkpoints == {"cpu_manager_state": "{}"}
+    assert again.checkpoints == (("cpu_manager_state", b"{}"),)
