@@ -242,7 +242,7 @@ def facts_from_dir(directory: str) -> _Facts:
 
     root = Path(directory)
     try:
-        raw = load_fixture_dir(root, require_list=False)
+        raw = load_fixture_dir(root, with_list=False)
     except UserError as exc:
         raise UserError(f"cannot read the node: {exc}") from None
     # topology.json is recorded from sysfs: a Linux node, unless the fixture says otherwise.

@@ -52,7 +52,8 @@ def parse_message(obj: Any, message: M, origin: str) -> M:
     try:
         return json_format.ParseDict(obj, message)
     except (json_format.ParseError, RecursionError) as exc:
-        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: {exc}") from None
+        reason = " ".join(str(exc).split())[:300]  # protobuf's messages span lines
+        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: {reason}") from None
 
 
 def _message_bytes(path: Path, message: Message) -> bytes | None:
@@ -66,14 +67,14 @@ def _optional_bytes(path: Path) -> bytes | None:
     return read_file_bytes(path, MAX_FILE_BYTES) if path.exists() else None
 
 
-def load_fixture_dir(directory: str | Path, *, require_list: bool = True) -> RawNode:
-    """The node a fixture directory holds; ``require_list=False`` for readers that need no
-    pods (``doctor``)."""
+def load_fixture_dir(directory: str | Path, *, with_list: bool = True) -> RawNode:
+    """The node a fixture directory holds; ``with_list=False`` leaves ``list.json`` unread
+    (and not required), for readers that need no pods (``doctor``)."""
     root = Path(directory)
     if not root.is_dir():
         raise UserError(f"{root}: not a fixture directory")
     list_path = root / "list.json"
-    if require_list and not list_path.exists():
+    if with_list and not list_path.exists():
         raise UserError(f"{root}: list.json is missing (it is the one required file)")
     topology = None
     if (root / "topology.json").exists():
@@ -83,7 +84,8 @@ def load_fixture_dir(directory: str | Path, *, require_list: bool = True) -> Raw
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("topology parse: ")) from None
     return RawNode(
-        list_response=_message_bytes(list_path, api_pb2.ListPodResourcesResponse()),
+        list_response=_message_bytes(list_path, api_pb2.ListPodResourcesResponse())
+        if with_list else None,
         allocatable=_message_bytes(root / "allocatable.json",
                                    api_pb2.AllocatableResourcesResponse()),
         pods=_optional_bytes(root / "pods.json"),
