@@ -104,11 +104,11 @@ async def _serve_fixture(args: argparse.Namespace) -> int:
     from exporter.sources.fixture import load_fixture_dir
 
     fixture = load_fixture_dir(args.from_dir)
-    sim = SimKubelet(fixture.kubelet, socket_path=args.socket, http_listen=args.http_listen,
+    sim = SimKubelet(fixture, socket_path=args.socket, http_listen=args.http_listen,
                      token=args.token, misbehaviour=misbehaviour_from_args(args))
 
     def reload() -> None:
-        sim.set_state(load_fixture_dir(args.from_dir).kubelet)
+        sim.set_state(load_fixture_dir(args.from_dir))
 
     try:
         await serve_until_stopped(sim, reload)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes, read_text_file
@@ -103,11 +103,12 @@ def write_fixture_dir(directory: str | Path, raw: RawNode) -> list[Path]:
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {}
-    if raw.list_response is not None:
-        files["list.json"] = _message_json(api_pb2.ListPodResourcesResponse, raw.list_response)
-    if raw.allocatable is not None:
-        files["allocatable.json"] = _message_json(api_pb2.AllocatableResourcesResponse,
-                                                  raw.allocatable)
+    for name, kind, data in (
+            ("list.json", api_pb2.ListPodResourcesResponse, raw.list_response),
+            ("allocatable.json", api_pb2.AllocatableResourcesResponse, raw.allocatable)):
+        text = _message_json(kind, data)
+        if text is not None:
+            files[name] = text
     for name, data in (("pods.json", raw.pods), ("configz.json", raw.configz),
                        ("metrics.txt", raw.metrics), *raw.checkpoints):
         if data is not None:
@@ -124,8 +125,15 @@ def write_fixture_dir(directory: str | Path, raw: RawNode) -> list[Path]:
     return written
 
 
-def _message_json(kind: type[Message], data: bytes) -> bytes:
-    return _dump(json_format.MessageToDict(kind.FromString(data)))
+def _message_json(kind: type[Message], data: bytes | None) -> bytes | None:
+    """The JSON mapping of a response; ``None`` for one that is absent or undecodable
+    (the read that returned it has reported that already)."""
+    if data is None:
+        return None
+    try:
+        return _dump(json_format.MessageToDict(kind.FromString(data)))
+    except DecodeError:
+        return None
 
 
 def _dump(obj: Any) -> bytes:

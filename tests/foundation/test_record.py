@@ -65,6 +65,28 @@ async def test_record_with_checkpoints(start_sim: Any, short_tmp: Path) -> None:
     assert load_fixture_dir(out).checkpoints == (("cpu_manager_state", checkpoint.encode()),)
 
 
+async def test_record_keeps_malformed_bodies_for_the_bug_report(start_sim: Any,
+                                                                short_tmp: Path) -> None:
+    """A kubelet sending garbage is what a bug report is for: the bad /pods body is kept
+    byte for byte, an undecodable allocatable is left out, each with a warning."""
+    folder = SCENARIOS / "database-pod-scope"
+    bad_pods = b'{"items": [{"metadata": 7}]}'
+    sim = await start_sim(replace(load_fixture_dir(folder), pods=bad_pods,
+                                  allocatable=b"\xff\xff garbage"), http=True)
+    out = short_tmp / "out"
+    run = await arun_cli("record", str(out), "--podresources.socket", sim.socket_path,
+                         "--kubelet.url", sim.http_url, "--kubelet.ca-file",
+                         str(sim.cert_path), "--kubelet.token-file", "/none",
+                         "--topology", str(folder / "topology.json"))
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    assert "kubelet pods" in run.err and "GetAllocatableResources" in run.err
+    assert (out / "pods.json").read_bytes() == bad_pods
+    assert not (out / "allocatable.json").exists()
+    again = run_cli("snapshot", "--from", str(out))
+    assert again.code == 2 and "pods.json" in again.err and "Traceback" not in again.err
+
+
 async def test_record_unreachable_node_is_one_line(short_tmp: Path) -> None:
     run = await arun_cli("record", str(short_tmp / "out"), "--podresources.socket",
                          str(short_tmp / "none.sock"), "--topology", "/nonexistent")
@@ -128,3 +150,36 @@ def test_write_then_load(short_tmp: Path) -> None:
     again = load_fixture_dir(short_tmp / "copy")
     assert again.kubelet == fixture.kubelet and again.topology == fixture.topology
     assert again.checkpoints == (("cpu_manager_state", b"{}"),)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("name", "text", "reason"), [
+    ("pods.json", '{"items": [{"metadata": {"name": "a", "namespace": "b"}, '
+                  '"spec": {"containers": 5}}]}', "malformed document"),
+    ("pods.json", '{"items": [{"metadata": {"name": "a", "namespace": "b"}, '
+                  '"spec": {"initContainers": {"x": 1}}}]}', ""),
+    ("pods.json", DEEP, "nested too deeply"),
+    ("pods.json", '{"items": [], "n": ' + HUGE + "}", "digits"),
+    ("configz.json", '{"kubeletconfig": {"reservedSystemCPUs": ' + HUGE + "}}", "digits"),
+    ("configz.json", DEEP, "nested too deeply"),
+    ("list.json", '{"podResources": ' + DEEP + "}", "invalid JSON"),
+    ("list.json", '{"podResources": [{"cpuIds": [' + HUGE + "]}]}", "invalid JSON"),
+    ("topology.json", '{"cpus": [{"id": Infinity}]}', "bad CPU entry"),
+    ("topology.json", '{"cpus": [{"id": 9223372036854775807}]}', "impossible CPU id"),
+    ("topology.json", '{"cpus": []}', "no CPUs"),
+])
+def test_hostile_fixture_files_are_one_line(name: str, text: str, reason: str,
+                                            short_tmp: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from exporter.cli import main
+
+    folder = short_tmp / "fixture"
+    shutil.copytree(SCENARIOS / "database-pod-scope", folder)
+    (folder / name).write_text(text)
+    assert main(["snapshot", "--from", str(folder), "-o", "json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and name in err[0] and reason in err[0], err
+    assert len(err[0]) < 700

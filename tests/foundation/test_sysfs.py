@@ -1,5 +1,5 @@
 """The sysfs topology reader on fixture trees (tests/foundation/data/sysfs), and the
-topology.json form (SPEC §4.2)."""
+topology.json form (docs/design.md#sources)."""
 
 from __future__ import annotations
 
