@@ -222,11 +222,11 @@ class NodeReader:
         in the result, and without ``List`` there is no reading."""
         now = time.monotonic() if now is None else now
         raw, errors, metrics_read = await self._fetch(now)
-        reading = None
+        ledger: tuple[Ledger, bool] | None = None
         failure = errors.get(LIST)
         if failure is None:
             try:
-                reading = self._reading(raw, errors)
+                ledger = self._ledger(raw, errors)
             except SourceError as exc:  # an undecodable List
                 failure = errors[LIST] = exc
         if failure is not None:
@@ -238,13 +238,14 @@ class NodeReader:
         if not metrics_read and self._metrics_error is not None:
             errors[METRICS] = self._metrics_error
         messages = {key: str(exc) for key, exc in errors.items()}
-        if reading is not None:
-            reading = Reading(reading.ledger, raw, messages, reading.changed)
+        reading = None if ledger is None else Reading(ledger[0], raw, messages, ledger[1])
         return Poll(raw, messages, frozenset(observed), reading, failure)
 
-    def _reading(self, raw: RawNode, errors: dict[SourceKey, SourceError]) -> Reading:
-        """The ledger of ``raw``; the problems found in its optional parts are added to
-        ``errors``, on every poll that reads the same bad bytes again."""
+    def _ledger(self, raw: RawNode, errors: dict[SourceKey, SourceError]
+                ) -> tuple[Ledger, bool]:
+        """The ledger of ``raw`` and whether it was computed afresh; the problems found in
+        its optional parts are added to ``errors``, on every poll that reads the same bad
+        bytes again."""
         key = self._raw_key(raw)
         changed = key != self._key or self._last is None
         if changed:
@@ -256,7 +257,7 @@ class NodeReader:
         ledger, assembled = self._last
         for source_key, exc in assembled.errors.items():
             errors.setdefault(source_key, exc)
-        return Reading(ledger, raw, changed=changed)
+        return ledger, changed
 
     async def read(self, now: float | None = None) -> Reading:
         """Poll once for a one-shot command: the reading, or the ``List`` failure raised."""
