@@ -181,7 +181,7 @@ class NodeReader:
         checkpoints: tuple[tuple[str, bytes], ...] = ()
         if self.checkpoints is not None:
             try:
-                checkpoints = self.checkpoints.read()
+                checkpoints = await self.checkpoints.read()
             except SourceError as exc:
                 errors[(exc.source, exc.operation)] = exc
         return topology, checkpoints, errors

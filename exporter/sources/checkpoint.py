@@ -11,6 +11,7 @@ ever written.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -262,13 +263,14 @@ def checkpoint_facts(files: Iterable[tuple[str, bytes]]
 class CheckpointFiles:
     """The checkpoint files under the kubelet's root directory, read as bytes. A file is
     read again only when its inode, size or modification time changed (the kubelet
-    replaces it by a rename)."""
+    replaces it by a rename), and then in a worker thread: a file of many megabytes must
+    not hold up the event loop that answers scrapes."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._cache: dict[str, tuple[tuple[int, int, int], bytes]] = {}
 
-    def read(self) -> tuple[tuple[str, bytes], ...]:
+    async def read(self) -> tuple[tuple[str, bytes], ...]:
         """``(name, bytes)`` of each file present; ``SourceError`` when one that exists
         cannot be read."""
         found: list[tuple[str, bytes]] = []
@@ -285,7 +287,7 @@ class CheckpointFiles:
             cached = self._cache.get(name)
             if cached is None or cached[0] != stamp:
                 try:
-                    cached = (stamp, read_file_bytes(path, MAX_BYTES))
+                    cached = (stamp, await asyncio.to_thread(read_file_bytes, path, MAX_BYTES))
                 except UserError as exc:
                     self._cache.pop(name, None)
                     raise SourceError(SOURCE, "read", str(exc)) from None

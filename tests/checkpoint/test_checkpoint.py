@@ -82,36 +82,37 @@ def test_memory_formats(name: str, fmt: str, unsafe: bool) -> None:
         assert cp.pod_entries["uid-a"][0].size == 6442450944
 
 
-def test_reading_never_writes(tmp_path: Path) -> None:
+async def test_reading_never_writes(tmp_path: Path) -> None:
     target = tmp_path / "cpu_manager_state"
     target.write_text((DATA / "cpu_v3").read_text())
     os.chmod(target, 0o444)
     before = target.stat().st_mtime_ns
-    assert CheckpointFiles(tmp_path).read() == (("cpu_manager_state", target.read_bytes()),)
+    assert await CheckpointFiles(tmp_path).read() == (("cpu_manager_state",
+                                                       target.read_bytes()),)
     assert target.stat().st_mtime_ns == before
 
 
-def test_files_follow_a_rename_over(tmp_path: Path) -> None:
+async def test_files_follow_a_rename_over(tmp_path: Path) -> None:
     """The kubelet writes aside and renames over: a new inode is read again even when
     size and mtime happen to match."""
     files = CheckpointFiles(tmp_path)
     target = tmp_path / "cpu_manager_state"
     target.write_bytes(b"A" * 10)
-    assert files.read() == (("cpu_manager_state", b"A" * 10),)
+    assert await files.read() == (("cpu_manager_state", b"A" * 10),)
     aside = tmp_path / "aside"
     aside.write_bytes(b"B" * 10)
     stat = target.stat()
     os.utime(aside, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     os.replace(aside, target)
-    assert files.read() == (("cpu_manager_state", b"B" * 10),)
+    assert await files.read() == (("cpu_manager_state", b"B" * 10),)
     target.unlink()
-    assert files.read() == ()
+    assert await files.read() == ()
 
 
-def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+async def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "memory_manager_state")
     with pytest.raises(SourceError, match="not a regular file"):
-        CheckpointFiles(tmp_path).read()
+        await CheckpointFiles(tmp_path).read()
 
 
 def test_facts_of_good_files() -> None:
