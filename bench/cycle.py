@@ -93,7 +93,8 @@ async def _cycles(options: SourceOptions, rounds: int,
             await reader.podresources.list_raw()
             if reader.kubelet is not None:
                 await reader.kubelet.fetch("/configz")
-            reader._read_topology({})
+            if reader.topology is not None:
+                reader.topology.read()
             for _ in range(3):
                 floor.append(await _timed(floor_once))
             cold.append(await _timed(reader.read))

@@ -256,6 +256,10 @@ class SourcesOptions(FlagGroup):
     timeout: float = option(Flag(
         "--podresources.timeout", "deadline of every PodResources call", metavar="DURATION",
         type=duration(0.01, 600.0)), 5.0)
+    reprobe_interval: float = option(Flag(
+        "--podresources.reprobe-interval", "how long an RPC the kubelet answered "
+        "UNIMPLEMENTED is not asked again (a kubelet restart asks again at once)",
+        metavar="DURATION", type=duration(1.0, _DAY)), 300.0)
     max_receive_bytes: int = option(Flag(
         "--podresources.max-receive-bytes",
         "largest PodResources response accepted (busy nodes exceed gRPC's 4 MiB)",

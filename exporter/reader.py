@@ -1,46 +1,46 @@
-"""Reads a live node: every source once, then one full snapshot and its ledger.
+"""Reads a live node: every configured source once per poll, concurrently, into a
+``RawNode``; then one full snapshot and its ledger (docs/design.md#data-path).
 
-A node that has not changed costs almost nothing: each source's raw bytes are hashed and
-the previous parse (and the previous ledger, when every input is unchanged) is reused.
-Nothing is ever computed by deltas; a changed input means a full recompute.
+The reader owns its sources: the PodResources channel (dialled afresh after a failure or
+a kubelet restart), the kubelet's HTTPS endpoint, the topology and the checkpoint files.
+Independent sources are read at the same time, each under its own deadline, so a hung
+endpoint costs one timeout per poll.
+
+A node that has not changed costs almost nothing: the raw inputs are hashed, and when
+the hash equals the previous poll's the previous ledger (and the problems found in its
+inputs) is reused. Nothing is ever computed by deltas; a changed input means a full
+recompute.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import logging
 import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from exporter.assemble import assemble
+from exporter.assemble import Assembled, SourceKey, parse_optional, snapshot_from_raw
 from exporter.errors import SourceError
-from exporter.pb import api_pb2
-from exporter.sources.fixture import FixtureDir, KubeletState
+from exporter.rawnode import RawNode
+from exporter.sources.checkpoint import CheckpointFiles
 from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
-from exporter.sources.podresources import (
-    PodResourcesClient,
-    decode_allocatable,
-    decode_list,
-)
-from exporter.sources.topology import load_topology_file, read_sysfs_topology
-from reconciler.kube import (
-    KubeletConfig,
-    PodSpec,
-    SpecError,
-    kubelet_config_from_json,
-    pod_list_from_json,
-)
+from exporter.sources.podresources import DEFAULT_REPROBE, PodResourcesClient
+from exporter.sources.topology import TopologySource
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
 from reconciler.snapshot import Topology
 
 log = logging.getLogger("podres.reader")
 
+T = TypeVar("T")
+LIST: SourceKey = ("podresources", "List")
+METRICS: SourceKey = ("kubelet", "metrics")
 
-@dataclass
+
+@dataclass(frozen=True)
 class SourceOptions:
     socket: str
     timeout: float = 5.0
@@ -54,23 +54,34 @@ class SourceOptions:
     kubelet_root: str | None = None
     node_name: str = ""
     metrics_interval: float = 300.0
+    # How long an RPC answered UNIMPLEMENTED is not asked again (a kubelet restart, seen
+    # as a new socket file, asks again at once).
+    reprobe_interval: float = DEFAULT_REPROBE
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reading:
-    """One poll's outcome: the ledger, the raw inputs (for ``record``) and what failed."""
+    """A poll that produced a ledger: the ledger, the raw inputs (for ``record``) and every
+    source operation failing now."""
 
     ledger: Ledger
-    raw: FixtureDir
-    errors: dict[tuple[str, str], str] = field(default_factory=dict)
+    raw: RawNode
+    errors: Mapping[SourceKey, str] = field(default_factory=dict)
     changed: bool = True
-    feature_gates: dict[str, bool] | None = None
 
 
-@dataclass
-class _Parsed:
-    digest: bytes = b""
-    value: Any = None
+@dataclass(frozen=True)
+class Poll:
+    """What one poll found. ``errors`` holds every source operation failing now, as
+    ``(source, operation) → message``; ``observed`` the failures this poll's own reads saw
+    (a periodic read that was not due keeps its last outcome in ``errors`` without being
+    seen again). ``reading`` is ``None`` when ``List`` failed (``failure``)."""
+
+    raw: RawNode
+    errors: Mapping[SourceKey, str]
+    observed: frozenset[SourceKey]
+    reading: Reading | None
+    failure: SourceError | None = None
 
 
 def _digest(*parts: bytes | None) -> bytes:
@@ -88,23 +99,37 @@ class NodeReader:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.podresources = PodResourcesClient(options.socket, timeout=options.timeout,
-                                               max_receive_bytes=options.max_receive_bytes)
+                                               max_receive_bytes=options.max_receive_bytes,
+                                               reprobe_interval=options.reprobe_interval)
         self.kubelet = (KubeletClient(options.kubelet_url, token_file=options.token_file,
                                       ca_file=options.ca_file,
                                       insecure_skip_verify=options.insecure_skip_verify,
                                       timeout=options.timeout)
                         if options.kubelet_url else None)
-        self._pods = _Parsed()
-        self._configz = _Parsed()
-        self._list = _Parsed()
-        self._alloc = _Parsed()
-        self._ledger_key = b""
-        self._ledger: Ledger | None = None
-        self._topology: Topology | None = None
-        self._topology_key = b""
+        self.topology = (TopologySource(file=options.topology_file, sysfs=options.sysfs)
+                         if options.topology_file or options.sysfs else None)
+        self.checkpoints = (CheckpointFiles(options.kubelet_root)
+                            if options.kubelet_root else None)
+        # The kubelet's /metrics is read every metrics_interval; between reads its last
+        # body and outcome stand.
         self._metrics_at = -1e18
-        self.feature_gates: dict[str, bool] | None = None
-        self.metrics_text: str | None = None
+        self._metrics: bytes | None = None
+        self._metrics_key = b""
+        self._metrics_error: SourceError | None = None
+        self._key = b""
+        self._last: tuple[Ledger, Assembled] | None = None
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The names of the configured sources, as errors and health report them."""
+        names = {"podresources"}
+        if self.kubelet is not None:
+            names.add("kubelet")
+        if self.topology is not None:
+            names.add(self.topology.name)
+        if self.checkpoints is not None:
+            names.add("checkpoint")
+        return frozenset(names)
 
     async def close(self) -> None:
         await self.podresources.close()
@@ -113,136 +138,131 @@ class NodeReader:
 
     # -- sources ------------------------------------------------------------------------
 
-    def _read_topology(self, errors: dict[tuple[str, str], str]) -> Topology | None:
-        opts = self.options
+    @staticmethod
+    async def _part(read: Awaitable[T], errors: dict[SourceKey, SourceError]) -> T | None:
         try:
-            if opts.topology_file:
-                if self._topology is None:
-                    self._topology = load_topology_file(opts.topology_file)
-                    self._topology_key = _digest(repr(self._topology).encode())
-                return self._topology
-            if opts.sysfs:
-                # One small file decides whether the full (1000-file) read is needed.
-                online = Path(opts.sysfs, "devices/system/cpu/online")
-                try:
-                    key = _digest(online.read_bytes())
-                except OSError:
-                    key = b"unreadable"
-                if self._topology is None or key != self._topology_key:
-                    self._topology = read_sysfs_topology(opts.sysfs)
-                    self._topology_key = key
-                return self._topology
+            return await read
         except SourceError as exc:
-            errors[(exc.source, exc.operation)] = str(exc)
-            self._topology = None
-        return None
+            errors[(exc.source, exc.operation)] = exc
+            return None
 
-    async def _kubelet_part(self, path: str, errors: dict[tuple[str, str], str]
+    async def _kubelet_body(self, path: str, errors: dict[SourceKey, SourceError]
                             ) -> bytes | None:
         if self.kubelet is None:
             return None
-        try:
-            return await self.kubelet.fetch(path)
-        except SourceError as exc:
-            errors[(exc.source, exc.operation)] = str(exc)
-            return None
+        return await self._part(self.kubelet.fetch(path), errors)
 
-    @staticmethod
-    def _parse_json(raw: bytes | None, cache: _Parsed, what: str,
-                    errors: dict[tuple[str, str], str]) -> Any:
-        if raw is None:
-            return None
-        digest = _digest(raw)
-        if digest == cache.digest:
-            return cache.value
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            errors[("kubelet", what)] = f"kubelet {what}: invalid JSON: {exc}"
-            return None
-        cache.digest, cache.value = digest, obj
-        return obj
+    async def _metrics_body(self, now: float, errors: dict[SourceKey, SourceError]) -> bool:
+        """Read /metrics when due; whether it was read in this poll."""
+        if self.kubelet is None or now - self._metrics_at < self.options.metrics_interval:
+            return False
+        self._metrics_at = now
+        fresh: dict[SourceKey, SourceError] = {}
+        body = await self._part(self.kubelet.fetch("/metrics"), fresh)
+        self._metrics_error = fresh.get(METRICS)
+        if body is not None:
+            self._metrics = body
+            # Only the feature gates reach the snapshot: the rest of the body (counters)
+            # changes on every read and must not make an unchanged node look changed.
+            gates = parse_feature_metrics(body.decode("utf-8", "replace"))
+            self._metrics_key = repr(sorted(gates.items())).encode()
+        errors.update(fresh)
+        return True
+
+    async def _files(self) -> tuple[Topology | None, tuple[tuple[str, bytes], ...],
+                                    dict[SourceKey, SourceError]]:
+        errors: dict[SourceKey, SourceError] = {}
+        topology = None
+        if self.topology is not None:
+            try:
+                topology = self.topology.read()
+            except SourceError as exc:
+                errors[(exc.source, exc.operation)] = exc
+        checkpoints: tuple[tuple[str, bytes], ...] = ()
+        if self.checkpoints is not None:
+            try:
+                checkpoints = await self.checkpoints.read()
+            except SourceError as exc:
+                errors[(exc.source, exc.operation)] = exc
+        return topology, checkpoints, errors
+
+    async def _fetch(self, now: float) -> tuple[RawNode, dict[SourceKey, SourceError], bool]:
+        """Every source once, at the same time; the raw node, what failed, and whether
+        /metrics was read."""
+        await self.podresources.follow_restart()
+        errors: dict[SourceKey, SourceError] = {}
+        list_raw, alloc_raw, pods, configz, metrics_read, files = await asyncio.gather(
+            self._part(self.podresources.list_raw(), errors),
+            self._part(self.podresources.allocatable_raw(), errors),
+            self._kubelet_body("/pods", errors),
+            self._kubelet_body("/configz", errors),
+            self._metrics_body(now, errors),
+            self._files(),
+        )
+        topology, checkpoints, file_errors = files
+        errors.update(file_errors)
+        if LIST in errors:
+            # A restarted kubelet is a new socket inode: dial afresh next time.
+            await self.podresources.reset()
+        raw = RawNode(list_raw, alloc_raw, pods, configz, self._metrics, topology,
+                      checkpoints, frozenset(self.podresources.unimplemented))
+        return raw, errors, metrics_read
+
+    def _raw_key(self, raw: RawNode) -> bytes:
+        checkpoints = [part for name, data in raw.checkpoints for part in (name.encode(), data)]
+        topology = self.topology.generation if self.topology is not None and raw.topology \
+            else 0
+        return _digest(raw.list_response, raw.allocatable, raw.pods, raw.configz,
+                       self._metrics_key, topology.to_bytes(8, "little"),
+                       ",".join(sorted(raw.unimplemented)).encode(),
+                       self.options.node_name.encode(), *checkpoints)
+
+    async def poll(self, now: float | None = None) -> Poll:
+        """Read every source once. Never raises for a source: a failing one is reported
+        in the result, and without ``List`` there is no reading."""
+        now = time.monotonic() if now is None else now
+        raw, errors, metrics_read = await self._fetch(now)
+        ledger: tuple[Ledger, bool] | None = None
+        failure = errors.get(LIST)
+        if failure is None:
+            try:
+                ledger = self._ledger(raw, errors)
+            except SourceError as exc:  # an undecodable List
+                failure = errors[LIST] = exc
+        if failure is not None:
+            # No ledger, but the other sources were read: their health is still known.
+            parts = parse_optional(raw, checkpoints=self.checkpoints is not None)
+            for key, problem in parts.errors.items():
+                errors.setdefault(key, problem)
+        observed = set(errors)
+        if not metrics_read and self._metrics_error is not None:
+            errors[METRICS] = self._metrics_error
+        messages = {key: str(exc) for key, exc in errors.items()}
+        reading = None if ledger is None else Reading(ledger[0], raw, messages, ledger[1])
+        return Poll(raw, messages, frozenset(observed), reading, failure)
+
+    def _ledger(self, raw: RawNode, errors: dict[SourceKey, SourceError]
+                ) -> tuple[Ledger, bool]:
+        """The ledger of ``raw`` and whether it was computed afresh; the problems found in
+        its optional parts are added to ``errors``, on every poll that reads the same bad
+        bytes again."""
+        key = self._raw_key(raw)
+        changed = key != self._key or self._last is None
+        if changed:
+            assembled = snapshot_from_raw(raw, self.options.node_name,
+                                          checkpoints=self.checkpoints is not None)
+            self._last = (reconcile(assembled.snapshot), assembled)
+            self._key = key
+        assert self._last is not None
+        ledger, assembled = self._last
+        for source_key, exc in assembled.errors.items():
+            errors.setdefault(source_key, exc)
+        return ledger, changed
 
     async def read(self, now: float | None = None) -> Reading:
-        """Poll every source once. Raises ``SourceError`` only when PodResources ``List``
-        fails: without it there is nothing to reconcile."""
-        errors: dict[tuple[str, str], str] = {}
-        list_raw = await self.podresources.list_raw()
-        try:
-            alloc_raw = await self.podresources.allocatable_raw()
-        except SourceError as exc:
-            errors[(exc.source, exc.operation)] = str(exc)
-            alloc_raw = None
-        pods_raw = await self._kubelet_part("/pods", errors)
-        configz_raw = await self._kubelet_part("/configz", errors)
-        now = time.monotonic() if now is None else now
-        if self.kubelet is not None and now - self._metrics_at >= self.options.metrics_interval:
-            self._metrics_at = now
-            metrics_raw = await self._kubelet_part("/metrics", errors)
-            if metrics_raw is not None:
-                self.metrics_text = metrics_raw.decode("utf-8", "replace")
-                self.feature_gates = parse_feature_metrics(self.metrics_text)
-        topology = self._read_topology(errors)
-
-        key = _digest(list_raw, alloc_raw, pods_raw, configz_raw, self._topology_key,
-                      self.options.node_name.encode(),
-                      repr(sorted((self.feature_gates or {}).items())).encode())
-        pod_list = self._parse_json(pods_raw, self._pods, "pods", errors)
-        configz = self._parse_json(configz_raw, self._configz, "configz", errors)
-        listing = self._decoded_list(list_raw)
-        allocatable = self._decoded_alloc(alloc_raw)
-        raw = FixtureDir(KubeletState(listing, allocatable, pod_list, configz,
-                                      self.metrics_text), topology)
-        if key == self._ledger_key and self._ledger is not None:
-            return Reading(self._ledger, raw, errors, changed=False,
-                           feature_gates=self.feature_gates)
-
-        specs = self._specs(pod_list, errors)
-        config = self._config(configz, errors)
-        info: dict[str, str] = {}
-        if self.podresources.unimplemented:
-            info["rpcs_unimplemented"] = ",".join(sorted(self.podresources.unimplemented))
-        if self.feature_gates is not None and "PodLevelResourceManagers" in self.feature_gates:
-            info["feature_gate_metric"] = str(self.feature_gates["PodLevelResourceManagers"])
-        snapshot = assemble(listing, allocatable=allocatable, pod_specs=specs, config=config,
-                            topology=topology, node_name=self.options.node_name,
-                            kubelet_info=info)
-        ledger = reconcile(snapshot)
-        self._ledger_key, self._ledger = key, ledger
-        return Reading(ledger, raw, errors, changed=True, feature_gates=self.feature_gates)
-
-    def _decoded_list(self, raw: bytes) -> api_pb2.ListPodResourcesResponse:
-        digest = _digest(raw)
-        if digest != self._list.digest:
-            self._list.digest, self._list.value = digest, decode_list(raw)
-        value: api_pb2.ListPodResourcesResponse = self._list.value
-        return value
-
-    def _decoded_alloc(self, raw: bytes | None) -> api_pb2.AllocatableResourcesResponse | None:
-        if raw is None:
-            return None
-        digest = _digest(raw)
-        if digest != self._alloc.digest:
-            self._alloc.digest, self._alloc.value = digest, decode_allocatable(raw)
-        value: api_pb2.AllocatableResourcesResponse = self._alloc.value
-        return value
-
-    @staticmethod
-    def _specs(pod_list: Any, errors: dict[tuple[str, str], str]) -> tuple[PodSpec, ...] | None:
-        if pod_list is None:
-            return None
-        try:
-            return pod_list_from_json(pod_list)
-        except SpecError as exc:
-            errors[("kubelet", "pods")] = f"kubelet pods: {exc}"
-            return None
-
-    @staticmethod
-    def _config(configz: Any, errors: dict[tuple[str, str], str]) -> KubeletConfig | None:
-        if configz is None:
-            return None
-        try:
-            return kubelet_config_from_json(configz)
-        except SpecError as exc:
-            errors[("kubelet", "configz")] = f"kubelet configz: {exc}"
-            return None
+        """Poll once for a one-shot command: the reading, or the ``List`` failure raised."""
+        result = await self.poll(now)
+        if result.reading is None:
+            assert result.failure is not None
+            raise result.failure
+        return result.reading

@@ -1,9 +1,14 @@
 """The daemon's core: the poll loop and the state that scrapes and API calls read.
 
-Data flows one way: ``NodeReader`` (sources → snapshot → reconcile) → ``Exporter`` state
-(the ledger, its pre-rendered exposition and JSON) → web handlers and the history writer.
-A scrape never waits on a source: it reads bytes rendered when the ledger last changed,
-plus a few live self-metrics.
+Data flows one way: ``NodeReader`` (sources → raw node → snapshot → reconcile) →
+``Exporter`` state (the ledger, its pre-rendered exposition and JSON) → web handlers and
+the history writer. A scrape never waits on a source: it reads bytes rendered when the
+ledger last changed, plus a few live self-metrics.
+
+Source health (docs/design.md#metrics): every configured source is read in every poll
+(the kubelet's ``/metrics`` every read period, its last outcome standing in between), so
+``podres_source_up`` is 1 or 0 for each after every poll. It is absent before the first
+poll and after a poll that failed inside the exporter, when no source outcome is known.
 """
 
 from __future__ import annotations
@@ -14,13 +19,12 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from exporter import __version__
-from exporter.errors import SourceError
 from exporter.metrics.exposition import (
     Sample,
     ledger_samples,
@@ -31,8 +35,6 @@ from exporter.reader import NodeReader, Reading
 from reconciler.ledger import Ledger
 
 log = logging.getLogger("podres.exporter")
-
-SOURCES = ("podresources", "kubelet", "sysfs", "topology", "checkpoint")
 
 
 class HistorySink(Protocol):
@@ -49,7 +51,7 @@ class HistorySink(Protocol):
     def submit(self, ledger: Ledger, at: datetime) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServiceOptions:
     poll_interval: float = 15.0
     staleness: float = 60.0
@@ -70,14 +72,11 @@ class Published:
 class Exporter:
     def __init__(self, reader: NodeReader, options: ServiceOptions | None = None, *,
                  history: HistorySink | None = None,
-                 clock: Callable[[], float] = time.time,
-                 checkpoint_probe: Callable[[], tuple[dict[str, str], bool | None]] | None = None,
-                 ) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.reader = reader
         self.options = options or ServiceOptions()
         self.history = history
         self.clock = clock
-        self.checkpoint_probe = checkpoint_probe
         self.published: Published | None = None
         self.up = False
         self.last_success: float | None = None
@@ -90,8 +89,6 @@ class Exporter:
         self._logged_errors: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
         self._history_at: float | None = None
-        self._checkpoints: dict[str, str] = {}
-        self._downgrade_unsafe: bool | None = None
         # The last scrape body, reused while neither the ledger nor the self-metrics changed:
         # concatenating a ~0.5 MB exposition on every scrape cost ~30% of scrape latency.
         self._body: tuple[Published, bytes, bytes] | None = None
@@ -109,6 +106,7 @@ class Exporter:
             except Exception:
                 # A bug must not take the node agent down: count it, log it, poll again.
                 self.up = False
+                self.source_up = {}  # no source outcome is known from this poll
                 self.errors_total[("exporter", "poll")] += 1
                 log.exception("poll failed unexpectedly")
             self._wake.clear()
@@ -123,34 +121,16 @@ class Exporter:
 
     async def poll_once(self) -> bool:
         started = time.perf_counter()
-        errors: dict[tuple[str, str], str] = {}
-        reading: Reading | None = None
-        try:
-            reading = await self.reader.read()
-            errors.update(reading.errors)
-        except SourceError as exc:
-            errors[(exc.source, exc.operation)] = str(exc)
-            # A restarted kubelet is a new socket inode: dial afresh next time.
-            await self.reader.podresources.reset()
-        checkpoints_changed = False
-        if self.checkpoint_probe is not None:
-            try:
-                found = self.checkpoint_probe()
-            except SourceError as exc:
-                errors[(exc.source, exc.operation)] = str(exc)
-            else:
-                # A kubelet upgrade rewrites its checkpoints while the pods stay the same:
-                # the formats are part of the exposition, so they alone warrant a render.
-                checkpoints_changed = found != (self._checkpoints, self._downgrade_unsafe)
-                self._checkpoints, self._downgrade_unsafe = found
+        poll = await self.reader.poll()
         self.last_duration = time.perf_counter() - started
-        self._account_errors(errors, configured=self._configured_sources())
+        self._account_errors(poll.errors, poll.observed)
+        reading = poll.reading
         if reading is None:
             self.up = False
             return False
         self.up = True
         self.last_success = self.clock()
-        if reading.changed or checkpoints_changed or self.published is None:
+        if reading.changed or self.published is None:
             self._publish(reading.ledger)
         self._record_history(reading)
         return True
@@ -166,25 +146,15 @@ class Exporter:
             self._history_at = self.last_success
             self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
 
-    def _configured_sources(self) -> set[str]:
-        opts = self.reader.options
-        sources = {"podresources"}
-        if opts.kubelet_url:
-            sources.add("kubelet")
-        if opts.topology_file:
-            sources.add("topology")
-        elif opts.sysfs:
-            sources.add("sysfs")
-        if self.checkpoint_probe is not None:
-            sources.add("checkpoint")
-        return sources
-
-    def _account_errors(self, errors: dict[tuple[str, str], str], configured: set[str]) -> None:
-        for key in errors:
+    def _account_errors(self, errors: Mapping[tuple[str, str], str],
+                        observed: frozenset[tuple[str, str]]) -> None:
+        """Count the failures this poll saw, set each configured source's health from what
+        is failing now, and log changes of state only (a kubelet down for an hour is one
+        line, not 240): an operation is "recovered" only once it was read and worked."""
+        for key in observed:
             self.errors_total[key] += 1
         failing = {source for source, _ in errors}
-        self.source_up = {s: s not in failing for s in sorted(configured | failing)}
-        # Log on a change of state only: a kubelet down for an hour is one line, not 240.
+        self.source_up = {s: s not in failing for s in sorted(self.reader.sources | failing)}
         for key, message in errors.items():
             if self._logged_errors.get(key) != message:
                 log.warning("source failing", extra={"source": key[0], "operation": key[1],
@@ -198,7 +168,9 @@ class Exporter:
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
-        samples = ledger_samples(ledger, self._checkpoints, self._downgrade_unsafe)
+        facts = ledger.checkpoints
+        samples = ledger_samples(ledger, dict(facts.formats) if facts else None,
+                                 facts.downgrade_unsafe if facts else None)
         if self.options.pods_collector:
             pods, dropped = pod_samples(ledger, self.options.pods_max_series)
             samples.update(pods)

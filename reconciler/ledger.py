@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from reconciler.cpuset import format_cpuset
+from reconciler.snapshot import CheckpointFacts
 
 SCHEMA = "podres.ledger/v1"
 
@@ -142,6 +143,8 @@ class Ledger:
     reclaimable_cpus: int
     anomalies: tuple[Anomaly, ...]
     cpu_map: tuple[CPUCell, ...] = field(default=(), compare=False)
+    # The snapshot's checkpoint facts, passed through (not part of the ledger JSON).
+    checkpoints: CheckpointFacts | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

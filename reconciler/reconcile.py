@@ -265,6 +265,7 @@ class _Reconciler:
             reclaimable_cpus=sum(p.reclaimable_cpus or 0 for p in pods),
             anomalies=tuple(self.anomalies),
             cpu_map=cells,
+            checkpoints=self.snap.checkpoints,
         )
 
     def _plain_pod(self, pod: PodAlloc, containers: list[ContainerEntry],

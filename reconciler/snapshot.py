@@ -75,6 +75,17 @@ class Topology:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointFacts:
+    """The kubelet's checkpoint files as read: the detected format of each readable file,
+    and whether any holds a format that older kubelets refuse (``None``: not known, e.g.
+    a file present but unreadable and none of the others unsafe). See
+    docs/design.md#checkpoints."""
+
+    formats: tuple[tuple[str, str], ...] = ()  # (file name, format), sorted by name
+    downgrade_unsafe: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """Everything known about a node at one moment. Optional parts are ``None`` when their
     source was not configured or failed; the reconciler degrades accordingly."""
@@ -87,3 +98,6 @@ class NodeSnapshot:
     kubelet_config: KubeletConfig | None = None
     # Free-form facts about the kubelet (version, which RPCs answered), copied to the ledger.
     kubelet_info: tuple[tuple[str, str], ...] = field(default=())
+    # Not reconciled: carried to the ledger for the checkpoint metrics. None when the
+    # checkpoint source is not configured.
+    checkpoints: CheckpointFacts | None = None

@@ -37,16 +37,17 @@ async def start_sim(short_tmp: Path) -> AsyncIterator[StartSim]:
     """``await start_sim(state_or_fixture_dir, http=False, token=None, misbehaviour=None)``
     starts a ``SimKubelet`` on ``<short_tmp>/kubelet.sock`` (HTTPS on an ephemeral port when
     ``http``); every simulator started is stopped at teardown."""
+    from exporter.rawnode import KubeletState, RawNode
     from exporter.sim.server import SimKubelet
-    from exporter.sources.fixture import KubeletState, load_fixture_dir
+    from exporter.sources.fixture import load_fixture_dir
 
     sims: list[SimKubelet] = []
 
-    async def start(state: KubeletState | str | Path, *, http: bool = False,
+    async def start(state: KubeletState | RawNode | str | Path, *, http: bool = False,
                     token: str | None = None, misbehaviour: Any = None,
                     socket_name: str = "kubelet.sock") -> SimKubelet:
-        if not isinstance(state, KubeletState):
-            state = load_fixture_dir(state).kubelet
+        if isinstance(state, str | Path):
+            state = load_fixture_dir(state)
         sim = SimKubelet(state, socket_path=str(short_tmp / socket_name),
                          http_listen="127.0.0.1:0" if http else None, token=token,
                          misbehaviour=misbehaviour)

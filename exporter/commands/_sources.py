@@ -25,4 +25,5 @@ def source_options(args: argparse.Namespace | SourcesOptions) -> SourceOptions:
         kubelet_root=opts.root_dir,
         node_name=opts.node_name,
         metrics_interval=opts.metrics_interval,
+        reprobe_interval=opts.reprobe_interval,
     )

@@ -14,11 +14,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
 from exporter.options import SourcesOptions, add_output_flag
+
+if TYPE_CHECKING:
+    from exporter.rawnode import RawNode
 
 HELP = "enablement checklist for pod-level resource managers (exit 0 ready, 1 not, 2 unreadable)"
 
@@ -197,123 +200,77 @@ class _Facts:
     allocatable: int | None = None
 
 
-def _read_checkpoints(root: Path) -> list[Any] | None:
-    from exporter.sources.checkpoint import read_cpu_checkpoint, read_memory_checkpoint
-
-    found: list[Any] = []
-    any_file = False
-    for name, reader in (("cpu_manager_state", read_cpu_checkpoint),
-                         ("memory_manager_state", read_memory_checkpoint)):
-        if (root / name).exists():
-            any_file = True
-            found.append(reader(root / name))
-    return found if any_file else []
-
-
-def _json_file(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read the node: {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read the node: {path}: invalid JSON: {exc}") from None
-
-
-def _config(obj: Any, origin: str) -> Any:
-    from reconciler.kube import SpecError, kubelet_config_from_json
-
-    try:
-        return kubelet_config_from_json(obj)
-    except SpecError as exc:
-        raise UserError(f"cannot read the node: {origin}: {exc}") from None
-
-
-def facts_from_dir(directory: str) -> _Facts:
+def facts_from_raw(raw: RawNode, origin: str, platform: str | None) -> _Facts:
+    """The checklist's inputs from a node's raw inputs (a fixture directory or a live
+    read); ``origin`` names where the configuration came from."""
+    from exporter.assemble import parse_json_object
+    from exporter.sources.checkpoint import CheckpointError, parse_checkpoint
     from exporter.sources.kubelet import parse_feature_metrics
-    from exporter.sources.topology import topology_from_json
+    from exporter.sources.podresources import decode_allocatable
+    from reconciler.kube import kubelet_config_from_json
 
-    root = Path(directory)
-    if not root.is_dir():
-        raise UserError(f"cannot read the node: {root} is not a fixture directory")
-    facts = _Facts()
-    configz = root / "configz.json"
-    if not configz.exists():
-        raise UserError(f"cannot read the node: {configz} is missing")
-    facts.config = _config(_json_file(configz), str(configz))
-    metrics = root / "metrics.txt"
-    if metrics.exists():
-        facts.metrics = parse_feature_metrics(metrics.read_text(encoding="utf-8",
-                                                                errors="replace"))
-    facts.checkpoints = _read_checkpoints(root)
-    topo = root / "topology.json"
-    if topo.exists():
+    if raw.configz is None:
+        raise UserError(f"cannot read the node: {origin} is missing")
+    try:
+        config = kubelet_config_from_json(parse_json_object(raw.configz))
+    except (ValueError, RecursionError) as exc:  # json's errors and SpecError
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:300]
+        if isinstance(exc, json.JSONDecodeError):
+            reason = f"invalid JSON: {reason}"
+        raise UserError(f"cannot read the node: {origin}: {reason}") from None
+    facts = _Facts(config=config, platform=platform)
+    if raw.metrics is not None:
+        facts.metrics = parse_feature_metrics(raw.metrics.decode("utf-8", "replace")) or None
+    checkpoints = []
+    for name, data in raw.checkpoints:
         try:
-            facts.online = len(topology_from_json(_json_file(topo), str(topo)).cpus)
+            checkpoints.append(parse_checkpoint(name, data))
+        except CheckpointError as exc:
+            raise UserError(f"cannot read the node: {exc}") from None
+    facts.checkpoints = checkpoints
+    if raw.topology is not None:
+        facts.online = len(raw.topology.cpus)
+    if raw.allocatable is not None:
+        try:
+            facts.allocatable = len(decode_allocatable(raw.allocatable).cpu_ids)
         except UserError as exc:
             raise UserError(f"cannot read the node: {exc}") from None
-        facts.platform = "linux"  # topology.json is recorded from sysfs
-    platform = root / "platform"
-    if platform.exists():
-        facts.platform = platform.read_text(encoding="utf-8").strip() or None
-    alloc = root / "allocatable.json"
-    if alloc.exists():
-        obj = _json_file(alloc)
-        ids = obj.get("cpuIds", obj.get("cpu_ids", [])) if isinstance(obj, dict) else None
-        if not isinstance(ids, list):
-            raise UserError(f"cannot read the node: {alloc}: cpuIds is not a list")
-        facts.allocatable = len(ids)
     return facts
 
 
-async def _facts_live(args: argparse.Namespace) -> _Facts:
-    from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
-    from exporter.sources.podresources import PodResourcesClient
-    from exporter.sources.topology import load_topology_file, read_sysfs_topology
+def facts_from_dir(directory: str) -> _Facts:
+    from exporter.sources.fixture import load_fixture_dir
 
-    ns = vars(args)
-    url = ns.get("kubelet.url")
-    if not url:
+    root = Path(directory)
+    try:
+        raw = load_fixture_dir(root, with_list=False)
+    except UserError as exc:
+        raise UserError(f"cannot read the node: {exc}") from None
+    # topology.json is recorded from sysfs: a Linux node, unless the fixture says otherwise.
+    platform = "linux" if raw.topology is not None else None
+    if (root / "platform").exists():
+        platform = (root / "platform").read_text(encoding="utf-8").strip() or None
+    return facts_from_raw(raw, str(root / "configz.json"), platform)
+
+
+async def _facts_live(args: argparse.Namespace) -> _Facts:
+    from exporter.commands._sources import source_options
+    from exporter.reader import NodeReader
+
+    options = source_options(args)
+    if not options.kubelet_url:
         raise UserError("cannot read the node: give --from DIR or --kubelet.url URL")
-    facts = _Facts(platform=sys.platform)
-    client = KubeletClient(url, token_file=ns.get("kubelet.token_file"),
-                           ca_file=ns.get("kubelet.ca_file"),
-                           insecure_skip_verify=bool(ns.get("kubelet.insecure_skip_verify")))
+    reader = NodeReader(options)
     try:
-        try:
-            body = await client.fetch("/configz")
-        except UserError as exc:
-            raise UserError(f"cannot read the node: {exc}") from None
-        try:
-            facts.config = _config(json.loads(body), f"{url}/configz")
-        except json.JSONDecodeError:
-            raise UserError(f"cannot read the node: {url}/configz is not JSON") from None
-        try:
-            facts.metrics = parse_feature_metrics(
-                (await client.fetch("/metrics")).decode("utf-8", "replace")) or None
-        except UserError:
-            facts.metrics = None
+        poll = await reader.poll()
     finally:
-        await client.close()
-    root = ns.get("kubelet.root_dir")
-    if root:
-        facts.checkpoints = _read_checkpoints(Path(root))
-    try:
-        topo = load_topology_file(ns["topology"]) if ns.get("topology") \
-            else read_sysfs_topology(ns.get("sysfs") or "/sys")
-        facts.online = len(topo.cpus)
-    except UserError:
-        facts.online = None
-    socket = ns.get("podresources.socket")
-    if socket and Path(socket).exists():
-        pr = PodResourcesClient(socket)
-        try:
-            resp = await pr.allocatable()
-            if resp is not None:
-                facts.allocatable = len(resp.cpu_ids)
-        except UserError:
-            pass
-        finally:
-            await pr.close()
+        await reader.close()
+    problem = poll.errors.get(("kubelet", "configz"))
+    if problem is not None:
+        raise UserError(f"cannot read the node: {problem}")
+    facts = facts_from_raw(poll.raw, f"{options.kubelet_url}/configz", sys.platform)
+    if not options.kubelet_root:
+        facts.checkpoints = None  # not read, rather than none present
     return facts
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 
 from exporter.errors import UserError
 from exporter.options import SourcesOptions
@@ -23,33 +22,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _record(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from exporter.commands._sources import source_options
     from exporter.reader import NodeReader
-    from exporter.sources.fixture import CHECKPOINT_FILES, write_fixture_dir
+    from exporter.sources.fixture import write_fixture_dir
 
-    options = source_options(args)
-    reader = NodeReader(options)
+    reader = NodeReader(source_options(args))
     try:
         reading = await reader.read()
     finally:
         await reader.close()
     for message in reading.errors.values():
         print(f"podres-exporter record: warning: {message}", file=sys.stderr)
-    raw = reading.raw
-    if options.kubelet_root:
-        checkpoints = {}
-        for name in CHECKPOINT_FILES:
-            path = Path(options.kubelet_root, name)
-            if path.exists():
-                try:
-                    checkpoints[name] = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError) as exc:
-                    print(f"podres-exporter record: warning: {path}: {exc}", file=sys.stderr)
-        raw = replace(raw, checkpoints=checkpoints)
     try:
-        written = write_fixture_dir(args.directory, raw)
+        written = write_fixture_dir(args.directory, reading.raw)
     except OSError as exc:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for path in written:

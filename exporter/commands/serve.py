@@ -76,7 +76,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         ServiceOptions(poll_interval=poll.interval, staleness=poll.staleness,
                        pods_collector=poll.pods_collector,
                        pods_max_series=poll.pods_max_series),
-        history=writer, checkpoint_probe=_checkpoint_probe(sources.kubelet_root))
+        history=writer)
     app = build_app(exporter, web_config, _history_routes(store))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
                                  address=options.web.listen_address)
@@ -128,11 +128,3 @@ def _open_history(options: HistoryOptions, node: str) -> tuple[Any, Any]:
                            summary_interval=options.summary_interval,
                            retention=options.retention, prune_interval=options.prune_interval)
     return store, writer
-
-
-def _checkpoint_probe(root: str | None) -> Callable[[], tuple[dict[str, str], bool | None]] | None:
-    if not root:
-        return None
-    from exporter.sources.checkpoint_probe import checkpoint_probe
-
-    return checkpoint_probe(root)

@@ -159,10 +159,10 @@ async def _serve_fixture(args: argparse.Namespace) -> int:
     from exporter.sources.fixture import load_fixture_dir
 
     fixture = load_fixture_dir(args.from_dir)
-    sim = _simulator(fixture.kubelet, args)
+    sim = _simulator(fixture, args)
 
     def reload() -> None:
-        sim.set_state(load_fixture_dir(args.from_dir).kubelet)
+        sim.set_state(load_fixture_dir(args.from_dir))
 
     topology = Path(args.from_dir, "topology.json")
     await serve_until_stopped(sim, reload,

@@ -45,32 +45,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
-    from exporter.assemble import assemble, parse_configz, parse_pod_list
-    from exporter.sources.fixture import load_fixture_dir
-    from exporter.sources.kubelet import parse_feature_metrics
-    from reconciler.kube import SpecError
+    """The ledger of a fixture directory, through the same raw → snapshot path as a live
+    read; a malformed file is an error naming it (a fixture has no source to degrade)."""
+    from exporter.assemble import snapshot_from_raw
+    from exporter.sources.fixture import FILE_OF, load_fixture_dir
     from reconciler.reconcile import reconcile
 
-    fixture = load_fixture_dir(directory)
-    k = fixture.kubelet
-    try:
-        specs = parse_pod_list(k.pod_list)
-    except SpecError as exc:
-        raise UserError(f"{Path(directory, 'pods.json')}: {exc}") from None
-    try:
-        config = parse_configz(k.configz)
-    except SpecError as exc:
-        raise UserError(f"{Path(directory, 'configz.json')}: {exc}") from None
-    # What a live read learns from /metrics (recorded as metrics.txt), so that a recorded
-    # node gives the same ledger as the live one.
-    info: dict[str, str] = {}
-    if k.metrics is not None:
-        gates = parse_feature_metrics(k.metrics)
-        if "PodLevelResourceManagers" in gates:
-            info["feature_gate_metric"] = str(gates["PodLevelResourceManagers"])
-    return reconcile(assemble(k.list_response, allocatable=k.allocatable, pod_specs=specs,
-                              config=config, topology=fixture.topology, node_name=node_name,
-                              kubelet_info=info))
+    raw = load_fixture_dir(directory)
+    assembled = snapshot_from_raw(raw, node_name)
+    for key, exc in assembled.errors.items():
+        where = Path(directory, FILE_OF.get(key, ""))
+        message = str(exc).removeprefix(f"{exc.source} {exc.operation}: ")
+        raise UserError(f"{where}: {message}")
+    return reconcile(assembled.snapshot)
 
 
 async def _live(args: argparse.Namespace) -> Ledger:

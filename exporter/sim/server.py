@@ -1,8 +1,10 @@
 """The simulated kubelet's servers.
 
-``SimKubelet`` serves a ``KubeletState`` over the real PodResources gRPC service on a unix
-socket and over HTTPS (``/pods``, ``/configz``, ``/metrics``). Responses are serialised
-once per state change, so the simulator is never the bottleneck of a benchmark. Tests can
+``SimKubelet`` serves a node (a ``RawNode``, or a typed ``KubeletState``) over the real
+PodResources gRPC service on a unix socket and over HTTPS (``/pods``, ``/configz``,
+``/metrics``). It serves the raw bytes as they are, malformed ones included, and
+serialises a typed state once per change, so the simulator is never the bottleneck of a
+benchmark. Tests can
 make it misbehave: answer ``UNIMPLEMENTED`` for chosen RPCs, delay (or hang) answers,
 refuse chosen HTTPS paths, or restart with a new socket inode.
 """
@@ -26,7 +28,7 @@ import grpc.aio
 from aiohttp import web
 
 from exporter.pb import api_pb2
-from exporter.sources.fixture import KubeletState
+from exporter.rawnode import KubeletState, RawNode
 from exporter.tlsutil import write_self_signed
 from exporter.web.lifecycle import start_site
 
@@ -45,7 +47,7 @@ class Misbehaviour:
 
 
 class SimKubelet:
-    def __init__(self, state: KubeletState, *, socket_path: str,
+    def __init__(self, state: KubeletState | RawNode, *, socket_path: str,
                  http_listen: str | None = None, token: str | None = None,
                  misbehaviour: Misbehaviour | None = None) -> None:
         self.socket_path = socket_path
@@ -57,22 +59,30 @@ class SimKubelet:
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self.cert_path: Path | None = None
         self.http_port: int | None = None
+        # The most HTTPS requests ever in progress at once (tests check that a client
+        # asks its questions concurrently).
+        self.http_peak = 0
+        self._http_in_flight = 0
         self.set_state(state)
 
     # -- state --------------------------------------------------------------------------
 
-    def set_state(self, state: KubeletState) -> None:
-        self.state = state
-        self._list = state.list_response.SerializeToString()
-        self._allocatable = (state.allocatable.SerializeToString()
-                             if state.allocatable is not None else None)
-        self._pods = {(p.namespace, p.name): p for p in state.list_response.pod_resources}
-        self._pods_body = (json.dumps(state.pod_list).encode()
-                           if state.pod_list is not None else None)
-        self._configz_body = (json.dumps(state.configz).encode()
-                              if state.configz is not None else None)
-        metrics = state.metrics if state.metrics is not None else _feature_metrics(state)
-        self._metrics_body = metrics.encode() if metrics is not None else None
+    def set_state(self, state: KubeletState | RawNode) -> None:
+        raw = state.raw() if isinstance(state, KubeletState) else state
+        self.raw = raw
+        self._list = raw.list_response or b""
+        self._allocatable = raw.allocatable
+        listing = api_pb2.ListPodResourcesResponse.FromString(self._list)
+        self._pods = {(p.namespace, p.name): p for p in listing.pod_resources}
+        self._pods_body = raw.pods
+        self._configz_body = raw.configz
+        self._metrics_body = raw.metrics if raw.metrics is not None \
+            else _feature_metrics(raw.configz)
+
+    @property
+    def state(self) -> KubeletState:
+        """What is served, as typed values (to derive a changed state from)."""
+        return self.raw.kubelet
 
     # -- gRPC ---------------------------------------------------------------------------
 
@@ -145,6 +155,14 @@ class SimKubelet:
         return request.headers.get("Authorization", "") == f"Bearer {self.token}"
 
     async def _http_get(self, request: web.Request) -> web.Response:
+        self._http_in_flight += 1
+        self.http_peak = max(self.http_peak, self._http_in_flight)
+        try:
+            return await self._http_answer(request)
+        finally:
+            self._http_in_flight -= 1
+
+    async def _http_answer(self, request: web.Request) -> web.Response:
         if not self._authorised(request):
             return web.Response(status=401, text="Unauthorized")
         if request.path in self.misbehaviour.forbidden_paths:
@@ -203,10 +221,14 @@ class SimKubelet:
             self._tls_dir = None
 
 
-def _feature_metrics(state: KubeletState) -> str | None:
+def _feature_metrics(configz: bytes | None) -> bytes | None:
     """``kubernetes_feature_enabled`` lines for the gates the config lists, as a kubelet's
     /metrics would carry them."""
-    config = (state.configz or {}).get("kubeletconfig")
+    try:
+        obj = json.loads(configz) if configz is not None else None
+    except (ValueError, RecursionError):
+        return None  # a malformed /configz is served as it is; no gates to derive
+    config = obj.get("kubeletconfig") if isinstance(obj, dict) else None
     gates = config.get("featureGates") if isinstance(config, dict) else None
     if not isinstance(gates, dict):
         return None
@@ -216,7 +238,7 @@ def _feature_metrics(state: KubeletState) -> str | None:
     for name, enabled in sorted(gates.items()):
         lines.append(f'kubernetes_feature_enabled{{name="{name}",stage="BETA"}} '
                      f"{1 if enabled else 0}")
-    return "\n".join(lines) + "\n"
+    return ("\n".join(lines) + "\n").encode()
 
 
 def describe(sim: SimKubelet) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """What the simulated kubelet serves (re-exported so sim users need one import)."""
 
-from exporter.sources.fixture import KubeletState
+from exporter.rawnode import KubeletState, RawNode
 
-__all__ = ["KubeletState"]
+__all__ = ["KubeletState", "RawNode"]

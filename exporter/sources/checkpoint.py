@@ -1,4 +1,5 @@
-"""The CPU and memory managers' checkpoint files (SPEC §2.4): read-only, format-detected.
+"""The CPU and memory managers' checkpoint files: read-only, format-detected (see
+docs/design.md#checkpoints).
 
 ``cpu_manager_state``: V2 (``policyName``, ``defaultCpuSet``, ``entries``, ``checksum``), V3
 (V2 + top-level ``podEntries``: 1.36 with the gate on; older kubelets refuse it, the
@@ -10,16 +11,21 @@ ever written.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from exporter.errors import SourceError
+from exporter.errors import SourceError, UserError
+from exporter.files import read_file_bytes
 from reconciler.cpuset import CPUSetError, parse_cpuset
+from reconciler.snapshot import CheckpointFacts
 
 MAX_BYTES = 64 << 20
+SOURCE = "checkpoint"
 
 
 class CheckpointError(ValueError):
@@ -91,8 +97,8 @@ def _loose(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _load(text: str, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{what}: invalid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # also numbers past int's digit limit
+        raise CheckpointError(f"{what}: invalid JSON: {_reason(exc)}") from None
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{what}: not a JSON object")
     top = _loose(obj)
@@ -102,8 +108,9 @@ def _load(text: str, what: str) -> dict[str, Any]:
     if isinstance(data, str):
         try:
             inner = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{what}: 'data' is not a JSON string: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise CheckpointError(f"{what}: 'data' is not a JSON string: {_reason(exc)}"
+                                  ) from None
     else:
         inner = data
     if not isinstance(inner, Mapping):
@@ -121,8 +128,8 @@ def _cpuset(value: object, where: str) -> frozenset[int]:
         raise CheckpointError(f"{where}: a cpuset must be a string")
     try:
         return parse_cpuset(value)
-    except CPUSetError as exc:
-        raise CheckpointError(f"{where}: {exc}") from None
+    except (CPUSetError, ValueError) as exc:  # ValueError: an id past int's digit limit
+        raise CheckpointError(f"{where}: {_reason(exc)}") from None
 
 
 def _mapping(value: object, where: str) -> Mapping[str, Any]:
@@ -153,9 +160,15 @@ def _entry_tables(top: Mapping[str, Any], what: str, parse: Callable[[object, st
     return entries, pod_entries
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)[:200]
+
+
 def _format(top: Mapping[str, Any], names: tuple[str, str, str]) -> str:
-    """The format generation (SPEC §2.4): plain, with top-level ``podEntries`` (1.36), or
-    with an inline ``data`` string (1.37)."""
+    """The format generation: plain, with top-level ``podEntries`` (1.36), or with an
+    inline ``data`` string (1.37)."""
     if top.get("data") is True:
         return names[2]
     return names[1] if "podentries" in top else names[0]
@@ -205,28 +218,79 @@ def parse_memory_checkpoint(text: str) -> MemoryCheckpoint:
                             entries, pod_entries)
 
 
-def _read(path: str | Path) -> str:
-    p = Path(path)
+PARSERS: dict[str, Callable[[str], Checkpoint]] = {
+    "cpu_manager_state": parse_cpu_checkpoint,
+    "memory_manager_state": parse_memory_checkpoint,
+}
+
+
+def parse_checkpoint(name: str, data: bytes) -> Checkpoint:
+    """Parse the checkpoint file ``name`` from its bytes; ``CheckpointError`` when it is
+    not one of the known formats."""
     try:
-        if p.stat().st_size > MAX_BYTES:
-            raise SourceError("checkpoint", "read", f"{p}: larger than {MAX_BYTES >> 20} MiB")
-        return p.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise SourceError("checkpoint", "read", f"{p}: not UTF-8 text") from None
-    except OSError as exc:
-        raise SourceError("checkpoint", "read", f"{p}: {exc.strerror or exc}") from None
+        raise CheckpointError(f"{name}: not UTF-8 text") from None
+    return PARSERS[name](text)
 
 
-def read_cpu_checkpoint(path: str | Path) -> CPUCheckpoint:
-    """Read (never write) a ``cpu_manager_state``; errors are ``SourceError``."""
-    try:
-        return parse_cpu_checkpoint(_read(path))
-    except CheckpointError as exc:
-        raise SourceError("checkpoint", "parse", f"{path}: {exc}") from None
+def checkpoint_facts(files: Iterable[tuple[str, bytes]]
+                     ) -> tuple[CheckpointFacts, list[SourceError]]:
+    """Formats and the downgrade trap of the files present, and an error for each file
+    that cannot be parsed. An unparsable file has no format (the last good one would be a
+    lie), and makes "downgrade-unsafe" unknown unless another file already is unsafe."""
+    formats: list[tuple[str, str]] = []
+    unsafe: list[bool] = []
+    errors: list[SourceError] = []
+    for name, data in sorted(files):
+        try:
+            parsed = parse_checkpoint(name, data)
+        except CheckpointError as exc:
+            errors.append(SourceError(SOURCE, "parse", str(exc)))
+            continue
+        formats.append((name, parsed.format))
+        unsafe.append(parsed.downgrade_unsafe)
+    verdict: bool | None
+    if any(unsafe):
+        verdict = True
+    elif errors or not unsafe:
+        verdict = None
+    else:
+        verdict = False
+    return CheckpointFacts(tuple(formats), verdict), errors
 
 
-def read_memory_checkpoint(path: str | Path) -> MemoryCheckpoint:
-    try:
-        return parse_memory_checkpoint(_read(path))
-    except CheckpointError as exc:
-        raise SourceError("checkpoint", "parse", f"{path}: {exc}") from None
+class CheckpointFiles:
+    """The checkpoint files under the kubelet's root directory, read as bytes. A file is
+    read again only when its inode, size or modification time changed (the kubelet
+    replaces it by a rename), and then in a worker thread: a file of many megabytes must
+    not hold up the event loop that answers scrapes."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._cache: dict[str, tuple[tuple[int, int, int], bytes]] = {}
+
+    async def read(self) -> tuple[tuple[str, bytes], ...]:
+        """``(name, bytes)`` of each file present; ``SourceError`` when one that exists
+        cannot be read."""
+        found: list[tuple[str, bytes]] = []
+        for name in PARSERS:
+            path = self.root / name
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                self._cache.pop(name, None)
+                continue
+            except OSError as exc:
+                raise SourceError(SOURCE, "read", f"{path}: {exc.strerror or exc}") from None
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            cached = self._cache.get(name)
+            if cached is None or cached[0] != stamp:
+                try:
+                    cached = (stamp, await asyncio.to_thread(read_file_bytes, path, MAX_BYTES))
+                except UserError as exc:
+                    self._cache.pop(name, None)
+                    raise SourceError(SOURCE, "read", str(exc)) from None
+                self._cache[name] = cached
+            found.append((name, cached[1]))
+        return tuple(found)

@@ -1,55 +1,42 @@
-"""Fixture directories (SPEC §4.2): a node captured as files, read by ``snapshot --from``
-and served by the simulated kubelet, written by ``record``."""
+"""Fixture directories: a node captured as files (docs/design.md#sources), read into a
+``RawNode`` by ``snapshot --from``, ``doctor --from`` and the simulated kubelet, written
+from one by ``record``.
+
+The files that are the fixture format's own encoding (``list.json``, ``allocatable.json``
+in protobuf's JSON mapping, ``topology.json``) are checked when loaded; the kubelet's own
+bodies (``pods.json``, ``configz.json``, ``metrics.txt``) and the checkpoint files are kept
+as bytes, exactly as recorded, and checked where every source's bodies are."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from exporter.errors import SourceError, UserError
-from exporter.files import read_text_file
+from exporter.files import read_file_bytes, read_text_file
 from exporter.pb import api_pb2
+from exporter.rawnode import CHECKPOINT_FILES, KubeletState, RawNode
 from exporter.sources.topology import topology_from_json, topology_to_json
-from reconciler.snapshot import Topology
 
-CHECKPOINT_FILES = ("cpu_manager_state", "memory_manager_state")
 # A fixture is operator input, not a dump of the internet: refuse absurd files early.
 MAX_FILE_BYTES = 256 << 20
-
-
-@dataclass(frozen=True)
-class KubeletState:
-    """What a kubelet answers: PodResources responses and its HTTPS endpoint's bodies."""
-
-    list_response: api_pb2.ListPodResourcesResponse
-    allocatable: api_pb2.AllocatableResourcesResponse | None = None
-    pod_list: dict[str, Any] | None = None
-    configz: dict[str, Any] | None = None
-    metrics: str | None = None
-
-
-@dataclass(frozen=True)
-class FixtureDir:
-    kubelet: KubeletState
-    topology: Topology | None = None
-    checkpoints: dict[str, str] = field(default_factory=dict)
-
-
-def _read_text(path: Path) -> str:
-    return read_text_file(path, MAX_FILE_BYTES)
+# Where each raw part of a fixture comes from, to name the file in an error.
+FILE_OF = {("kubelet", "pods"): "pods.json", ("kubelet", "configz"): "configz.json",
+           ("podresources", "GetAllocatableResources"): "allocatable.json",
+           ("podresources", "List"): "list.json"}
 
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(_read_text(path))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: invalid JSON: {exc}") from None
+        return json.loads(read_text_file(path, MAX_FILE_BYTES))
+    except (ValueError, RecursionError) as exc:  # also numbers past int's digit limit
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:300]
+        raise UserError(f"{path}: invalid JSON: {reason}") from None
 
 
 M = TypeVar("M", bound=Message)
@@ -64,27 +51,31 @@ def parse_message(obj: Any, message: M, origin: str) -> M:
                         "object")
     try:
         return json_format.ParseDict(obj, message)
-    except json_format.ParseError as exc:
-        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: {exc}") from None
+    except (json_format.ParseError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:300]  # protobuf's messages span lines
+        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: {reason}") from None
 
 
-def load_fixture_dir(directory: str | Path) -> FixtureDir:
+def _message_bytes(path: Path, message: Message) -> bytes | None:
+    if not path.exists():
+        return None
+    parsed: Message = parse_message(_read_json(path), message, str(path))
+    return parsed.SerializeToString()
+
+
+def _optional_bytes(path: Path) -> bytes | None:
+    return read_file_bytes(path, MAX_FILE_BYTES) if path.exists() else None
+
+
+def load_fixture_dir(directory: str | Path, *, with_list: bool = True) -> RawNode:
+    """The node a fixture directory holds; ``with_list=False`` leaves ``list.json`` unread
+    (and not required), for readers that need no pods (``doctor``)."""
     root = Path(directory)
     if not root.is_dir():
         raise UserError(f"{root}: not a fixture directory")
     list_path = root / "list.json"
-    if not list_path.exists():
+    if with_list and not list_path.exists():
         raise UserError(f"{root}: list.json is missing (it is the one required file)")
-    listing = parse_message(_read_json(list_path), api_pb2.ListPodResourcesResponse(),
-                            str(list_path))
-    allocatable = None
-    if (root / "allocatable.json").exists():
-        allocatable = parse_message(_read_json(root / "allocatable.json"),
-                                    api_pb2.AllocatableResourcesResponse(),
-                                    str(root / "allocatable.json"))
-    pod_list = _optional_object(root / "pods.json")
-    configz = _optional_object(root / "configz.json")
-    metrics = _read_text(root / "metrics.txt") if (root / "metrics.txt").exists() else None
     topology = None
     if (root / "topology.json").exists():
         try:
@@ -92,50 +83,62 @@ def load_fixture_dir(directory: str | Path) -> FixtureDir:
                                           str(root / "topology.json"))
         except SourceError as exc:
             raise UserError(str(exc).removeprefix("topology parse: ")) from None
-    checkpoints = {name: _read_text(root / name) for name in CHECKPOINT_FILES
-                   if (root / name).exists()}
-    return FixtureDir(
-        KubeletState(listing, allocatable, pod_list, configz, metrics),
-        topology, checkpoints)
+    return RawNode(
+        list_response=_message_bytes(list_path, api_pb2.ListPodResourcesResponse())
+        if with_list else None,
+        allocatable=_message_bytes(root / "allocatable.json",
+                                   api_pb2.AllocatableResourcesResponse()),
+        pods=_optional_bytes(root / "pods.json"),
+        configz=_optional_bytes(root / "configz.json"),
+        metrics=_optional_bytes(root / "metrics.txt"),
+        topology=topology,
+        checkpoints=tuple((name, data) for name in CHECKPOINT_FILES
+                          if (data := _optional_bytes(root / name)) is not None),
+    )
 
 
-def _optional_object(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
-    obj = _read_json(path)
-    if not isinstance(obj, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return obj
-
-
-def write_fixture_dir(directory: str | Path, fixture: FixtureDir) -> list[Path]:
-    """Write a fixture directory (``record``); returns the files written."""
+def write_fixture_dir(directory: str | Path, raw: RawNode) -> list[Path]:
+    """Write a fixture directory (``record``); returns the files written. The kubelet's
+    bodies and the checkpoint files are written byte for byte as they were read."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    k = fixture.kubelet
-    files: dict[str, str] = {
-        "list.json": _dump(json_format.MessageToDict(k.list_response)),
-    }
-    if k.allocatable is not None:
-        files["allocatable.json"] = _dump(json_format.MessageToDict(k.allocatable))
-    if k.pod_list is not None:
-        files["pods.json"] = _dump(k.pod_list)
-    if k.configz is not None:
-        files["configz.json"] = _dump(k.configz)
-    if k.metrics is not None:
-        files["metrics.txt"] = k.metrics
-    if fixture.topology is not None:
-        files["topology.json"] = _dump(topology_to_json(fixture.topology))
-    files.update(fixture.checkpoints)
+    files: dict[str, bytes] = {}
+    for name, kind, data in (
+            ("list.json", api_pb2.ListPodResourcesResponse, raw.list_response),
+            ("allocatable.json", api_pb2.AllocatableResourcesResponse, raw.allocatable)):
+        text = _message_json(kind, data)
+        if text is not None:
+            files[name] = text
+    for name, data in (("pods.json", raw.pods), ("configz.json", raw.configz),
+                       ("metrics.txt", raw.metrics), *raw.checkpoints):
+        if data is not None:
+            files[name] = data
+    if raw.topology is not None:
+        files["topology.json"] = _dump(topology_to_json(raw.topology))
     written = []
-    for name, text in files.items():
+    for name, data in files.items():
         target = root / name
         tmp = target.with_name(f".{name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, target)
         written.append(target)
     return written
 
 
-def _dump(obj: Any) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+def _message_json(kind: type[Message], data: bytes | None) -> bytes | None:
+    """The JSON mapping of a response; ``None`` for one that is absent or undecodable
+    (the read that returned it has reported that already)."""
+    if data is None:
+        return None
+    try:
+        return _dump(json_format.MessageToDict(kind.FromString(data)))
+    except DecodeError:
+        return None
+
+
+def _dump(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+__all__ = ["CHECKPOINT_FILES", "FILE_OF", "KubeletState", "RawNode", "load_fixture_dir",
+           "parse_message", "write_fixture_dir"]

@@ -2,8 +2,9 @@
 
 Responses are fetched as raw bytes (no deserializer on the call) so that the caller can
 recognise an unchanged node by content before paying for decoding; ``decode_*`` turn the
-bytes into messages. Every call carries a deadline, and an RPC the kubelet answers with
-``UNIMPLEMENTED`` is remembered and not asked again.
+bytes into messages. Every call carries a deadline. An RPC the kubelet answers with
+``UNIMPLEMENTED`` is not asked again for a while (``reprobe_interval``), nor until the
+kubelet restarts: a kubelet upgrade may start serving it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import errno
 import os
 import socket
 import stat
+import time
+from collections.abc import Callable
 from typing import Final
 
 import grpc
@@ -23,6 +26,7 @@ from exporter.pb import api_pb2
 DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_RECV: Final = 16 << 20
+DEFAULT_REPROBE: Final = 300.0
 SOURCE: Final = "podresources"
 
 _SERVICE = "/v1.PodResourcesLister/"
@@ -65,12 +69,22 @@ def _diagnose(path: str) -> str | None:
 
 class PodResourcesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, *, timeout: float = DEFAULT_TIMEOUT,
-                 max_receive_bytes: int = DEFAULT_MAX_RECV) -> None:
+                 max_receive_bytes: int = DEFAULT_MAX_RECV,
+                 reprobe_interval: float = DEFAULT_REPROBE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.max_receive_bytes = max_receive_bytes
-        self.unimplemented: set[str] = set()
+        self.reprobe_interval = reprobe_interval
+        self._clock = clock
+        self._unimplemented: dict[str, float] = {}  # RPC → when it was answered so
         self._channel: grpc.aio.Channel | None = None
+        self._socket_id: tuple[int, int, int] | None = None
+
+    @property
+    def unimplemented(self) -> set[str]:
+        """The RPCs this kubelet answered UNIMPLEMENTED (until asked again)."""
+        return set(self._unimplemented)
 
     def _get_channel(self) -> grpc.aio.Channel:
         if self._channel is None:
@@ -93,22 +107,40 @@ class PodResourcesClient:
             self._channel = None
 
     async def reset(self) -> None:
-        """Drop the channel so the next call dials the socket afresh."""
+        """Drop the channel so the next call dials the socket afresh, and ask every RPC
+        again: the kubelet behind the socket may be a different one."""
         await self.close()
+        self._unimplemented.clear()
+
+    async def follow_restart(self) -> None:
+        """``reset`` when the socket is a new file since the last look (a restarted
+        kubelet), even if the channel reconnected by itself in between."""
+        try:
+            st = os.stat(self.socket_path)
+        except OSError:
+            return  # the call itself will say why
+        # The inode number alone is not enough: a file created right after another was
+        # removed often gets the freed number back. Its change time tells them apart.
+        current = (st.st_dev, st.st_ino, st.st_ctime_ns)
+        if self._socket_id is not None and current != self._socket_id:
+            await self.reset()
+        self._socket_id = current
 
     async def _call(self, rpc: str, request: bytes) -> bytes:
-        if rpc in self.unimplemented:
+        since = self._unimplemented.get(rpc)
+        if since is not None and self._clock() - since < self.reprobe_interval:
             raise Unimplemented(rpc)
         method = self._get_channel().unary_unary(_SERVICE + rpc)
         try:
             response: bytes = await method(request, timeout=self.timeout)
-            return response
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.UNIMPLEMENTED:
-                self.unimplemented.add(rpc)
+                self._unimplemented[rpc] = self._clock()
                 raise Unimplemented(rpc) from None
             raise self._error(rpc, exc) from None
+        self._unimplemented.pop(rpc, None)
+        return response
 
     def _error(self, rpc: str, exc: grpc.aio.AioRpcError) -> SourceError:
         code = exc.code()
@@ -130,7 +162,7 @@ class PodResourcesClient:
         try:
             return await self._call("List", b"")
         except Unimplemented:
-            self.unimplemented.discard("List")
+            self._unimplemented.pop("List", None)
             raise SourceError(SOURCE, "List", f"{self.socket_path} answers UNIMPLEMENTED: "
                               "this kubelet does not serve the PodResources List RPC "
                               "(is the KubeletPodResources API disabled?)") from None

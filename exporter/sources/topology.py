@@ -1,5 +1,5 @@
 """The node's CPU topology: from sysfs (injectable root, so tests use fixture trees) or from
-a ``topology.json`` file (SPEC §4.2)."""
+a ``topology.json`` file (docs/design.md#sources)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from exporter.errors import SourceError
-from reconciler.cpuset import CPUSetError, parse_cpuset
+from exporter.errors import SourceError, UserError
+from exporter.files import read_file_bytes
+from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
 from reconciler.snapshot import CPUInfo, Topology
 
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
@@ -80,7 +81,7 @@ def _safe_iterdir(path: Path) -> list[Path]:
 
 
 def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
-    """Parse the ``topology.json`` of a fixture directory (SPEC §4.2)."""
+    """Parse the ``topology.json`` of a fixture directory."""
     if not isinstance(obj, dict) or not isinstance(obj.get("cpus"), list):
         raise SourceError("topology", "parse", f"{origin}: expected an object with a 'cpus' list")
     cpus = []
@@ -89,22 +90,29 @@ def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
         try:
             cpu = CPUInfo(int(item["id"]), int(item.get("core", item["id"])),
                           int(item.get("socket", 0)), int(item.get("numa_node", 0)))
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             raise SourceError("topology", "parse",
-                              f"{origin}: bad CPU entry {item!r}") from None
-        if cpu.id < 0 or cpu.id in seen:
-            raise SourceError("topology", "parse", f"{origin}: duplicate or negative CPU id "
-                              f"{cpu.id}")
+                              f"{origin}: bad CPU entry {_short(item)}") from None
+        if not 0 <= cpu.id <= MAX_CPU_ID or cpu.id in seen:
+            raise SourceError("topology", "parse", f"{origin}: duplicate or impossible CPU "
+                              f"id {cpu.id}")
         seen.add(cpu.id)
         cpus.append(cpu)
     memory = []
     for item in obj.get("memory") or ():
         try:
             memory.append((int(item["numa_node"]), int(item["bytes"])))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise SourceError("topology", "parse",
-                              f"{origin}: bad memory entry {item!r}") from None
+                              f"{origin}: bad memory entry {_short(item)}") from None
+    if not cpus:
+        raise SourceError("topology", "parse", f"{origin}: no CPUs")
     return Topology(tuple(sorted(cpus, key=lambda c: c.id)), tuple(memory))
+
+
+def _short(item: object) -> str:
+    text = repr(item)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def topology_to_json(topology: Topology) -> dict[str, Any]:
@@ -115,13 +123,56 @@ def topology_to_json(topology: Topology) -> dict[str, Any]:
     }
 
 
+MAX_FILE_BYTES = 16 << 20
+
+
 def load_topology_file(path: str | Path) -> Topology:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError("topology", "read", f"{path}: {exc.strerror or exc}") from None
+        text = read_file_bytes(path, MAX_FILE_BYTES).decode("utf-8")
+    except UserError as exc:
+        raise SourceError("topology", "read", str(exc)) from None
+    except UnicodeDecodeError:
+        raise SourceError("topology", "read", f"{path}: not UTF-8 text") from None
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
         raise SourceError("topology", "parse", f"{path}: invalid JSON: {exc}") from None
     return topology_from_json(obj, str(path))
+
+
+class TopologySource:
+    """The topology for a live read: a ``topology.json`` read once, or sysfs, read again
+    only when the online CPUs change (one small file decides whether the full read of a
+    thousand files is needed)."""
+
+    def __init__(self, *, file: str | None = None, sysfs: str | None = None) -> None:
+        self.file = file
+        self.sysfs = sysfs
+        self._topology: Topology | None = None
+        self._key = b""
+        # Counts the topologies read: equal generations, equal topology.
+        self.generation = 0
+
+    @property
+    def name(self) -> str:
+        """The source name errors and health are reported under."""
+        return "topology" if self.file else "sysfs"
+
+    def read(self) -> Topology:
+        """The topology; ``SourceError`` when it cannot be read (asked again next time)."""
+        if self.file:
+            if self._topology is None:
+                self._topology = load_topology_file(self.file)
+                self.generation += 1
+            return self._topology
+        assert self.sysfs is not None
+        try:
+            key = Path(self.sysfs, "devices/system/cpu/online").read_bytes()
+        except OSError:
+            key = b"unreadable"
+        if self._topology is None or key != self._key:
+            self._topology = None
+            self._topology = read_sysfs_topology(self.sysfs)
+            self._key = key
+            self.generation += 1
+        return self._topology

@@ -138,6 +138,31 @@ async def test_unimplemented_allocatable_is_remembered_and_not_fatal(
     assert (await client.list()).pod_resources
 
 
+async def test_unimplemented_is_asked_again_periodically(start_sim: Any,
+                                                        client_for: Any) -> None:
+    now = [1000.0]
+    sim = await start_sim(HYBRID, misbehaviour=Misbehaviour(
+        unimplemented={"GetAllocatableResources"}))
+    client = client_for(sim.socket_path, reprobe_interval=60.0, clock=lambda: now[0])
+    assert await client.allocatable_raw() is None
+    sim.misbehaviour.unimplemented.clear()  # the kubelet now serves it
+    now[0] += 59.0
+    assert await client.allocatable_raw() is None  # not asked yet
+    now[0] += 1.0
+    assert await client.allocatable_raw() is not None
+    assert client.unimplemented == set()
+
+
+async def test_reset_forgets_unimplemented(start_sim: Any, client_for: Any) -> None:
+    sim = await start_sim(HYBRID, misbehaviour=Misbehaviour(
+        unimplemented={"GetAllocatableResources"}))
+    client = client_for(sim.socket_path)
+    assert await client.allocatable_raw() is None
+    sim.misbehaviour.unimplemented.clear()
+    await client.reset()
+    assert await client.allocatable_raw() is not None
+
+
 async def test_kubelet_without_allocatable_rpc(start_sim: Any, client_for: Any) -> None:
     # A fixture without allocatable.json: the simulator answers UNIMPLEMENTED by itself.
     s = state()

@@ -1,8 +1,10 @@
 """NodeReader against the simulated kubelet: a full read, the content-hash shortcut when
-nothing changed, a full recompute when anything did, and optional sources failing softly."""
+nothing changed, a full recompute when anything did, and optional sources failing softly:
+malformed optional input degrades its own source, never the poll."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,7 @@ async def reader_for() -> Any:
                                 topology_file=str(folder / "topology.json"), token_file=None,
                                 **kw)
         if sim.http_url and "kubelet_url" not in kw:
-            options.kubelet_url = sim.http_url
-            options.ca_file = str(sim.cert_path)
+            options = replace(options, kubelet_url=sim.http_url, ca_file=str(sim.cert_path))
         reader = NodeReader(options)
         readers.append(reader)
         return reader
@@ -46,7 +47,7 @@ async def test_unchanged_node_is_not_recomputed(start_sim: Any, reader_for: Any)
     second = await reader.read()
     assert not second.changed
     assert second.ledger is first.ledger
-    assert second.raw.kubelet.list_response == first.raw.kubelet.list_response
+    assert second.raw == first.raw
 
 
 async def test_any_change_means_a_full_recompute(start_sim: Any, reader_for: Any) -> None:
@@ -85,16 +86,172 @@ async def test_optional_kubelet_failures_are_errors_not_exceptions(start_sim: An
     assert {p.estimate_basis for p in reading.ledger.pods} == {"podresources"}
 
 
-async def test_invalid_json_from_kubelet(start_sim: Any, reader_for: Any) -> None:
-    sim = await start_sim(DB, http=True)
-    sim._pods_body = b"{broken"  # the kubelet sends garbage
+def hostile(part: str, body: bytes) -> Any:
+    """The DB scenario with one raw part replaced by ``body`` (and /metrics of its own:
+    the simulator derives it from a well-formed /configz only)."""
+    return replace(load_fixture_dir(DB), metrics=b"# no gates\n", **{part: body})
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+HUGE = b"9" * 5000
+
+
+@pytest.mark.parametrize(("part", "body", "reason"), [
+    ("pods", b"{broken", "invalid JSON"),
+    ("pods", b'{"kind": "PodList", "items": [{"metadata": {"name": "a", "namespace": "b"}, '
+             b'"spec": {"containers": 5}}]}', "malformed document"),
+    ("pods", b'{"items": [{"metadata": 7}]}', ""),
+    ("pods", DEEP, "nested too deeply"),
+    ("pods", b'{"items": [], "x": ' + HUGE + b"}", "digits"),
+    ("pods", b"[]", "expected a JSON object"),
+    ("configz", b'{"kubeletconfig": {"reservedSystemCPUs": ' + HUGE + b"}}", "digits"),
+    ("configz", b'{"kubeletconfig": {"reservedSystemCPUs": "0-' + HUGE + b'"}}', ""),
+    ("configz", b'{"kubeletconfig": 5}', "not an object"),
+    ("configz", b'{"kubeletconfig": ' + DEEP + b"}", "nested too deeply"),
+])
+async def test_malformed_kubelet_bodies_degrade_only_the_kubelet(
+        part: str, body: bytes, reason: str, start_sim: Any, reader_for: Any) -> None:
+    sim = await start_sim(hostile(part, body), http=True)
+    reader = reader_for(sim)
+    for _ in range(2):  # and again on the unchanged bytes: still failing
+        reading = await reader.read()
+        assert set(reading.errors) == {("kubelet", part)}, reading.errors
+        assert reason in reading.errors[("kubelet", part)]
+        assert len(reading.errors[("kubelet", part)]) < 600  # one line, not a dump
+        assert len(reading.ledger.pods) == 3  # PodResources still reconciled
+    if part == "pods":
+        assert {p.estimate_basis for p in reading.ledger.pods} == {"podresources"}
+    else:
+        assert "cpu_manager_policy" not in dict(reading.ledger.kubelet)
+
+
+async def test_garbage_from_allocatable_degrades_only_that_call(start_sim: Any,
+                                                                reader_for: Any) -> None:
+    good = load_fixture_dir(DB)
+    sim = await start_sim(replace(good, allocatable=b"\xff\xff\xff garbage"), http=True)
     reader = reader_for(sim)
     reading = await reader.read()
-    assert "invalid JSON" in reading.errors[("kubelet", "pods")]
-    assert reading.ledger.pods  # PodResources still reconciled
+    assert set(reading.errors) == {("podresources", "GetAllocatableResources")}
+    assert "undecodable" in reading.errors[("podresources", "GetAllocatableResources")]
+    without = load_fixture_dir(DB).kubelet
+    sim.set_state(replace(without, allocatable=None))
+    # The same pools as from a kubelet that has no allocatable to give.
+    lacking = (await reader.read()).ledger
+    assert (lacking.cpu_pools, lacking.containers) == (reading.ledger.cpu_pools,
+                                                       reading.ledger.containers)
+    sim.set_state(good)
+    healed = await reader.read()
+    assert healed.errors == {} and healed.ledger != reading.ledger
 
 
-async def test_list_failure_raises_source_error(start_sim: Any, reader_for: Any) -> None:
+async def test_a_persistent_parse_error_stays_an_error(start_sim: Any, reader_for: Any
+                                                       ) -> None:
+    """Unchanged bytes skip the work, not the verdict."""
+    sim = await start_sim(hostile("pods", b'{"items": [{"metadata": 7}]}'), http=True)
+    reader = reader_for(sim)
+    first = await reader.poll()
+    second = await reader.poll()
+    assert second.reading is not None and not second.reading.changed
+    assert set(second.errors) == set(first.errors) == {("kubelet", "pods")}
+    assert second.observed == {("kubelet", "pods")}  # counted on every poll that reads it
+
+
+async def test_sources_are_read_concurrently(start_sim: Any, reader_for: Any) -> None:
+    """A hung kubelet costs one deadline per poll: its three HTTPS questions are asked at
+    once, not one after another."""
+    sim = await start_sim(DB, http=True, misbehaviour=Misbehaviour(delay=30.0))
+    reader = reader_for(sim, timeout=0.5)
+    poll = await reader.poll()
+    assert sim.http_peak == 3
+    assert poll.reading is None
+    assert {("podresources", "List"), ("podresources", "GetAllocatableResources"),
+            ("kubelet", "pods"), ("kubelet", "configz"), ("kubelet", "metrics")} \
+        == set(poll.errors) == poll.observed
+    assert all("0.5s" in message for message in poll.errors.values())
+
+
+async def test_list_failure_still_reports_every_other_source(start_sim: Any,
+                                                             reader_for: Any) -> None:
+    sim = await start_sim(hostile("configz", b"{oops"), http=True,
+                          misbehaviour=Misbehaviour(forbidden_paths={"/pods"}))
+    reader = reader_for(sim)
+    await sim.stop_grpc()
+    poll = await reader.poll()
+    assert poll.reading is None and poll.failure is not None
+    assert set(poll.errors) == {("podresources", "List"),
+                                ("podresources", "GetAllocatableResources"),
+                                ("kubelet", "pods"), ("kubelet", "configz")}
+    assert "HTTP 403" in poll.errors[("kubelet", "pods")]
+    assert "invalid JSON" in poll.errors[("kubelet", "configz")]
+
+
+async def test_metrics_outcome_stands_between_reads(start_sim: Any, reader_for: Any) -> None:
+    """/metrics is read every metrics_interval: a failure stays a failure until the next
+    read, but is counted only by the poll that saw it."""
+    misbehaviour = Misbehaviour(forbidden_paths={"/metrics"})
+    sim = await start_sim(DB, http=True, misbehaviour=misbehaviour)
+    reader = reader_for(sim, metrics_interval=100.0)
+    first = await reader.poll(now=1000.0)
+    assert first.observed == {("kubelet", "metrics")} == set(first.errors)
+    misbehaviour.forbidden_paths.clear()
+    between = await reader.poll(now=1050.0)
+    assert set(between.errors) == {("kubelet", "metrics")} and between.observed == set()
+    after = await reader.poll(now=1100.0)
+    assert after.errors == {} and after.observed == set()
+    assert after.reading is not None and after.reading.raw.metrics is not None
+
+
+async def test_unimplemented_allocatable_is_asked_again_after_a_restart(
+        start_sim: Any, reader_for: Any) -> None:
+    """A kubelet upgrade that starts serving GetAllocatableResources: seen at the first
+    poll after the restart (a new socket file), not after the exporter's restart."""
+    misbehaviour = Misbehaviour(unimplemented={"GetAllocatableResources"})
+    sim = await start_sim(DB, misbehaviour=misbehaviour)
+    reader = reader_for(sim)
+    before = (await reader.read()).ledger
+    assert dict(before.kubelet)["rpcs_unimplemented"] == "GetAllocatableResources"
+    assert before.cpu_pools.reserved == 0
+    misbehaviour.unimplemented.clear()
+    assert (await reader.read()).ledger is before  # remembered while the kubelet is the same
+    await sim.restart_grpc()
+    after = (await reader.read()).ledger
+    assert "rpcs_unimplemented" not in dict(after.kubelet)
+    assert after.cpu_pools.reserved > 0
+
+
+async def test_checkpoint_facts_travel_to_the_ledger(start_sim: Any, reader_for: Any,
+                                                     short_tmp: Path) -> None:
+    data = Path(__file__).parents[1] / "checkpoint" / "data"
+    root = short_tmp / "kubelet"
+    root.mkdir()
+    (root / "cpu_manager_state").write_bytes((data / "cpu_v2").read_bytes())
+    sim = await start_sim(DB)
+    reader = reader_for(sim, kubelet_root=str(root))
+    assert reader.sources == {"podresources", "topology", "checkpoint"}
+    first = await reader.read()
+    assert first.ledger.checkpoints is not None
+    assert first.ledger.checkpoints.formats == (("cpu_manager_state", "v2"),)
+    assert first.ledger.checkpoints.downgrade_unsafe is False
+    assert not (await reader.read()).changed
+    # Only the checkpoint changes: a new ledger (the change digest covers it).
+    aside = root / "aside"
+    aside.write_bytes((data / "cpu_v3").read_bytes())
+    aside.replace(root / "cpu_manager_state")
+    trap = await reader.read()
+    assert trap.changed and trap.ledger.checkpoints is not None
+    assert trap.ledger.checkpoints.formats == (("cpu_manager_state", "v3"),)
+    assert trap.ledger.checkpoints.downgrade_unsafe is True
+    # Corrupt: no format at all rather than the last good one; an error on every poll.
+    (root / "cpu_manager_state").write_bytes(b"{not json")
+    for _ in range(2):
+        broken = await reader.read()
+        assert set(broken.errors) == {("checkpoint", "parse")}
+        assert broken.ledger.checkpoints is not None
+        assert broken.ledger.checkpoints.formats == ()
+        assert broken.ledger.checkpoints.downgrade_unsafe is None
+
+
+async def test_list_failure_raises_source_error_from_read(start_sim: Any, reader_for: Any) -> None:
     sim = await start_sim(DB)
     reader = reader_for(sim)
     await reader.read()

@@ -1,10 +1,11 @@
 """``record DIR`` from the simulated kubelet, then ``snapshot --from DIR``: the same ledger.
-And the fixture directory format itself (SPEC §4.2)."""
+And the fixture directory format itself (docs/design.md#sources)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from exporter.errors import UserError
-from exporter.sources.fixture import FixtureDir, load_fixture_dir, write_fixture_dir
+from exporter.sources.fixture import load_fixture_dir, write_fixture_dir
 from foundation.helpers import SCENARIO_NAMES, SCENARIOS, arun_cli, run_cli
 
 
@@ -61,7 +62,29 @@ async def test_record_with_checkpoints(start_sim: Any, short_tmp: Path) -> None:
     assert run.code == 0, run.err
     assert (out / "cpu_manager_state").read_text() == checkpoint
     assert not (out / "memory_manager_state").exists()
-    assert load_fixture_dir(out).checkpoints == {"cpu_manager_state": checkpoint}
+    assert load_fixture_dir(out).checkpoints == (("cpu_manager_state", checkpoint.encode()),)
+
+
+async def test_record_keeps_malformed_bodies_for_the_bug_report(start_sim: Any,
+                                                                short_tmp: Path) -> None:
+    """A kubelet sending garbage is what a bug report is for: the bad /pods body is kept
+    byte for byte, an undecodable allocatable is left out, each with a warning."""
+    folder = SCENARIOS / "database-pod-scope"
+    bad_pods = b'{"items": [{"metadata": 7}]}'
+    sim = await start_sim(replace(load_fixture_dir(folder), pods=bad_pods,
+                                  allocatable=b"\xff\xff garbage"), http=True)
+    out = short_tmp / "out"
+    run = await arun_cli("record", str(out), "--podresources.socket", sim.socket_path,
+                         "--kubelet.url", sim.http_url, "--kubelet.ca-file",
+                         str(sim.cert_path), "--kubelet.token-file", "/none",
+                         "--topology", str(folder / "topology.json"))
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    assert "kubelet pods" in run.err and "GetAllocatableResources" in run.err
+    assert (out / "pods.json").read_bytes() == bad_pods
+    assert not (out / "allocatable.json").exists()
+    again = run_cli("snapshot", "--from", str(out))
+    assert again.code == 2 and "pods.json" in again.err and "Traceback" not in again.err
 
 
 async def test_record_unreachable_node_is_one_line(short_tmp: Path) -> None:
@@ -112,7 +135,7 @@ def test_only_list_json_is_required(short_tmp: Path) -> None:
     fixture = load_fixture_dir(short_tmp)
     assert fixture.kubelet.allocatable is None and fixture.kubelet.pod_list is None
     assert fixture.kubelet.configz is None and fixture.topology is None
-    assert fixture.checkpoints == {}
+    assert fixture.checkpoints == ()
     run = run_cli("snapshot", "--from", str(short_tmp), "-o", "json")
     assert run.code == 0
     assert json.loads(run.out)["pods"] == []
@@ -120,11 +143,43 @@ def test_only_list_json_is_required(short_tmp: Path) -> None:
 
 def test_write_then_load(short_tmp: Path) -> None:
     fixture = load_fixture_dir(SCENARIOS / "database-pod-scope")
-    written = write_fixture_dir(short_tmp / "copy", FixtureDir(fixture.kubelet,
-                                                               fixture.topology,
-                                                               {"cpu_manager_state": "{}"}))
+    written = write_fixture_dir(short_tmp / "copy", replace(
+        fixture, checkpoints=(("cpu_manager_state", b"{}"),)))
     assert all(p.exists() for p in written)
     assert not list((short_tmp / "copy").glob(".*.tmp"))
     again = load_fixture_dir(short_tmp / "copy")
     assert again.kubelet == fixture.kubelet and again.topology == fixture.topology
-    assert again.checkpoints == {"cpu_manager_state": "{}"}
+    assert again.checkpoints == (("cpu_manager_state", b"{}"),)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(("name", "text", "reason"), [
+    ("pods.json", '{"items": [{"metadata": {"name": "a", "namespace": "b"}, '
+                  '"spec": {"containers": 5}}]}', "malformed document"),
+    ("pods.json", '{"items": [{"metadata": {"name": "a", "namespace": "b"}, '
+                  '"spec": {"initContainers": {"x": 1}}}]}', ""),
+    ("pods.json", DEEP, "nested too deeply"),
+    ("pods.json", '{"items": [], "n": ' + HUGE + "}", "digits"),
+    ("configz.json", '{"kubeletconfig": {"reservedSystemCPUs": ' + HUGE + "}}", "digits"),
+    ("configz.json", DEEP, "nested too deeply"),
+    ("list.json", '{"podResources": ' + DEEP + "}", "invalid JSON"),
+    ("list.json", '{"podResources": [{"cpuIds": [' + HUGE + "]}]}", "invalid JSON"),
+    ("topology.json", '{"cpus": [{"id": Infinity}]}', "bad CPU entry"),
+    ("topology.json", '{"cpus": [{"id": 9223372036854775807}]}', "impossible CPU id"),
+    ("topology.json", '{"cpus": []}', "no CPUs"),
+])
+def test_hostile_fixture_files_are_one_line(name: str, text: str, reason: str,
+                                            short_tmp: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from exporter.cli import main
+
+    folder = short_tmp / "fixture"
+    shutil.copytree(SCENARIOS / "database-pod-scope", folder)
+    (folder / name).write_text(text)
+    assert main(["snapshot", "--from", str(folder), "-o", "json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and name in err[0] and reason in err[0], err
+    assert len(err[0]) < 700

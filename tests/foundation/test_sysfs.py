@@ -1,5 +1,5 @@
 """The sysfs topology reader on fixture trees (tests/foundation/data/sysfs), and the
-topology.json form (SPEC §4.2)."""
+topology.json form (docs/design.md#sources)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,8 @@ def test_topology_json_round_trip() -> None:
 
 
 @given(st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 64), st.integers(0, 3),
-                          st.integers(0, 7)), unique_by=lambda t: t[0], max_size=40),
+                          st.integers(0, 7)), unique_by=lambda t: t[0], min_size=1,
+                 max_size=40),
        st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2**50)), max_size=4))
 def test_topology_json_round_trip_property(cpus: list[tuple[int, int, int, int]],
                                            memory: list[tuple[int, int]]) -> None:
@@ -114,6 +115,9 @@ def test_topology_json_defaults() -> None:
 @pytest.mark.parametrize("obj", [
     None, [], {"cpus": None}, {"cpus": [{"core": 1}]}, {"cpus": [{"id": -1}]},
     {"cpus": [{"id": 0}, {"id": 0}]}, {"cpus": ["zero"]}, {"cpus": [], "memory": [{"x": 1}]},
+    {"cpus": []}, {"cpus": [{"id": 2**63 - 1}]}, {"cpus": [{"id": float("inf")}]},
+    {"cpus": [{"id": 0, "core": float("-inf")}]},
+    {"cpus": [{"id": 0}], "memory": [{"numa_node": 0, "bytes": float("inf")}]},
 ])
 def test_bad_topology_json(obj: Any) -> None:
     with pytest.raises(SourceError):

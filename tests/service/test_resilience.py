@@ -12,11 +12,15 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from exporter.reader import NodeReader, Poll, SourceOptions
+from exporter.service import Exporter, ServiceOptions
 from exporter.sim.server import Misbehaviour
+from exporter.sources.fixture import load_fixture_dir
 from tests.conftest import StartSim
 from tests.service.conftest import (
     TOKEN,
@@ -82,14 +86,18 @@ async def test_kubelet_restart_recovers_and_forgets_deleted_pods(
     assert has_pod(back, "web", "frontend")
     assert value(back, "podres_source_up", source="podresources") == 1.0
 
-    # Logged once per change of state, not once per failed poll.
+    # Logged once per change of state, not once per failed poll; and recovery is logged
+    # for exactly the calls that failed (both are asked in every poll).
     failing = [r for r in caplog.records if r.getMessage() == "source failing"
                and getattr(r, "source", None) == "podresources"]
     recovered = [r for r in caplog.records if r.getMessage() == "source recovered"
                  and getattr(r, "source", None) == "podresources"]
-    assert 1 <= len(failing) <= 2, [getattr(r, "error", "") for r in failing]
-    assert len(failing) < list_errors(back)
-    assert len(recovered) == 1
+    failed_ops = [getattr(r, "operation", "") for r in failing]
+    assert set(failed_ops) == {"List", "GetAllocatableResources"}
+    # A new line only when the reason changes (socket gone, then refused...).
+    assert 1 <= failed_ops.count("List") <= 2, [getattr(r, "error", "") for r in failing]
+    assert failed_ops.count("List") < list_errors(back)
+    assert sorted(getattr(r, "operation", "") for r in recovered) == sorted(set(failed_ops))
 
 
 async def test_quick_restart_is_followed(start_sim: StartSim, run_serve: RunServe) -> None:
@@ -220,3 +228,139 @@ async def test_exporter_started_before_the_kubelet(short_tmp: Path, start_sim: S
                                   what="the late kubelet")
     assert value(ready, "podres_source_up", source="podresources") == 1.0
     assert (await served.get("/readyz"))[0] == 200
+
+
+async def test_source_up_is_truthful_while_podresources_fails(
+        start_sim: StartSim, run_serve: RunServe) -> None:
+    """Every configured source is read in every poll, List failing or not: a kubelet that
+    is wholly gone shows 0 for its HTTPS endpoint too, not the value of the last good
+    poll."""
+    directory = scenario_root() / SCENARIO
+    misbehaviour = Misbehaviour()
+    sim = await start_sim(directory, http=True, token=TOKEN, misbehaviour=misbehaviour)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "300ms")
+    first = await served.wait_for(lambda s: up(s) == 1.0, what="first poll")
+    assert value(first, "podres_source_up", source="kubelet") == 1.0
+    await sim.stop_grpc()
+    misbehaviour.forbidden_paths = {"/pods", "/configz", "/metrics"}
+    dead = await served.wait_for(
+        lambda s: up(s) == 0.0 and value(s, "podres_source_up", source="kubelet") == 0.0,
+        what="both sources down")
+    assert value(dead, "podres_source_up", source="podresources") == 0.0
+    assert value(dead, "podres_source_up", source="topology") == 1.0
+    assert (value(dead, "podres_source_errors_total", source="kubelet",
+                  operation="pods") or 0) >= 1
+
+
+async def test_malformed_pods_keep_the_ledger_and_keep_counting(
+        start_sim: StartSim, run_serve: RunServe) -> None:
+    """A /pods body that cannot be understood (here a non-list ``containers``): podres_up
+    stays 1, the ledger stays published on the podresources basis, and the kubelet stays
+    down with its error counted on every poll, though the bytes never change."""
+    directory = scenario_root() / SCENARIO
+    good = load_fixture_dir(directory)
+    body = json.loads(good.pods or b"{}")
+    body["items"][0]["spec"]["containers"] = 5
+    sim = await start_sim(replace(good, pods=json.dumps(body).encode()), http=True,
+                          token=TOKEN)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--poll.interval", "200ms")
+
+    def pods_errors(s: dict[SeriesKey, float]) -> float:
+        return value(s, "podres_source_errors_total", source="kubelet",
+                     operation="pods") or 0.0
+
+    first = await served.wait_for(lambda s: pods_errors(s) >= 1, what="the /pods error")
+    later = await served.wait_for(lambda s: pods_errors(s) >= pods_errors(first) + 2,
+                                  what="the error counted on later polls")
+    assert up(later) == 1.0 and ledger_series(later)
+    assert value(later, "podres_source_up", source="kubelet") == 0.0
+    assert value(later, "podres_source_up", source="podresources") == 1.0
+    status, body_bytes = await served.get("/api/v1/ledger")
+    assert status == 200
+    assert {p["estimate_basis"] for p in json.loads(body_bytes)["pods"]} == {"podresources"}
+
+
+async def test_recovery_is_logged_only_for_what_was_read_again(
+        start_sim: StartSim, short_tmp: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """/pods refused, then PodResources gone too: /pods is still refused, so nothing about
+    it may be logged as recovered."""
+    caplog.set_level(logging.INFO, logger="podres.exporter")
+    directory = scenario_root() / SCENARIO
+    misbehaviour = Misbehaviour(forbidden_paths={"/pods"})
+    sim = await start_sim(directory, http=True, misbehaviour=misbehaviour)
+    reader = NodeReader(SourceOptions(
+        socket=sim.socket_path, kubelet_url=sim.http_url, ca_file=str(sim.cert_path),
+        token_file=None, sysfs=None, topology_file=str(directory / "topology.json")))
+    exporter = Exporter(reader)
+    try:
+        assert await exporter.poll_once()
+        await sim.stop_grpc()
+        assert not await exporter.poll_once()
+        assert exporter.source_up == {"kubelet": False, "podresources": False,
+                                      "topology": True}
+    finally:
+        await reader.close()
+    recovered = [(getattr(r, "source", ""), getattr(r, "operation", ""))
+                 for r in caplog.records if r.getMessage() == "source recovered"]
+    assert recovered == []
+    assert exporter.errors_total[("kubelet", "pods")] == 2
+
+
+async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
+        start_sim: StartSim) -> None:
+    """When the poll itself breaks (a bug), no source outcome is known: podres_source_up
+    is absent, not the last poll's values."""
+    directory = scenario_root() / SCENARIO
+    sim = await start_sim(directory)
+
+    class Breaking(NodeReader):
+        broken = False
+
+        async def poll(self, now: float | None = None) -> Poll:
+            if self.broken:
+                raise RuntimeError("a bug")
+            return await super().poll(now)
+
+    reader = Breaking(SourceOptions(socket=sim.socket_path, sysfs=None,
+                                    topology_file=str(directory / "topology.json")))
+    exporter = Exporter(reader, ServiceOptions(poll_interval=0.01))
+    stop = asyncio.Event()
+    try:
+        assert await exporter.poll_once()
+        assert "podres_source_up{" in exporter.self_metrics()
+        reader.broken = True
+        task = asyncio.create_task(exporter.run(stop))
+        while exporter.errors_total[("exporter", "poll")] < 1:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+    finally:
+        await reader.close()
+    assert exporter.source_up == {}
+    assert "podres_source_up{" not in exporter.self_metrics()
+    assert not exporter.up
+
+
+async def test_checkpoint_info_does_not_keep_a_corrupt_files_last_format(
+        start_sim: StartSim, run_serve: RunServe, short_tmp: Path) -> None:
+    directory = scenario_root() / SCENARIO
+    data = Path(__file__).parents[1] / "checkpoint" / "data"
+    root = short_tmp / "kubelet"
+    root.mkdir()
+    (root / "cpu_manager_state").write_bytes((data / "cpu_v3").read_bytes())
+    sim = await start_sim(directory)
+    served = await run_serve(sim, "--topology", str(directory / "topology.json"),
+                             "--kubelet.root-dir", str(root), "--poll.interval", "200ms")
+    good = await served.wait_for(
+        lambda s: value(s, "podres_checkpoint_info", file="cpu_manager_state",
+                        format="v3") == 1.0, what="the V3 checkpoint")
+    assert value(good, "podres_checkpoint_downgrade_unsafe") == 1.0
+    (root / "cpu_manager_state").write_bytes(b"{corrupt")
+    broken = await served.wait_for(
+        lambda s: value(s, "podres_source_up", source="checkpoint") == 0.0,
+        what="the corrupt checkpoint")
+    assert not series(broken, "podres_checkpoint_info")
+    assert value(broken, "podres_checkpoint_downgrade_unsafe") is None
+    assert up(broken) == 1.0 and ledger_series(broken)
