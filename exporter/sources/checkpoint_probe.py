@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 from exporter.errors import SourceError
 from exporter.sources.checkpoint import (
@@ -14,6 +15,7 @@ from exporter.sources.checkpoint import (
     read_memory_checkpoint,
 )
 
+OPERATIONS: Final = {"checkpoint": ("read", "parse")}
 Probe = Callable[[], tuple[dict[str, str], bool | None]]
 
 

@@ -24,6 +24,7 @@ DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_RECV: Final = 16 << 20
 SOURCE: Final = "podresources"
+OPERATIONS: Final = {SOURCE: ("List", "GetAllocatableResources")}  # a poll's RPCs
 
 _SERVICE = "/v1.PodResourcesLister/"
 
