@@ -248,7 +248,7 @@ FAMILIES: tuple[Family[Any], ...] = (
                "self", lambda s: [((s.version,), 1.0)]),
 )
 
-_NAME = re.compile(r"podres_[a-z_]+[a-z]")
+_NAME = re.compile(r"podres_[a-z]([a-z0-9_]*[a-z0-9])?")
 _LABEL = re.compile(r"[a-z_][a-z0-9_]*")
 
 
