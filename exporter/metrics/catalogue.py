@@ -94,7 +94,7 @@ class ContainerFamily(Family[ContainerEntry]):
 
 
 class SelfFamily(Family[SelfState]):
-    """Rendered at every scrape."""
+    """Live: rendered at a scrape when the exporter's state changed since the last one."""
 
     __slots__ = ()
 
