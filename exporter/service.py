@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -25,16 +26,20 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from exporter import __version__
-from exporter.metrics.exposition import (
-    Sample,
-    ledger_samples,
-    pod_samples,
-    render,
-)
+from exporter.metrics.catalogue import NodeFacts, SelfState
+from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
+from exporter.metrics.exposition import render_ledger, render_self
 from exporter.reader import NodeReader, Reading
+from exporter.sources import checkpoint, kubelet, podresources, topology
 from reconciler.ledger import Ledger
 
 log = logging.getLogger("podres.exporter")
+
+# What each source can fail at, from the sources' own declarations, and the poll loop's own
+# failure: published at 0 from the first scrape, so that increase() counts a first failure.
+SOURCE_OPERATIONS: dict[str, tuple[str, ...]] = {
+    **podresources.OPERATIONS, **kubelet.OPERATIONS, **topology.OPERATIONS,
+    **checkpoint.OPERATIONS, "exporter": ("poll",)}
 
 
 class HistorySink(Protocol):
@@ -61,12 +66,38 @@ class ServiceOptions:
 
 @dataclass(frozen=True)
 class Published:
-    """Everything derived from one ledger, rendered once."""
+    """Everything derived from one ledger, each form made at most once: the exposition when
+    the ledger changes; the JSON bodies and the gzip forms on first request, so that a
+    ledger nobody asks for as JSON costs nothing to publish."""
 
     ledger: Ledger
     exposition: bytes
-    ledger_json: bytes
-    cpumap_json: bytes
+
+    @functools.cached_property
+    def exposition_gzip(self) -> GzipPrefix:
+        return GzipPrefix(self.exposition)
+
+    @functools.cached_property
+    def ledger_json(self) -> bytes:
+        return json.dumps(self.ledger.to_json(), ensure_ascii=False).encode("utf-8")
+
+    @functools.cached_property
+    def cpumap_json(self) -> bytes:
+        return json.dumps(cpumap(self.ledger), ensure_ascii=False).encode("utf-8")
+
+    @functools.cached_property
+    def _ledger_json_gzip(self) -> bytes:
+        return gzip_bytes(self.ledger_json)
+
+    @functools.cached_property
+    def _cpumap_json_gzip(self) -> bytes:
+        return gzip_bytes(self.cpumap_json)
+
+    def ledger_body(self, encoding: Encoding) -> bytes:
+        return self._ledger_json_gzip if encoding == "gzip" else self.ledger_json
+
+    def cpumap_body(self, encoding: Encoding) -> bytes:
+        return self._cpumap_json_gzip if encoding == "gzip" else self.cpumap_json
 
 
 class Exporter:
@@ -89,9 +120,10 @@ class Exporter:
         self._logged_errors: dict[tuple[str, str], str] = {}
         self._wake = asyncio.Event()
         self._history_at: float | None = None
-        # The last scrape body, reused while neither the ledger nor the self-metrics changed:
-        # concatenating a ~0.5 MB exposition on every scrape cost ~30% of scrape latency.
-        self._body: tuple[Published, bytes, bytes] | None = None
+        # The last scrape body per encoding, reused while neither the ledger nor the
+        # self-metrics changed: concatenating a ~0.5 MB exposition on every scrape cost ~30%
+        # of scrape latency.
+        self._bodies: dict[Encoding, tuple[Published | None, SelfState, bytes]] = {}
 
     # -- polling ------------------------------------------------------------------------
 
@@ -169,22 +201,16 @@ class Exporter:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
         facts = ledger.checkpoints
-        samples = ledger_samples(ledger, dict(facts.formats) if facts else None,
-                                 facts.downgrade_unsafe if facts else None)
-        if self.options.pods_collector:
-            pods, dropped = pod_samples(ledger, self.options.pods_max_series)
-            samples.update(pods)
-            if dropped:
-                self.pods_dropped_total += dropped
-                log.warning("per-pod series capped", extra={
-                    "dropped": dropped, "max_series": self.options.pods_max_series})
-        text = render(samples, group=None)
-        self.published = Published(
-            ledger=ledger,
-            exposition=text.encode("utf-8"),
-            ledger_json=json.dumps(ledger.to_json(), ensure_ascii=False).encode("utf-8"),
-            cpumap_json=json.dumps(cpumap(ledger), ensure_ascii=False).encode("utf-8"),
-        )
+        text, dropped = render_ledger(
+            NodeFacts(ledger, dict(facts.formats) if facts else {},
+                      facts.downgrade_unsafe if facts else None),
+            pods_max_series=self.options.pods_max_series if self.options.pods_collector
+            else None)
+        if dropped:
+            self.pods_dropped_total += dropped
+            log.warning("per-pod series capped", extra={
+                "dropped": dropped, "max_series": self.options.pods_max_series})
+        self.published = Published(ledger=ledger, exposition=text.encode("utf-8"))
 
     # -- reading state ------------------------------------------------------------------
 
@@ -204,38 +230,39 @@ class Exporter:
             return None
         return self.published
 
-    def self_metrics(self) -> str:
-        s: dict[str, list[Sample]] = {
-            "podres_anomalies_observed_total": [
-                ((k,), float(v)) for k, v in sorted(self.anomalies_observed.items())],
-            "podres_pods_series_dropped_total": [((), float(self.pods_dropped_total))],
-            "podres_up": [((), 1.0 if self.up else 0.0)],
-            "podres_poll_duration_seconds": [((), self.last_duration)],
-            "podres_source_up": [((src,), 1.0 if ok else 0.0)
-                                 for src, ok in self.source_up.items()],
-            "podres_source_errors_total": [((src, op), float(n)) for (src, op), n
-                                           in sorted(self.errors_total.items())],
-            "podres_build_info": [((__version__,), 1.0)],
-        }
-        if self.last_success is not None:
-            s["podres_last_success_timestamp_seconds"] = [((), self.last_success)]
-        if self.history is not None:
-            s["podres_history_pending_writes"] = [((), float(self.history.pending_writes))]
-            s["podres_history_dropped_writes_total"] = [
-                ((), float(self.history.dropped_writes_total))]
-        return render(s, always=("podres_source_errors_total",
-                                 "podres_anomalies_observed_total"))
+    def self_state(self) -> SelfState:
+        """What the self-metrics show now (copies: comparable with a later one)."""
+        history = self.history
+        return SelfState(
+            up=self.up, last_success=self.last_success, poll_duration=self.last_duration,
+            source_up=dict(self.source_up), source_errors=dict(self.errors_total),
+            source_operations=tuple(
+                (source, operation)
+                for source in sorted(self.reader.sources | {"exporter"})
+                for operation in SOURCE_OPERATIONS.get(source, ())),
+            anomalies_observed=dict(self.anomalies_observed),
+            pods_dropped_total=self.pods_dropped_total,
+            history_pending=None if history is None else history.pending_writes,
+            history_dropped_total=None if history is None else history.dropped_writes_total,
+            version=__version__)
 
-    def metrics_body(self) -> bytes:
+    def metrics_body(self, encoding: Encoding = "identity") -> bytes:
+        """The /metrics body: the exposition rendered at the last ledger change (compressed
+        at most once per change) followed by the self-metrics, rendered again only when
+        they changed (at a poll, mostly): a scrape costs a comparison."""
         published = self.current()
-        live = self.self_metrics().encode("utf-8")
-        if published is None:
-            return live
-        cached = self._body
-        if cached is not None and cached[0] is published and cached[1] == live:
+        state = self.self_state()
+        cached = self._bodies.get(encoding)
+        if cached is not None and cached[0] is published and cached[1] == state:
             return cached[2]
-        body = published.exposition + live
-        self._body = (published, live, body)
+        live = render_self(state).encode("utf-8")
+        if published is None:
+            body = gzip_bytes(live) if encoding == "gzip" else live
+        elif encoding == "gzip":
+            body = published.exposition_gzip.finish(live)
+        else:
+            body = published.exposition + live
+        self._bodies[encoding] = (published, state, body)
         return body
 
 

@@ -1,1 +1,1 @@
-"""The metric catalogue and its text-exposition renderer."""
+"""The metric catalogue, its text-exposition renderer and the content coding of served bodies."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from exporter.metrics.catalogue import FAMILIES, Family, Group
 
@@ -32,7 +33,7 @@ def _cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _row(family: Family) -> str:
+def _row(family: Family[Any]) -> str:
     labels = ", ".join(f"`{label}`" for label in family.labels) or "—"
     return f"| `{family.name}` | {family.type} | {labels} | {_cell(family.help)} |"
 
@@ -46,7 +47,11 @@ def render_markdown() -> str:
         "",
         "Every family `podres-exporter serve` publishes on `/metrics` (Prometheus text "
         "format 0.0.4). There is no `node` label: the node is the scrape target's. No label "
-        "value holds a CPU list; the lists are in `/api/v1/ledger`.",
+        "value holds a CPU list; the lists are in `/api/v1/ledger`. Counters whose label "
+        "values are known in advance (every anomaly kind, every operation of the configured "
+        "sources) are published at 0 from the first scrape, so that `increase()` counts a "
+        "first occurrence. The body is gzip-compressed when the scraper accepts it "
+        "(Prometheus always does).",
         "",
     ]
     for group, title, intro in GROUPS:

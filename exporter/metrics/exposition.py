@@ -1,4 +1,4 @@
-"""Prometheus text exposition (format 0.0.4), rendered from the catalogue.
+"""Prometheus text exposition (format 0.0.4), rendered from the catalogue's families.
 
 The ledger's families are rendered once per ledger change into bytes and served from that
 cache; the self-metrics are a few lines rendered per scrape. Label values are escaped, so
@@ -7,13 +7,24 @@ any pod or container name is valid exposition.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
+from typing import Any
 
-from exporter.metrics.catalogue import BY_NAME, FAMILIES, Family
-from reconciler.ledger import ASSIGNMENTS, MEMORY_POOLS, Ledger
+from exporter.metrics.catalogue import (
+    FAMILIES,
+    ContainerFamily,
+    Family,
+    NodeFacts,
+    NodeFamily,
+    PodFamily,
+    Sample,
+    SelfFamily,
+    SelfState,
+)
+from reconciler.ledger import Ledger
 
-Sample = tuple[Sequence[str], float]
+_PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
+_SELF = tuple(f for f in FAMILIES if isinstance(f, SelfFamily))
 
 
 def escape_label(value: str) -> str:
@@ -25,122 +36,96 @@ def escape_help(text: str) -> str:
 
 
 def format_value(value: float) -> str:
+    value = float(value)
+    if value.is_integer() and -1e15 < value < 1e15:  # nearly every sample: test it first
+        return str(int(value))
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+    return repr(value)
 
 
-def render_family(family: Family, samples: Iterable[Sample], out: list[str]) -> None:
-    out.append(f"# HELP {family.name} {escape_help(family.help)}\n")
-    out.append(f"# TYPE {family.name} {family.type}\n")
+def render_family(family: Family[Any], samples: Iterable[Sample], out: list[str]) -> None:
+    name = family.name
+    out.append(f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.type}\n")
+    if not family.labels:
+        out.extend(f"{name} {format_value(value)}\n" for _, value in samples)
+        return
+    keys = [f'{label}="' for label in family.labels]
+    # Namespaces and pod names repeat across a family's series: escape each once.
+    escaped: dict[str, str] = {}
     for labels, value in samples:
-        if family.labels:
-            pairs = ",".join(f'{k}="{escape_label(v)}"'
-                             for k, v in zip(family.labels, labels, strict=True))
-            out.append(f"{family.name}{{{pairs}}} {format_value(value)}\n")
-        else:
-            out.append(f"{family.name} {format_value(value)}\n")
+        pairs = '",'.join([k + (escaped.get(v) or escaped.setdefault(v, escape_label(v)))
+                           for k, v in zip(keys, labels, strict=True)])
+        out.append(f'{name}{{{pairs}"}} {format_value(value)}\n')
 
 
-def ledger_samples(ledger: Ledger, checkpoints: Mapping[str, str] | None = None,
-                   downgrade_unsafe: bool | None = None,
-                   ) -> dict[str, list[Sample]]:
-    """Node-level families of the ledger (group ``node``, except the counters that live in
-    the service)."""
-    s: dict[str, list[Sample]] = {}
-    if ledger.cpu_pools_by_numa:
-        s["podres_cpus"] = [((pool, str(numa)), float(n))
-                            for numa, counts in ledger.cpu_pools_by_numa
-                            for pool, n in counts.to_json().items()]
-    else:
-        s["podres_cpus"] = [((pool, ""), float(n))
-                            for pool, n in ledger.cpu_pools.to_json().items()]
-    s["podres_memory_bytes"] = [((pool, mtype), float(size))
-                                for mtype, sizes in ledger.memory_pools
-                                for pool, size in zip(MEMORY_POOLS, sizes, strict=True)]
-    cpu_counts: Counter[str] = Counter(c.assignment for c in ledger.containers)
-    mem_counts: Counter[str] = Counter(c.memory_assignment for c in ledger.containers)
-    s["podres_containers"] = [
-        ((resource, a), float(counts.get(a, 0)))
-        for resource, counts in (("cpu", cpu_counts), ("memory", mem_counts))
-        for a in ASSIGNMENTS]
-    s["podres_reclaimed_cpus"] = [((), float(ledger.reclaimed_cpus))]
-    s["podres_reclaimable_cpus"] = [((), float(ledger.reclaimable_cpus))]
-    s["podres_anomalies"] = [((kind,), float(n))
-                             for kind, n in ledger.anomaly_counts().items()]
-    kubelet = dict(ledger.kubelet)
-    if "cpu_manager_policy" in kubelet:
-        s["podres_kubelet_info"] = [((
-            str(kubelet.get("cpu_manager_policy", "")),
-            str(kubelet.get("memory_manager_policy", "")),
-            str(kubelet.get("topology_manager_policy", "")),
-            str(kubelet.get("topology_manager_scope", "")),
-            str(kubelet.get("pod_level_resource_managers", "")).lower(),
-        ), 1.0)]
-    if checkpoints:
-        s["podres_checkpoint_info"] = [((f, fmt), 1.0) for f, fmt in sorted(checkpoints.items())]
-    if downgrade_unsafe is not None:
-        s["podres_checkpoint_downgrade_unsafe"] = [((), 1.0 if downgrade_unsafe else 0.0)]
-    return s
+def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> tuple[str, int]:
+    """The ledger's families in catalogue order: the node-level ones and, unless
+    ``pods_max_series`` is None (collector ``pods`` off), the per-pod and per-container
+    ones capped at that many series. Returns the text and how many series the cap left
+    out."""
+    per_pod: dict[str, list[Sample]] = {}
+    dropped = 0
+    if pods_max_series is not None:
+        per_pod, dropped = _per_pod_samples(facts.ledger, pods_max_series)
+    out: list[str] = []
+    for family in FAMILIES:
+        rows: Iterable[Sample] | None = None
+        if isinstance(family, NodeFamily):
+            rows = family.samples(facts)
+        elif family.name in per_pod:
+            rows = per_pod[family.name]
+        if rows is not None:
+            render_family(family, rows, out)
+    return "".join(out), dropped
 
 
-def pod_samples(ledger: Ledger, max_series: int) -> tuple[dict[str, list[Sample]], int]:
-    """Per-pod and per-container families, capped at ``max_series`` series in all; returns
-    the samples and how many series were left out."""
-    s: dict[str, list[Sample]] = {"podres_pod_cpus": [], "podres_pod_reclaimed_cpus": [],
-                                  "podres_container_cpus": [], "podres_pod_memory_bytes": []}
+def render_self(state: SelfState) -> str:
+    """The exporter's own families, in catalogue order."""
+    out: list[str] = []
+    for family in _SELF:
+        rows = family.samples(state)
+        if rows is not None:
+            render_family(family, rows, out)
+    return "".join(out)
+
+
+def _per_pod_samples(ledger: Ledger, max_series: int) -> tuple[dict[str, list[Sample]], int]:
+    """Samples of the per-pod and per-container families by family name, at most
+    ``max_series`` in all, pod by pod (then container by container) so that a capped
+    exposition keeps whole pods; and how many series were left out."""
+    rows: dict[str, list[Sample]] = {f.name: [] for f in _PER_POD}
     budget = max_series
     dropped = 0
     seen: set[tuple[str, tuple[str, ...]]] = set()
 
-    def add(name: str, labels: Sequence[str], value: float) -> None:
+    def add(family: Family[Any], samples: Iterable[Sample] | None) -> None:
         nonlocal budget, dropped
-        key = (name, tuple(labels))
-        if key in seen:
-            # A kubelet that lists a pod (or a container name) twice: a repeated series
-            # would make Prometheus reject the whole scrape. The first one stands; the
-            # ledger reports the overlap as an anomaly.
-            return
-        seen.add(key)
-        if budget <= 0:
-            dropped += 1
-            return
-        budget -= 1
-        s[name].append((labels, value))
+        for labels, value in samples or ():
+            key = (family.name, tuple(labels))
+            if key in seen:
+                # A kubelet that lists a pod (or a container name) twice: a repeated
+                # series would make Prometheus reject the whole scrape. The first one
+                # stands; the ledger reports the overlap as an anomaly.
+                continue
+            seen.add(key)
+            if budget <= 0:
+                dropped += 1
+                continue
+            budget -= 1
+            rows[family.name].append((labels, value))
 
-    for p in ledger.pods:
-        for pool, n in (("pod_exclusive", p.pod_exclusive_cpus), ("pod_shared", p.pod_shared_cpus),
-                        ("pod_idle", p.pod_idle_cpus), ("node_exclusive", p.node_exclusive_cpus)):
-            if n:
-                add("podres_pod_cpus", (p.namespace, p.name, pool), float(n))
-        if p.reclaimed_cpus is not None:
-            add("podres_pod_reclaimed_cpus", (p.namespace, p.name), float(p.reclaimed_cpus))
-        for pool, mtype, size in p.memory:
-            add("podres_pod_memory_bytes", (p.namespace, p.name, pool, mtype), float(size))
-    for c in ledger.containers:
-        add("podres_container_cpus", (c.namespace, c.pod, c.name, c.assignment),
-            float(c.cpu_count))
-    return s, dropped
+    pods = [f for f in _PER_POD if isinstance(f, PodFamily)]
+    containers = [f for f in _PER_POD if isinstance(f, ContainerFamily)]
+    for pod in ledger.pods:
+        for pod_family in pods:
+            add(pod_family, pod_family.samples(pod))
+    for container in ledger.containers:
+        for container_family in containers:
+            add(container_family, container_family.samples(container))
+    return rows, dropped
 
 
-def render(samples: Mapping[str, Sequence[Sample]], *, group: str | None = None,
-           always: Iterable[str] = ()) -> str:
-    """Render the families present in ``samples`` in catalogue order. Families named in
-    ``always`` are written even without samples (HELP/TYPE only)."""
-    keep = set(always)
-    out: list[str] = []
-    for family in FAMILIES:
-        if group is not None and family.group != group:
-            continue
-        rows = samples.get(family.name)
-        if rows is None and family.name not in keep:
-            continue
-        render_family(family, rows or (), out)
-    return "".join(out)
-
-
-__all__ = ["BY_NAME", "escape_label", "ledger_samples", "pod_samples", "render"]
+__all__ = ["escape_label", "render_family", "render_ledger", "render_self"]

@@ -26,6 +26,7 @@ from reconciler.snapshot import CheckpointFacts
 
 MAX_BYTES = 64 << 20
 SOURCE = "checkpoint"
+OPERATIONS: dict[str, tuple[str, ...]] = {SOURCE: ("read", "parse")}  # what a poll reads
 
 
 class CheckpointError(ValueError):

@@ -18,6 +18,7 @@ import aiohttp
 from exporter.errors import SourceError
 
 SOURCE: Final = "kubelet"
+OPERATIONS: Final = {SOURCE: ("pods", "configz", "metrics", "token", "tls")}  # what a poll reads
 DEFAULT_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 MAX_BODY: Final = 64 << 20
 

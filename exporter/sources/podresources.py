@@ -28,6 +28,7 @@ DEFAULT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_RECV: Final = 16 << 20
 DEFAULT_REPROBE: Final = 300.0
 SOURCE: Final = "podresources"
+OPERATIONS: Final = {SOURCE: ("List", "GetAllocatableResources")}  # a poll's RPCs
 
 _SERVICE = "/v1.PodResourcesLister/"
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes
 from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
 from reconciler.snapshot import CPUInfo, Topology
 
+OPERATIONS: Final = {"sysfs": ("read",), "topology": ("read", "parse")}
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
 _NODE_DIR = re.compile(r"^node(\d+)$")
 _MEMTOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")

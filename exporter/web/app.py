@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from exporter.metrics.compression import Encoding, choose_encoding
 from exporter.service import Exporter
 from exporter.web.webconfig import WebConfig
 
@@ -39,10 +40,17 @@ def auth_middleware(config: WebConfig) -> Any:
     return auth
 
 
+def _encoded(body: bytes, encoding: Encoding, content_type: str) -> web.Response:
+    headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
+    if encoding == "gzip":
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
+
+
 async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
-    return web.Response(body=exporter.metrics_body(),
-                        headers={"Content-Type": METRICS_CONTENT_TYPE})
+    encoding = choose_encoding(request.headers.get("Accept-Encoding"))
+    return _encoded(exporter.metrics_body(encoding), encoding, METRICS_CONTENT_TYPE)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -56,10 +64,6 @@ async def readyz(request: web.Request) -> web.Response:
     return web.Response(status=503, text="not ready: no successful poll yet\n")
 
 
-def _json(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
-
-
 def _unavailable(exporter: Exporter) -> web.Response:
     why = "no successful poll yet" if exporter.last_success is None else \
         "the PodResources source has been failing longer than the staleness window"
@@ -70,13 +74,19 @@ def _unavailable(exporter: Exporter) -> web.Response:
 async def ledger(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
     current = exporter.current()
-    return _json(current.ledger_json) if current else _unavailable(exporter)
+    if current is None:
+        return _unavailable(exporter)
+    encoding = choose_encoding(request.headers.get("Accept-Encoding"))
+    return _encoded(current.ledger_body(encoding), encoding, "application/json")
 
 
 async def cpumap(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
     current = exporter.current()
-    return _json(current.cpumap_json) if current else _unavailable(exporter)
+    if current is None:
+        return _unavailable(exporter)
+    encoding = choose_encoding(request.headers.get("Accept-Encoding"))
+    return _encoded(current.cpumap_body(encoding), encoding, "application/json")
 
 
 async def index(request: web.Request) -> web.StreamResponse:

@@ -10,7 +10,8 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.metrics.exposition import escape_label, render
+from exporter.metrics.catalogue import BY_NAME
+from exporter.metrics.exposition import escape_label, render_family
 from exporter.sources.convert import pods_to_proto
 from exporter.sources.fixture import KubeletState, load_fixture_dir
 from reconciler.snapshot import ContainerAlloc, PodAlloc
@@ -94,8 +95,10 @@ label_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
        cpus=st.integers(min_value=0, max_value=4096))
 def test_any_label_value_round_trips(namespace: str, pod: str, container: str,
                                      cpus: int) -> None:
-    text = render({"podres_container_cpus": [((namespace, pod, container, "pod_shared"),
-                                              float(cpus))]})
+    out: list[str] = []
+    render_family(BY_NAME["podres_container_cpus"],
+                  [((namespace, pod, container, "pod_shared"), float(cpus))], out)
+    text = "".join(out)
     samples = parse_exposition(text)
     assert samples == {("podres_container_cpus", frozenset({
         ("namespace", namespace), ("pod", pod), ("container", container),

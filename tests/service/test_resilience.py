@@ -329,7 +329,7 @@ async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
     stop = asyncio.Event()
     try:
         assert await exporter.poll_once()
-        assert "podres_source_up{" in exporter.self_metrics()
+        assert "podres_source_up{" in exporter.metrics_body().decode()
         reader.broken = True
         task = asyncio.create_task(exporter.run(stop))
         while exporter.errors_total[("exporter", "poll")] < 1:
@@ -339,7 +339,7 @@ async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
     finally:
         await reader.close()
     assert exporter.source_up == {}
-    assert "podres_source_up{" not in exporter.self_metrics()
+    assert "podres_source_up{" not in exporter.metrics_body().decode()
     assert not exporter.up
 
 

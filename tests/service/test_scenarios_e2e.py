@@ -112,7 +112,7 @@ async def test_metrics_agree_with_expect(start_sim: StartSim, run_serve: RunServ
                              pool=pool) == fields[f"{pool}_cpus"], key
     anomalies = {dict(k)["kind"] for k, v in series(samples, "podres_anomalies").items() if v}
     assert sorted(anomalies) == expect.get("anomaly_kinds", sorted(anomalies))
-    # No CPU lists in label values (SPEC §4.4).
+    # No CPU lists in label values (docs/design.md#metrics).
     for (_name, labels) in samples:
         for label, text in labels:
             assert not CPU_LIST.match(text), (label, text)

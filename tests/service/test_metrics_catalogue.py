@@ -1,0 +1,148 @@
+"""The catalogue owns every family and its samples: each producer is exercised, nothing
+else in the exporter names a family, a bad declaration fails at import, and the counters
+whose label values are known start at 0."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from exporter.commands.snapshot import ledger_from_fixture
+from exporter.metrics.catalogue import (
+    BY_NAME,
+    FAMILIES,
+    Family,
+    NodeFacts,
+    NodeFamily,
+    SelfFamily,
+    SelfState,
+    _checked,
+)
+from exporter.metrics.exposition import render_ledger, render_self
+from exporter.reader import NodeReader, SourceOptions
+from exporter.service import SOURCE_OPERATIONS, Exporter
+from reconciler.ledger import ANOMALY_KINDS
+from tests.service.conftest import REPO, parse_exposition, scenario_root, series, value
+
+STATE = SelfState(
+    up=True, last_success=1.7e9, poll_duration=0.25, source_up={"podresources": True},
+    source_errors={("podresources", "List"): 2}, anomalies_observed={"unknown_cpu": 1},
+    source_operations=[("podresources", "List"), ("podresources", "GetAllocatableResources")],
+    pods_dropped_total=0, history_pending=3, history_dropped_total=0, version="1.2.3")
+
+
+def facts() -> NodeFacts:
+    ledger = ledger_from_fixture(str(scenario_root() / "sidecar-hybrid"))
+    return NodeFacts(ledger, {"cpu_manager_state": "v3"}, downgrade_unsafe=True)
+
+
+def test_every_family_is_produced_with_its_declared_labels() -> None:
+    text, dropped = render_ledger(facts(), pods_max_series=1000)
+    text += render_self(STATE)
+    assert dropped == 0
+    samples = parse_exposition(text)  # the official parser; also refuses repeated series
+    for family in FAMILIES:
+        found = series(samples, family.name)
+        assert found, f"{family.name} produced no sample"
+        for labels in found:
+            assert sorted(name for name, _ in labels) == sorted(family.labels), family.name
+    assert value(samples, "podres_checkpoint_info", file="cpu_manager_state",
+                 format="v3") == 1.0
+    assert value(samples, "podres_checkpoint_downgrade_unsafe") == 1.0
+    assert value(samples, "podres_history_pending_writes") == 3.0
+    assert value(samples, "podres_build_info", version="1.2.3") == 1.0
+
+
+def test_families_render_in_catalogue_order() -> None:
+    text = render_ledger(facts(), pods_max_series=1000)[0] + render_self(STATE)
+    typed = [line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    ledger_part = [f.name for f in FAMILIES if not isinstance(f, SelfFamily)]
+    self_part = [f.name for f in FAMILIES if isinstance(f, SelfFamily)]
+    assert typed == ledger_part + self_part
+
+
+def test_absent_facts_leave_their_families_out() -> None:
+    bare = replace(facts(), checkpoints={}, downgrade_unsafe=None)
+    text = render_ledger(bare, pods_max_series=None)[0]
+    text += render_self(replace(STATE, last_success=None, history_pending=None,
+                                history_dropped_total=None))
+    for name in ("podres_checkpoint_info", "podres_checkpoint_downgrade_unsafe",
+                 "podres_last_success_timestamp_seconds", "podres_history_pending_writes",
+                 "podres_history_dropped_writes_total", "podres_pod_cpus",
+                 "podres_container_cpus"):
+        assert f"# HELP {name} " not in text, name
+
+
+def test_the_series_cap_keeps_whole_pods_first() -> None:
+    full = parse_exposition(render_ledger(facts(), pods_max_series=1000)[0])
+    per_pod = {k for k in full if BY_NAME[k[0]].group == "pods"}
+    text, dropped = render_ledger(facts(), pods_max_series=2)
+    capped = {k for k in parse_exposition(text) if BY_NAME[k[0]].group == "pods"}
+    assert len(capped) == 2 and dropped == len(per_pod) - 2
+    assert {name for name, _ in capped} == {"podres_pod_cpus"}  # the pod's own series first
+
+
+def test_labelled_counters_start_at_zero() -> None:
+    samples = parse_exposition(render_self(STATE))
+    observed = series(samples, "podres_anomalies_observed_total")
+    assert {dict(k)["kind"]: v for k, v in observed.items()} == \
+        {kind: (1.0 if kind == "unknown_cpu" else 0.0) for kind in ANOMALY_KINDS}
+    errors = series(samples, "podres_source_errors_total")
+    assert {(dict(k)["source"], dict(k)["operation"]): v for k, v in errors.items()} == \
+        {("podresources", "List"): 2.0, ("podresources", "GetAllocatableResources"): 0.0}
+
+
+def test_configured_sources_have_their_operations_at_zero_before_any_poll(
+        short_tmp: Path) -> None:
+    """Known from the configuration alone: a first failure at the first poll is already an
+    increase from 0."""
+    reader = NodeReader(SourceOptions(socket=str(short_tmp / "none.sock"),
+                                      kubelet_url="https://127.0.0.1:9", token_file=None,
+                                      sysfs=None, topology_file="/nonexistent.json",
+                                      kubelet_root=str(short_tmp)))
+    exporter = Exporter(reader)
+    samples = parse_exposition(exporter.metrics_body().decode())
+    errors = {(dict(k)["source"], dict(k)["operation"]): v
+              for k, v in series(samples, "podres_source_errors_total").items()}
+    expected = {(s, op) for s in ("podresources", "kubelet", "topology", "checkpoint",
+                                  "exporter") for op in SOURCE_OPERATIONS[s]}
+    assert set(errors) == expected and set(errors.values()) == {0.0}
+    assert ("kubelet", "pods") in expected and ("podresources", "List") in expected
+    assert value(samples, "podres_up") == 0.0
+
+
+def test_no_module_but_the_catalogue_names_a_family() -> None:
+    """A rename is one edit: no other module of the exporter holds a family's name as a
+    string of its own."""
+    offenders = []
+    for path in sorted((REPO / "exporter").rglob("*.py")):
+        if path.name == "catalogue.py" and path.parent.name == "metrics":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in BY_NAME:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value}")
+    assert offenders == []
+
+
+def _family(name: str, kind: Literal["gauge", "counter"] = "gauge",
+            labels: tuple[str, ...] = ()) -> Family[NodeFacts]:
+    return NodeFamily(name, kind, "help", labels, "node", lambda n: [])
+
+
+@pytest.mark.parametrize("families, error", [
+    ((_family("podres_a"), _family("podres_a")), "declared twice"),
+    ((_family("podres_Bad"),), "malformed"),
+    ((_family("node_cpus"),), "malformed"),
+    ((_family("podres_events", "counter"),), "_total"),
+    ((_family("podres_a", labels=("pod", "pod")),), "label names"),
+    ((_family("podres_a", labels=("bad-label",)),), "label names"),
+    ((Family("podres_a", "gauge", "help", (), "node", lambda n: []),), "Node/Pod"),
+])
+def test_a_bad_declaration_fails_at_import(families: tuple[Family[NodeFacts], ...],
+                                           error: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=error):
+        _checked(families)
