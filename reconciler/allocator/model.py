@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -339,11 +340,10 @@ class NodeModel:
         if n > len(pool):
             return None, (f"not enough free CPUs: {what} requests {n}, "
                           f"{len(pool)} available")
+        taker = None
         if "distribute-cpus-across-numa" in opts:
-            group = tpc if "full-pcpus-only" in opts else 1
-            got = take_distributed(self.topo, pool, n, group, hint)
-        else:
-            got = take_with_hint(self.topo, pool, n, hint)
+            taker = partial(take_distributed, group=tpc if "full-pcpus-only" in opts else 1)
+        got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
             return None, f"not enough free CPUs: {what} requests {n}"
         return got, ""
