@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from functools import partial
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 from reconciler.allocator.take import take_by_topology, take_distributed, take_with_hint

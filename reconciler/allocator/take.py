@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from operator import attrgetter
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
 from reconciler.allocator.topology import CPUTopology
 from reconciler.snapshot import CPUInfo

@@ -39,7 +39,7 @@ def free_units(body: dict[str, Any]) -> Result:
     topo = TOPOLOGIES[body["topology"]]
     acc = _Acc(topo, parse_cpuset(body["available"]), 0)
     got: dict[str, list[int]] = {}
-    for level, want in body["expect"].items():
+    for level in body["expect"]:
         if level == "cpu":
             got[level] = [c for core in acc.cores() for c in sorted(topo.core_cpus[core]
                                                                      & acc.free)]
