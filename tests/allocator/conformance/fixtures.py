@@ -128,3 +128,10 @@ TOPOLOGIES: dict[str, CPUTopology] = {
     "topoDualSocketMultiNumaPerSocketHTLarge": DUAL_SOCKET_MULTI_NUMA_HT_LARGE,
     "topoQuadSocketFourWayHT": QUAD_SOCKET_FOUR_WAY_HT,
 }
+
+# The machine topology_hints_test.go builds from cAdvisor data: 2 NUMA nodes (one socket
+# each) of 3 cores x 2 threads; NUMA 0 holds 0,6 1,7 2,8 and NUMA 1 holds 3,9 4,10 5,11.
+# cAdvisor numbers cores per node (0-2 on each); here core ids are made machine-wide,
+# which changes nothing for hints.
+CADVISOR_DUAL_NUMA = _siblings({c: (c // 3, c // 3, f"{c},{c + 6}") for c in range(6)})
+TOPOLOGIES["cadvisorDualNUMA"] = CADVISOR_DUAL_NUMA

@@ -5,8 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from allocator.conformance.fixtures import TOPOLOGIES
+from reconciler.allocator import (
+    ModelConfig,
+    ModelError,
+    NodeModel,
+    PodPlacement,
+    parse_policy_options,
+    pod_guaranteed_cpus,
+)
+from reconciler.allocator.config import MODELLED_OPTIONS
 from reconciler.allocator.take import _Acc, take_by_topology, take_distributed
 from reconciler.cpuset import format_cpuset, parse_cpuset
+from reconciler.kube import ContainerSpec, PodSpec, Resources, cpu_millis, memory_bytes
 
 Result = tuple[str, str]
 
@@ -15,16 +25,21 @@ UNSUPPORTED_KINDS: dict[str, str] = {
     "accumulator_bookkeeping": "internal helper of the Go accumulator (isSatisfied/isFailed "
                                "after hand-fed takes)",
     "policy_start": "restored-checkpoint validation at start-up",
+    "hint_regeneration": "hint regeneration for containers already holding CPUs",
+    "reallocate_existing": "re-admission of a container already holding CPUs",
+    "remove_from_state": "removal of one container from a hand-built checkpoint state",
+    "error_text": "the Go error type's message text",
+    "allocate_uncore": "policy option prefer-align-cpus-by-uncorecache",
 }
-
-# Options the model implements; a case asking for another is unsupported.
-SUPPORTED_OPTIONS = frozenset({"full-pcpus-only", "distribute-cpus-across-numa",
-                               "strict-cpu-reservation"})
 
 
 def missing_feature(body: dict[str, Any]) -> str:
-    for option, value in body.get("options", {}).items():
-        if option not in SUPPORTED_OPTIONS and value == "true":
+    """The unmodelled policy option a case turns on, if any (option-parsing cases excepted:
+    parsing knows every option)."""
+    if body.get("kind") == "parse_options" or "options" not in body:
+        return ""
+    for option, value in (body["options"] or {}).items():
+        if option not in MODELLED_OPTIONS and value == "true":
             return f"policy option {option}"
     return ""
 
@@ -76,8 +91,125 @@ def take_distributed_case(body: dict[str, Any]) -> Result:
     return _take_result(body, got)
 
 
+def _container(name: str, spec: dict[str, Any], *, init: bool = False) -> ContainerSpec:
+    mem = memory_bytes(spec["memory"])
+    r = Resources(cpu_millis(spec["cpu_request"]), cpu_millis(spec["cpu_limit"]), mem, mem)
+    sidecar = bool(spec.get("sidecar"))
+    return ContainerSpec(name, r, sidecar=sidecar, init=init and not sidecar)
+
+
+def _pod(spec: dict[str, Any]) -> PodSpec:
+    return PodSpec(
+        "default", "fakePod", "fakePod",
+        containers=tuple(_container(f"appContainer-{i}", c)
+                         for i, c in enumerate(spec.get("containers", ()))),
+        init_containers=tuple(_container(f"initContainer-{i}", c, init=True)
+                              for i, c in enumerate(spec.get("init_containers", ()))))
+
+
+def _node(body: dict[str, Any]) -> NodeModel:
+    """A model node in the state the Go case sets up: its reserved CPUs and default set."""
+    reserved = parse_cpuset(body["reserved"]) if body.get("reserved") else None
+    config = ModelConfig(options=parse_policy_options(body.get("options")),
+                         reserved_cpus=reserved,
+                         reserved_cpu_m=1000 * body.get("reserved_count", 0),
+                         memory_policy="None")
+    node = NodeModel(TOPOLOGIES[body["topology"]], config)
+    if "default" in body:
+        node.free = set(parse_cpuset(body["default"]) - node.reserved)
+    return node
+
+
+def _refusal(body: dict[str, Any], reason: str) -> Result:
+    want = body["expect"]
+    if "error" not in want:
+        return "disagree", f"refused: {reason}"
+    kind = "smt_alignment" if reason.startswith("SMT alignment") else "not_enough_cpus"
+    return _verdict(want["reason"], kind)
+
+
+def allocate(body: dict[str, Any]) -> Result:
+    node = _node(body)
+    pod = _pod(body["pod"])
+    if "hint" in body:
+        n = pod.containers[0].resources.integer_cpus or 0
+        try:
+            got = node.allocate_cpus(n, frozenset(body["hint"]))
+        except ModelError as exc:
+            return _refusal(body, str(exc))
+        return _verdict(body["expect"], {"cpus": format_cpuset(got)})
+    placed = node.admit(pod)
+    if not isinstance(placed, PodPlacement):
+        return _refusal(body, placed.reason)
+    want = body["expect"]
+    got_cpus = placed.containers[0].exclusive
+    if want.get("no_alloc"):
+        return ("agree", "") if not got_cpus else ("disagree", format_cpuset(got_cpus))
+    if "error" in want:
+        return "disagree", f"placed on {format_cpuset(got_cpus)}"
+    return _verdict(format_cpuset(parse_cpuset(want["cpus"])), format_cpuset(got_cpus))
+
+
+def allocate_cpus(body: dict[str, Any]) -> Result:
+    node = _node(body)
+    hint = frozenset(body["hint"]) if "hint" in body else None
+    got = node.allocate_cpus(body["num_cpus"], hint)
+    return _verdict(format_cpuset(parse_cpuset(body["expect"]["cpus"])), format_cpuset(got))
+
+
+def cpu_hints(body: dict[str, Any]) -> Result:
+    node = _node({k: v for k, v in body.items() if k != "default"})
+    hints = node.cpu_hints(body["num_cpus"], parse_cpuset(body["default"]))
+    got = sorted((sorted(mask), preferred) for mask, preferred in hints)
+    want = sorted((mask, preferred) for mask, preferred in body["expect"]["hints"])
+    return _verdict(want, got)
+
+
+def init_reuse(body: dict[str, Any]) -> Result:
+    node = _node(body)
+    placed = node.admit(_pod(body["pod"]))
+    if not isinstance(placed, PodPlacement):
+        return "disagree", f"refused: {placed.reason}"
+    got = {"default_after_alloc": format_cpuset(node.default_set)}
+    if "default_after_remove_init" in body["expect"]:
+        node.remove_init_containers(placed.namespace, placed.name)
+        got["default_after_remove_init"] = format_cpuset(node.default_set)
+    want = {k: format_cpuset(parse_cpuset(v)) for k, v in body["expect"].items()}
+    return _verdict(want, got)
+
+
+def initial_default_set(body: dict[str, Any]) -> Result:
+    node = _node(body)
+    return _verdict(format_cpuset(parse_cpuset(body["expect"]["cpus"])),
+                    format_cpuset(node.default_set))
+
+
+def parse_options(body: dict[str, Any]) -> Result:
+    try:
+        got: dict[str, Any] = {"options": sorted(parse_policy_options(body["options"]))}
+    except ModelError:
+        got = {"error": True}
+    return _verdict(body["expect"], got)
+
+
+def pod_cpus(body: dict[str, Any]) -> Result:
+    return _verdict(body["expect"]["cpus"], pod_guaranteed_cpus(_pod(body["pod"])))
+
+
+def policy_name(body: dict[str, Any]) -> Result:
+    return _verdict(body["expect"]["name"], ModelConfig().cpu_policy)
+
+
 HANDLERS = {
     "free_units": free_units,
     "take_packed": take_packed,
     "take_distributed": take_distributed_case,
+    "allocate": allocate,
+    "allocate_cpus": allocate_cpus,
+    "cpu_hints": cpu_hints,
+    "init_reuse": init_reuse,
+    "initial_default_set": initial_default_set,
+    "parse_options": parse_options,
+    "pod_guaranteed_cpus": pod_cpus,
+    "policy_name": policy_name,
 }
