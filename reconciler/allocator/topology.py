@@ -88,7 +88,7 @@ class CPUTopology:
         return Topology(cpus=self.cpus, memory=self.memory)
 
     def to_json(self) -> dict[str, object]:
-        """The ``topology.json`` form of a fixture directory (SPEC §4.2)."""
+        """The ``topology.json`` form of a fixture directory (docs/design.md#sources)."""
         return {
             "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
                      for c in sorted(self.cpus, key=lambda c: c.id)],

@@ -1,4 +1,4 @@
-"""Hand-worked cases from the documented algorithm (SPEC §2.2, §2.6)."""
+"""Hand-worked cases from the documented algorithm (docs/design.md#allocator)."""
 
 from __future__ import annotations
 
