@@ -16,7 +16,13 @@ SCOPES = ("container", "pod")
 KNOWN_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
                  "distribute-cpus-across-cores", "strict-cpu-reservation",
                  "prefer-align-cpus-by-uncorecache")
-MODELLED_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
+MODELLED_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
+                    "distribute-cpus-across-cores", "strict-cpu-reservation")
+# Pairs the kubelet refuses to start with.
+_EXCLUSIVE = (("full-pcpus-only", "distribute-cpus-across-cores"),
+              ("distribute-cpus-across-numa", "distribute-cpus-across-cores"),
+              ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
+              ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
 
 # strconv.ParseBool's spellings.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -67,6 +73,13 @@ class ModelConfig:
         unknown = sorted(self.options - set(KNOWN_OPTIONS))
         if unknown:
             raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")
+        for a, b in _EXCLUSIVE:
+            if a in self.options and b in self.options:
+                raise ModelError(f"static policy options {a} and {b} can not be used "
+                                 "together")
+        if "align-by-socket" in self.options and self.topology_policy == "single-numa-node":
+            raise ModelError("topology manager single-numa-node policy is incompatible with "
+                             "the CPU manager align-by-socket policy option")
         unmodelled = sorted(self.options - set(MODELLED_OPTIONS))
         if unmodelled:
             raise ModelError(f"CPU manager policy option(s) {', '.join(unmodelled)} are not "

@@ -175,6 +175,13 @@ class NodeModel:
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self._widths: dict[tuple[str, int], int | None] = {}
+        self._numas_of_socket = {s: topo.numa_set(cpus) for s, cpus in topo.socket_cpus.items()}
+        self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
+                                 for n, cpus in topo.numa_cpus.items()}
+        if "align-by-socket" in self.config.options \
+                and len(topo.socket_cpus) > len(topo.numa_cpus):
+            raise ModelError("align-by-socket is not compatible with hardware where number of "
+                             "sockets are more than number of NUMA nodes")
         # full-pcpus-only never hands out a thread whose sibling is reserved.
         self._reserved_cores = frozenset().union(
             *(topo.core_cpus[topo.by_id[c].core] for c in self.reserved))
@@ -248,7 +255,18 @@ class NodeModel:
                    candidates: list[frozenset[int]]) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)
         free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
-        return provider_hints(candidates, n, free, self._narrowest("cpu", n))
+        narrowest = self._narrowest("cpu", n)
+        hints = provider_hints(candidates, n, free, narrowest)
+        if "align-by-socket" not in self.config.options or narrowest is None:
+            return hints
+        # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
+        per_socket = len(self.topo.numa_cpus) // len(self.topo.socket_cpus)
+        min_sockets = -(-narrowest // per_socket)
+        return [(m, preferred or len(self._sockets_of(m)) == min_sockets)
+                for m, preferred in hints]
+
+    def _sockets_of(self, mask: frozenset[int]) -> frozenset[int]:
+        return frozenset().union(*(self._sockets_of_numa[n] for n in mask))
 
     def _narrowest(self, resource: str, need: int) -> int | None:
         key = (resource, need)
@@ -308,10 +326,13 @@ class NodeModel:
             raise _Refused(f"not enough free CPUs: {what} requests {n}, "
                            f"{len(pool)} available")
         opts = self.config.options
-        taker = None
+        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts)
         if "distribute-cpus-across-numa" in opts:
             group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
             taker = partial(take_distributed, group=group)
+        if hint is not None and "align-by-socket" in opts:
+            # The hinted NUMA nodes widen to their whole sockets.
+            hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
         got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
             raise _Refused(f"not enough free CPUs: {what} requests {n}")

@@ -96,9 +96,20 @@ class _Acc:
                     return
                 self.take((cpu,))
 
+    def take_spread(self) -> None:
+        """``distribute-cpus-across-cores``: CPUs socket by socket in id order, which puts
+        consecutive picks on different cores where siblings are numbered apart."""
+        for socket in self.sockets():
+            for cpu in sorted(self.topo.socket_cpus[socket] & self.free):
+                if self.need <= 0:
+                    return
+                self.take((cpu,))
 
-def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int) -> frozenset[int] | None:
-    """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few."""
+
+def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
+                     spread: bool = False) -> frozenset[int] | None:
+    """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few. With
+    ``spread`` whole cores are not sought and single CPUs are spread across cores."""
     acc = _Acc(topo, available, n)
     if n <= 0:
         return frozenset()
@@ -109,8 +120,11 @@ def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int) -> fro
         levels.reverse()
     for order, units in levels:
         acc.take_whole(order(), units)
-    acc.take_whole(acc.cores(), topo.core_cpus)
-    acc.take_single()
+    if spread:
+        acc.take_spread()
+    else:
+        acc.take_whole(acc.cores(), topo.core_cpus)
+        acc.take_single()
     return frozenset(acc.result) if acc.need == 0 else None
 
 

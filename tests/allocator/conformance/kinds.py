@@ -80,7 +80,9 @@ def _take_result(body: dict[str, Any], got: frozenset[int] | None) -> Result:
 
 def take_packed(body: dict[str, Any]) -> Result:
     topo = TOPOLOGIES[body["topology"]]
-    got = take_by_topology(topo, parse_cpuset(body["available"]), body["num_cpus"])
+    spread = "distribute-cpus-across-cores" in parse_policy_options(body.get("options"))
+    got = take_by_topology(topo, parse_cpuset(body["available"]), body["num_cpus"],
+                           spread=spread)
     return _take_result(body, got)
 
 
