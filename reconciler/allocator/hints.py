@@ -14,29 +14,50 @@ class HintError(Exception):
     """The merged affinity does not meet the topology manager policy."""
 
 
-def hint_masks(nodes: Sequence[int]) -> list[frozenset[int]]:
-    """Every mask the topology manager considers, narrowest first. Past its NUMA-node limit
-    it only considers single nodes and the whole machine."""
-    if len(nodes) > MAX_HINT_NUMA_NODES:
-        return [frozenset([n]) for n in nodes] + [frozenset(nodes)]
-    return [frozenset(c) for k in range(1, len(nodes) + 1)
-            for c in itertools.combinations(nodes, k)]
+class MaskTable:
+    """Every NUMA-node mask the topology manager considers, narrowest first (past its
+    NUMA-node limit only single nodes and the whole machine), laid out so that per-mask sums
+    are one pass: each mask is an earlier mask plus one node."""
 
+    def __init__(self, nodes: Sequence[int]) -> None:
+        if len(nodes) > MAX_HINT_NUMA_NODES:
+            combos = [(n,) for n in nodes] + [tuple(nodes)]
+        else:
+            combos = [c for k in range(1, len(nodes) + 1)
+                      for c in itertools.combinations(nodes, k)]
+        index = {c: i for i, c in enumerate(combos)}
+        self.masks = [frozenset(c) for c in combos]
+        self.width = [len(c) for c in combos]
+        self.parent = [index.get(c[:-1], -1) for c in combos]
+        self.last = [c[-1] for c in combos]
+        # The whole-machine mask past the limit has no parent in the table.
+        self._loose = [i for i, c in enumerate(combos) if len(c) > 1 and c[:-1] not in index]
+        self.single = [i for i, w in enumerate(self.width) if w == 1]
+        self.every = list(range(len(combos)))
 
-def narrowest_width(masks: Sequence[frozenset[int]], need: int, total: Mapping[int, int]
-                    ) -> int | None:
-    """How few NUMA nodes could hold ``need`` on an empty machine (``total`` per node)."""
-    return min((len(m) for m in masks if sum(map(total.__getitem__, m)) >= need),
-               default=None)
+    def sums(self, per_node: Mapping[int, int]) -> list[int]:
+        """``per_node`` summed over every mask."""
+        get = per_node.get
+        out: list[int] = []
+        for parent, last in zip(self.parent, self.last, strict=True):
+            out.append(get(last, 0) + (out[parent] if parent >= 0 else 0))
+        for i in self._loose:
+            out[i] = sum(get(n, 0) for n in self.masks[i])
+        return out
 
+    def narrowest(self, need: int, total: Mapping[int, int]) -> int | None:
+        """How few NUMA nodes could hold ``need`` on an empty machine (``total`` per node)."""
+        sums = self.sums(total)
+        return min((w for w, cap in zip(self.width, sums, strict=True) if cap >= need),
+                   default=None)
 
-def provider_hints(candidates: Sequence[frozenset[int]], need: int, free: Mapping[int, int],
-                   narrowest: int | None) -> list[Hint]:
-    """The masks with room for ``need``; preferred when the mask is as narrow as the
-    narrowest mask whose whole capacity, used or not, could hold ``need``."""
-    free_of = free.get
-    return [(m, len(m) == narrowest) for m in candidates
-            if sum(free_of(n, 0) for n in m) >= need]
+    def hints(self, candidates: Sequence[int], need: int, free: Mapping[int, int],
+              narrowest: int | None) -> list[Hint]:
+        """The masks with room for ``need``; preferred when the mask is as narrow as the
+        narrowest mask whose whole capacity, used or not, could hold ``need``."""
+        sums = self.sums(free)
+        return [(self.masks[i], self.width[i] == narrowest) for i in candidates
+                if sums[i] >= need]
 
 
 def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[int]
@@ -47,14 +68,21 @@ def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[in
     refuses the best there is."""
     if policy == "none" or not providers:
         return None
-    tables = [dict(hints) for hints in providers]
-    candidates = [(not all(t[m] for t in tables), len(m), tuple(sorted(m)), m)
-                  for m in tables[0] if all(m in t for t in tables[1:])]
-    if candidates:
-        not_preferred, _, _, mask = min(candidates, key=lambda c: c[:3])
-        preferred = not not_preferred
+    # Providers list masks narrowest first, lowest nodes first within a width.
+    others = [dict(hints) for hints in providers[1:]]
+    mask, preferred = everything, False
+    fallback: frozenset[int] | None = None
+    for m, pref in providers[0]:
+        if not all(m in t for t in others):
+            continue
+        if pref and all(t[m] for t in others):
+            mask, preferred = m, True
+            break
+        if fallback is None:
+            fallback = m
     else:
-        mask, preferred = everything, False
+        if fallback is not None:
+            mask = fallback
     if policy == "restricted" and not preferred:
         raise HintError("topology affinity error: no NUMA placement meets the restricted "
                         "policy")

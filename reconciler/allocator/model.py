@@ -33,14 +33,7 @@ from reconciler.allocator.config import (
     ModelError,
     parse_policy_options,
 )
-from reconciler.allocator.hints import (
-    Hint,
-    HintError,
-    hint_masks,
-    merge,
-    narrowest_width,
-    provider_hints,
-)
+from reconciler.allocator.hints import Hint, HintError, MaskTable, merge
 from reconciler.allocator.placement import (
     POOLS,
     Assignment,
@@ -170,12 +163,12 @@ class NodeModel:
         self.mem_free: dict[int, int] = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self.pods: dict[tuple[str, str], PodPlacement] = {}
         self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
-        self._masks = hint_masks(topo.numa_nodes)
-        self._single_masks = [m for m in self._masks if len(m) == 1]
+        self._masks = MaskTable(topo.numa_nodes)
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self._widths: dict[tuple[str, int], int | None] = {}
         self._numas_of_socket = {s: topo.numa_set(cpus) for s, cpus in topo.socket_cpus.items()}
+        self._mask_sockets: dict[frozenset[int], frozenset[int]] = {}
         self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
                                  for n, cpus in topo.numa_cpus.items()}
         if "align-by-socket" in self.config.options \
@@ -249,14 +242,14 @@ class NodeModel:
     def cpu_hints(self, n: int, available: Iterable[int]) -> list[Hint]:
         """The CPU manager's hints for ``n`` CPUs out of ``available``. A mask's width is
         judged by all its CPUs, reserved ones included, as the kubelet does."""
-        return self._cpu_hints(n, available, self._masks)
+        return self._cpu_hints(n, available, self._masks.every)
 
-    def _cpu_hints(self, n: int, available: Iterable[int],
-                   candidates: list[frozenset[int]]) -> list[Hint]:
+    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int]
+                   ) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)
         free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
         narrowest = self._narrowest("cpu", n)
-        hints = provider_hints(candidates, n, free, narrowest)
+        hints = self._masks.hints(candidates, n, free, narrowest)
         if "align-by-socket" not in self.config.options or narrowest is None:
             return hints
         # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
@@ -266,13 +259,17 @@ class NodeModel:
                 for m, preferred in hints]
 
     def _sockets_of(self, mask: frozenset[int]) -> frozenset[int]:
-        return frozenset().union(*(self._sockets_of_numa[n] for n in mask))
+        got = self._mask_sockets.get(mask)
+        if got is None:
+            got = self._mask_sockets[mask] = frozenset().union(
+                *(self._sockets_of_numa[n] for n in mask))
+        return got
 
     def _narrowest(self, resource: str, need: int) -> int | None:
         key = (resource, need)
         if key not in self._widths:
             total = self._numa_size if resource == "cpu" else self._numa_memory
-            self._widths[key] = narrowest_width(self._masks, need, total)
+            self._widths[key] = self._masks.narrowest(need, total)
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int]
@@ -283,12 +280,12 @@ class NodeModel:
             return None
         providers: list[list[Hint]] = []
         # Under single-numa-node only single-node masks can win the merge.
-        candidates = self._single_masks if policy == "single-numa-node" else self._masks
+        candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
         if cpus > 0:
             providers.append(self._cpu_hints(cpus, cpu_pool, candidates))
         if memory > 0 and self.memory_enabled:
-            providers.append(provider_hints(candidates, memory, mem_free,
-                                            self._narrowest("memory", memory)))
+            providers.append(self._masks.hints(candidates, memory, mem_free,
+                                               self._narrowest("memory", memory)))
         try:
             return merge(policy, providers, frozenset(self.topo.numa_nodes))
         except HintError as exc:
