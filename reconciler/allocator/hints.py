@@ -35,14 +35,16 @@ class MaskTable:
         self.single = [i for i, w in enumerate(self.width) if w == 1]
         self.every = list(range(len(combos)))
 
-    def sums(self, per_node: Mapping[int, int]) -> list[int]:
-        """``per_node`` summed over every mask."""
+    def sums(self, per_node: Mapping[int, int], upto: int | None = None) -> list[int]:
+        """``per_node`` summed over every mask (or the first ``upto``)."""
         get = per_node.get
         out: list[int] = []
-        for parent, last in zip(self.parent, self.last, strict=True):
+        end = len(self.masks) if upto is None else upto
+        for parent, last in zip(self.parent[:end], self.last[:end], strict=True):
             out.append(get(last, 0) + (out[parent] if parent >= 0 else 0))
         for i in self._loose:
-            out[i] = sum(get(n, 0) for n in self.masks[i])
+            if i < end:
+                out[i] = sum(get(n, 0) for n in self.masks[i])
         return out
 
     def narrowest(self, need: int, total: Mapping[int, int]) -> int | None:
@@ -55,7 +57,7 @@ class MaskTable:
               narrowest: int | None) -> list[Hint]:
         """The masks with room for ``need``; preferred when the mask is as narrow as the
         narrowest mask whose whole capacity, used or not, could hold ``need``."""
-        sums = self.sums(free)
+        sums = self.sums(free, max(candidates, default=-1) + 1)
         return [(self.masks[i], self.width[i] == narrowest) for i in candidates
                 if sums[i] >= need]
 
