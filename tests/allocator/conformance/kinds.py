@@ -180,6 +180,22 @@ def init_reuse(body: dict[str, Any]) -> Result:
     return _verdict(want, got)
 
 
+def init_containers(body: dict[str, Any]) -> Result:
+    """Each app container's set, and the final default set: the initial one minus every
+    container's CPUs, the init containers' included."""
+    node = _node(body)
+    before = node.default_set
+    placed = node.admit(_pod(body["pod"]))
+    if not isinstance(placed, PodPlacement):
+        return "disagree", f"refused: {placed.reason}"
+    want_app = [format_cpuset(parse_cpuset(c)) for c in body["expect"]["app_cpus"]]
+    got_app = [format_cpuset(c.exclusive) for c in placed.containers]
+    every = frozenset().union(*(parse_cpuset(c) for c in body["expect"]["init_cpus"]),
+                              *(parse_cpuset(c) for c in body["expect"]["app_cpus"]))
+    return _verdict((want_app, format_cpuset(before - every)),
+                    (got_app, format_cpuset(node.default_set)))
+
+
 def initial_default_set(body: dict[str, Any]) -> Result:
     node = _node(body)
     return _verdict(format_cpuset(parse_cpuset(body["expect"]["cpus"])),
@@ -211,6 +227,7 @@ HANDLERS = {
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
+    "init_containers": init_containers,
     "parse_options": parse_options,
     "pod_guaranteed_cpus": pod_cpus,
     "policy_name": policy_name,
