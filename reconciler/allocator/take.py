@@ -31,11 +31,15 @@ _CORE: Callable[[CPUInfo], int] = attrgetter("core")
 class _Acc:
     """Free CPUs of one take and the CPUs taken so far."""
 
-    def __init__(self, topo: CPUTopology, available: Iterable[int], n: int) -> None:
+    def __init__(self, topo: CPUTopology, available: Iterable[int], n: int,
+                 resize: bool = False) -> None:
         self.topo = topo
         self.free = {c for c in available if c in topo.by_id}
         self.need = n
         self.result: set[int] = set()
+        # A resize keeps close to the CPUs the container keeps: units holding some of them
+        # come first, and a unit counts as whole when kept plus free CPUs fill it.
+        self.resize = resize
         # NUMA nodes larger than sockets (or equal): NUMA nodes are the outer level.
         self.numa_first = len(topo.socket_cpus) >= len(topo.numa_cpus)
 
@@ -50,7 +54,9 @@ class _Acc:
 
     def _ordered(self, units: dict[int, frozenset[int]], ids: Iterable[int]) -> list[int]:
         present = [u for u in ids if units[u] & self.free]
-        return sorted(present, key=lambda u: (self.free_in(units, u), u))
+        key = (lambda u: (not units[u] & self.result, self.free_in(units, u), u)) \
+            if self.resize else (lambda u: (self.free_in(units, u), u))
+        return sorted(present, key=key)
 
     def _inner(self, outer: Sequence[int], outer_units: dict[int, frozenset[int]],
                units: dict[int, frozenset[int]], unit_of: Callable[[CPUInfo], int]
@@ -86,8 +92,10 @@ class _Acc:
     def take_whole(self, order: list[int], units: dict[int, frozenset[int]]) -> None:
         for uid in order:
             cpus = units[uid]
-            if self.free_in(units, uid) == len(cpus) and self.need >= len(cpus):
-                self.take(cpus)
+            free = cpus & self.free
+            kept = len(cpus & self.result) if self.resize else 0
+            if kept + len(free) == len(cpus) and self.need >= len(free):
+                self.take(free)
 
     def take_single(self) -> None:
         for core in self.cores():
@@ -110,11 +118,16 @@ def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
                      spread: bool = False) -> frozenset[int] | None:
     """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few. With
     ``spread`` whole cores are not sought and single CPUs are spread across cores."""
-    acc = _Acc(topo, available, n)
     if n <= 0:
         return frozenset()
+    acc = _Acc(topo, available, n)
     if n > len(acc.free):
         return None
+    return _take_levels(acc, spread)
+
+
+def _take_levels(acc: _Acc, spread: bool) -> frozenset[int] | None:
+    topo = acc.topo
     levels = [(acc.numas, topo.numa_cpus), (acc.sockets, topo.socket_cpus)]
     if not acc.numa_first:
         levels.reverse()
@@ -126,6 +139,27 @@ def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
         acc.take_whole(acc.cores(), topo.core_cpus)
         acc.take_single()
     return frozenset(acc.result) if acc.need == 0 else None
+
+
+def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
+                    allocated: frozenset[int], baseline: frozenset[int] = frozenset(), *,
+                    spread: bool = False) -> frozenset[int] | None:
+    """An in-place resize of a container holding ``allocated`` to ``n`` exclusive CPUs. It
+    grows from ``available`` (the free CPUs) keeping all it holds, or shrinks within
+    ``available`` (its own CPUs) keeping ``baseline`` (what it was admitted with); new CPUs
+    sit as close to the kept ones as the topology allows. ``None`` when it cannot."""
+    if allocated and baseline and not baseline <= allocated:
+        return None
+    acc = _Acc(topo, available, n, resize=True)
+    if allocated:
+        if n == len(allocated):
+            return allocated
+        acc.take(allocated if n > len(allocated) else baseline)
+    if acc.need <= 0:
+        return frozenset(acc.result)
+    if acc.need > len(acc.free):
+        return None
+    return _take_levels(acc, spread)
 
 
 def _stdev(values: Iterable[int]) -> float:

@@ -14,7 +14,12 @@ from reconciler.allocator import (
     pod_guaranteed_cpus,
 )
 from reconciler.allocator.config import MODELLED_OPTIONS
-from reconciler.allocator.take import _Acc, take_by_topology, take_distributed
+from reconciler.allocator.take import (
+    _Acc,
+    take_by_topology,
+    take_distributed,
+    take_for_resize,
+)
 from reconciler.cpuset import format_cpuset, parse_cpuset
 from reconciler.kube import ContainerSpec, PodSpec, Resources, cpu_millis, memory_bytes
 
@@ -83,6 +88,15 @@ def take_packed(body: dict[str, Any]) -> Result:
     spread = "distribute-cpus-across-cores" in parse_policy_options(body.get("options"))
     got = take_by_topology(topo, parse_cpuset(body["available"]), body["num_cpus"],
                            spread=spread)
+    return _take_result(body, got)
+
+
+def take_resize(body: dict[str, Any]) -> Result:
+    topo = TOPOLOGIES[body["topology"]]
+    spread = "distribute-cpus-across-cores" in parse_policy_options(body.get("options"))
+    got = take_for_resize(topo, parse_cpuset(body["available"]), body["num_cpus"],
+                          parse_cpuset(body["allocated"]), parse_cpuset(body["baseline"]),
+                          spread=spread)
     return _take_result(body, got)
 
 
@@ -222,6 +236,7 @@ HANDLERS = {
     "free_units": free_units,
     "take_packed": take_packed,
     "take_distributed": take_distributed_case,
+    "take_resize": take_resize,
     "allocate": allocate,
     "allocate_cpus": allocate_cpus,
     "cpu_hints": cpu_hints,
