@@ -35,6 +35,8 @@ UNSUPPORTED_KINDS: dict[str, str] = {
     "remove_from_state": "removal of one container from a hand-built checkpoint state",
     "error_text": "the Go error type's message text",
     "allocate_uncore": "policy option prefer-align-cpus-by-uncorecache",
+    "take_distributed_resize": "NUMA-distributed resize take (distribute-cpus-across-numa with "
+                               "in-place resize)",
 }
 
 
