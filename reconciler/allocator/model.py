@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from reconciler.allocator.config import (
@@ -41,7 +41,12 @@ from reconciler.allocator.placement import (
     PodPlacement,
     Rejection,
 )
-from reconciler.allocator.take import take_by_topology, take_distributed, take_with_hint
+from reconciler.allocator.take import (
+    take_by_topology,
+    take_distributed,
+    take_for_resize,
+    take_with_hint,
+)
 from reconciler.allocator.topology import CPUTopology
 from reconciler.cpuset import format_cpuset
 from reconciler.kube import ContainerSpec, PodSpec
@@ -163,6 +168,8 @@ class NodeModel:
         self.mem_free: dict[int, int] = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self.pods: dict[tuple[str, str], PodPlacement] = {}
         self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
+        # Each node-exclusive container's CPUs as admitted: what a shrink keeps.
+        self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
         self._masks = MaskTable(topo.numa_nodes)
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
@@ -367,6 +374,9 @@ class NodeModel:
         self.mem_free = work.mem_free
         self.pods[placement.key] = placement
         self._mem_held[placement.key] = work.mem_taken
+        for c in placement.containers:
+            if c.assignment == "node_exclusive":
+                self._admitted[(*placement.key, c.name)] = c.exclusive
         return placement
 
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, _Work] | Rejection:
@@ -504,10 +514,52 @@ class NodeModel:
         placement = self.pods.pop((namespace, name), None)
         if placement is None:
             return None
+        for c in placement.containers:
+            self._admitted.pop((namespace, name, c.name), None)
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
         return placement
+
+    def resize(self, namespace: str, name: str, container: str, cpus: int
+               ) -> PodPlacement | Rejection:
+        """An in-place resize of a node-exclusive container to ``cpus`` exclusive CPUs, as
+        the kubelet does it: it keeps what it holds and grows from the free CPUs, or shrinks
+        within its own CPUs keeping those it was admitted with."""
+        placement = self.pods.get((namespace, name))
+        truth = next((c for c in placement.containers if c.name == container), None) \
+            if placement else None
+        if placement is None or truth is None:
+            return Rejection(namespace, name, f"no placed container {container}")
+        try:
+            grown = self._resized(placement, truth, cpus)
+        except _Refused as exc:
+            return Rejection(namespace, name, str(exc))
+        self.free -= grown - truth.exclusive
+        self.free |= truth.exclusive - grown
+        resized = ContainerTruth(truth.name, truth.sidecar, truth.eligible, truth.assignment,
+                                 truth.memory_assignment, grown, grown, truth.memory)
+        self.pods[placement.key] = replace(placement, containers=tuple(
+            resized if c.name == container else c for c in placement.containers))
+        return self.pods[placement.key]
+
+    def _resized(self, placement: PodPlacement, truth: ContainerTruth, cpus: int
+                 ) -> frozenset[int]:
+        if truth.assignment != "node_exclusive":
+            raise _Refused(f"container {truth.name} holds no node-exclusive CPUs to resize")
+        current = truth.exclusive
+        baseline = self._admitted.get((*placement.key, truth.name), current)
+        if cpus < len(baseline):
+            raise _Refused(f"requested number of CPUs ( {cpus} ) are less than number of "
+                           f"retained CPUs ( {len(baseline)} )")
+        pool = frozenset(self.free) if cpus > len(current) else current
+        self._check_smt(pool | current, cpus, f"container {truth.name}")
+        spread = "distribute-cpus-across-cores" in self.config.options
+        got = take_for_resize(self.topo, pool, cpus, current, baseline, spread=spread)
+        if got is None:
+            raise _Refused(f"not enough free CPUs: container {truth.name} grows to {cpus}, "
+                           f"{len(pool) + len(current)} available")
+        return got
 
     def remove_init_containers(self, namespace: str, name: str) -> frozenset[int]:
         """The kubelet removing a pod's finished init containers: the CPUs they still held
@@ -516,10 +568,7 @@ class NodeModel:
         if placement is None or not placement.init_held:
             return frozenset()
         freed = placement.init_held
-        self.pods[placement.key] = PodPlacement(
-            placement.namespace, placement.name, placement.uid, placement.spec,
-            placement.path, placement.block, placement.block_memory, placement.containers,
-            placement.numa_hint, placement.note)
+        self.pods[placement.key] = replace(placement, init_held=frozenset())
         self.free |= freed
         return freed
 
