@@ -12,14 +12,13 @@ from reconciler.kube import KubeletConfig
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
 # Every static-policy option the kubelet knows; the model places pods for those in
-# MODELLED_OPTIONS and refuses to pretend for the others.
+# MODELLED_OPTIONS and would refuse to pretend for any other.
 KNOWN_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
                  "distribute-cpus-across-cores", "strict-cpu-reservation",
                  "prefer-align-cpus-by-uncorecache")
-MODELLED_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
-                    "distribute-cpus-across-cores", "strict-cpu-reservation")
+MODELLED_OPTIONS = KNOWN_OPTIONS
 # Pairs the kubelet refuses to start with.
-_EXCLUSIVE = (("full-pcpus-only", "distribute-cpus-across-cores"),
+EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
               ("distribute-cpus-across-numa", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
@@ -73,7 +72,7 @@ class ModelConfig:
         unknown = sorted(self.options - set(KNOWN_OPTIONS))
         if unknown:
             raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")
-        for a, b in _EXCLUSIVE:
+        for a, b in EXCLUSIVE_OPTIONS:
             if a in self.options and b in self.options:
                 raise ModelError(f"static policy options {a} and {b} can not be used "
                                  "together")

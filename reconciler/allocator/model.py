@@ -330,7 +330,8 @@ class NodeModel:
             raise _Refused(f"not enough free CPUs: {what} requests {n}, "
                            f"{len(pool)} available")
         opts = self.config.options
-        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts)
+        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts,
+                        uncore="prefer-align-cpus-by-uncorecache" in opts)
         if "distribute-cpus-across-numa" in opts:
             group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
             taker = partial(take_distributed, group=group)

@@ -104,6 +104,38 @@ class _Acc:
                     return
                 self.take((cpu,))
 
+    def uncores(self) -> list[int]:
+        """Uncore caches grouped by the NUMA-node order, each group best-fit sorted."""
+        uncore_of = self.topo.uncore_of
+        return self._inner(self.numas(), self.topo.numa_cpus, self.topo.uncore_cpus,
+                           lambda info: uncore_of[info.id])
+
+    def take_uncore(self) -> None:
+        """``prefer-align-cpus-by-uncorecache``: whole free caches while a cache's worth is
+        needed, else the first cache whose lowest free cores hold exactly what is left."""
+        topo = self.topo
+        per_cache = len(topo.by_id) // len(topo.uncore_cpus)
+        for cache in self.uncores():
+            if self.need >= per_cache:
+                self.take_whole(self.uncores(), topo.uncore_cpus)
+            if self.need <= 0:
+                return
+            self._take_partial_uncore(cache)
+            if self.need <= 0:
+                return
+
+    def _take_partial_uncore(self, cache: int) -> None:
+        topo = self.topo
+        tpc = topo.threads_per_core
+        cores = sorted({topo.by_id[c].core for c in topo.uncore_cpus[cache] & self.free})
+        cores = cores[:(self.need + tpc - 1) // tpc]
+        cpus = sorted(c for core in cores for c in topo.core_cpus[core] & self.free)
+        # An odd remainder on SMT needs one thread of the last core only.
+        if self.need % 2 and tpc > 1 and len(cpus) > self.need:
+            cpus = cpus[:-1]
+        if len(cpus) == self.need:
+            self.take(cpus)
+
     def take_spread(self) -> None:
         """``distribute-cpus-across-cores``: CPUs socket by socket in id order, which puts
         consecutive picks on different cores where siblings are numbered apart."""
@@ -115,24 +147,27 @@ class _Acc:
 
 
 def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
-                     spread: bool = False) -> frozenset[int] | None:
+                     spread: bool = False, uncore: bool = False) -> frozenset[int] | None:
     """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few. With
-    ``spread`` whole cores are not sought and single CPUs are spread across cores."""
+    ``spread`` whole cores are not sought and single CPUs are spread across cores; with
+    ``uncore`` uncore caches are filled before cores are sought."""
     if n <= 0:
         return frozenset()
     acc = _Acc(topo, available, n)
     if n > len(acc.free):
         return None
-    return _take_levels(acc, spread)
+    return _take_levels(acc, spread, uncore)
 
 
-def _take_levels(acc: _Acc, spread: bool) -> frozenset[int] | None:
+def _take_levels(acc: _Acc, spread: bool, uncore: bool = False) -> frozenset[int] | None:
     topo = acc.topo
     levels = [(acc.numas, topo.numa_cpus), (acc.sockets, topo.socket_cpus)]
     if not acc.numa_first:
         levels.reverse()
     for order, units in levels:
         acc.take_whole(order(), units)
+    if uncore and acc.need > 0:
+        acc.take_uncore()
     if spread:
         acc.take_spread()
     else:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from allocator.helpers import ctr, pod
 from reconciler.allocator import ModelConfig
-from reconciler.allocator.config import MODELLED_OPTIONS
+from reconciler.allocator.config import EXCLUSIVE_OPTIONS, MODELLED_OPTIONS
 from reconciler.kube import ContainerSpec, PodSpec
 
 
@@ -21,8 +21,7 @@ def topologies(draw: st.DrawFn) -> tuple[str, int]:
     return f"{sockets}x{cores}x{threads}", nps
 
 
-_INCOMPATIBLE = ({"full-pcpus-only", "distribute-cpus-across-cores"},
-                 {"distribute-cpus-across-numa", "distribute-cpus-across-cores"})
+_INCOMPATIBLE = [set(pair) for pair in EXCLUSIVE_OPTIONS]
 
 
 @st.composite

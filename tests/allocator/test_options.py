@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from allocator.strategies import topologies
 from reconciler.allocator import (
+    CPUTopology,
     ModelConfig,
     ModelError,
     NodeModel,
@@ -53,8 +54,9 @@ def test_options_the_kubelet_refuses_together(options: set[str]) -> None:
 def test_align_by_socket_refusals() -> None:
     with pytest.raises(ModelError, match="single-numa-node"):
         ModelConfig(options=frozenset({"align-by-socket"}), topology_policy="single-numa-node")
-    with pytest.raises(ModelError, match="not modelled"):
-        ModelConfig(options=frozenset({"prefer-align-cpus-by-uncorecache"}))
+    with pytest.raises(ModelError, match="can not be used together"):
+        ModelConfig(options=frozenset({"prefer-align-cpus-by-uncorecache",
+                                       "distribute-cpus-across-numa"}))
 
 
 @settings(max_examples=150, deadline=None)
@@ -74,6 +76,41 @@ def test_spread_puts_each_cpu_on_its_own_core_while_cores_last(topo: tuple[str, 
         assert len({t.by_id[c].core for c in got}) == n
     packed = take_by_topology(t, t.online, n)
     assert packed is not None and len(packed) == n
+
+
+@settings(max_examples=150, deadline=None)
+@given(caches=st.integers(1, 4), per_cache=st.sampled_from([2, 4]), threads=st.integers(1, 2),
+       data=st.data())
+def test_uncore_take_fits_one_cache_when_one_has_room(caches: int, per_cache: int,
+                                                      threads: int, data: st.DataObject
+                                                      ) -> None:
+    t0 = from_spec(f"1x{caches * per_cache}x{threads}")
+    # Consecutive cores share a cache.
+    t = CPUTopology(cpus=t0.cpus, uncore=tuple((c.id, c.core // per_cache) for c in t0.cpus))
+    busy = data.draw(st.sets(st.sampled_from(sorted(t.online))))
+    free = t.online - busy
+    n = data.draw(st.integers(1, max(1, len(free))))
+    got = take_by_topology(t, free, n, uncore=True)
+    if n > len(free):
+        assert got is None
+        return
+    assert got is not None and len(got) == n and got <= free
+    cache_of = {cpu: t.by_id[cpu].core // per_cache for cpu in t.online}
+    # Less than a cache's worth, and some cache's lowest free cores hold exactly that: the
+    # request stays in one cache.
+    if n < per_cache * threads and any(_free_whole_prefix(t, k, free, n) == n
+                                       for k in t.uncore_cpus):
+        assert len({cache_of[c] for c in got}) == 1
+
+
+def _free_whole_prefix(t: CPUTopology, cache: int, free: frozenset[int], n: int) -> int:
+    tpc = t.threads_per_core
+    cores = sorted({t.by_id[c].core for c in t.uncore_cpus[cache] & free})
+    cores = cores[:(n + tpc - 1) // tpc]
+    cpus = [c for core in cores for c in t.core_cpus[core] & free]
+    if n % 2 and tpc > 1 and len(cpus) > n:
+        cpus = cpus[:-1]
+    return len(cpus)
 
 
 @settings(max_examples=150, deadline=None)

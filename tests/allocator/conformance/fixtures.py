@@ -135,3 +135,35 @@ TOPOLOGIES: dict[str, CPUTopology] = {
 # which changes nothing for hints.
 CADVISOR_DUAL_NUMA = _siblings({c: (c // 3, c // 3, f"{c},{c + 6}") for c in range(6)})
 TOPOLOGIES["cadvisorDualNUMA"] = CADVISOR_DUAL_NUMA
+
+# Uncore-cache machines, from the descriptions beside the uncore cases in
+# cpu_assignment_test.go (the fixture definitions themselves were not available).
+
+
+def _with_uncore(topo: CPUTopology, caches: dict[int, str]) -> CPUTopology:
+    return CPUTopology(cpus=topo.cpus, memory=topo.memory,
+                       uncore=tuple((cpu, cache) for cache, text in caches.items()
+                                    for cpu in parse_cpuset(text)))
+
+
+_FOUR_CACHES = {k: f"{4 * k}-{4 * k + 3}" for k in range(4)}
+# 1 socket, 1 NUMA node, 16 cores without SMT; cache k holds CPUs 4k..4k+3.
+UNCORE_SINGLE_SOCKET_NO_SMT = _with_uncore(_build((c, c, 0, 0) for c in range(16)),
+                                           _FOUR_CACHES)
+# 2 sockets (CPUs 0-7 and 8-15), 1 NUMA node, no SMT; caches 0-1 on socket 0, 2-3 on 1.
+UNCORE_DUAL_SOCKET_NO_SMT = _with_uncore(_build((c, c, c // 8, 0) for c in range(16)),
+                                         _FOUR_CACHES)
+# 1 socket, 2 NUMA nodes (CPUs 0-7 and 8-15), no SMT; caches 0-1 on NUMA 0, 2-3 on 1.
+UNCORE_SINGLE_SOCKET_MULTI_NUMA = _with_uncore(_build((c, c, 0, c // 8) for c in range(16)),
+                                               _FOUR_CACHES)
+# 1 socket, 1 NUMA node, 8 cores x 2 threads (core c: CPUs c and c+8); cache 0 holds
+# cores 0-3, cache 1 cores 4-7.
+UNCORE_SINGLE_SOCKET_SMT = _with_uncore(_build((c, c % 8, 0, 0) for c in range(16)),
+                                        {0: "0-3,8-11", 1: "4-7,12-15"})
+
+TOPOLOGIES.update({
+    "topoUncoreSingleSocketNoSMT": UNCORE_SINGLE_SOCKET_NO_SMT,
+    "topoUncoreDualSocketNoSMT": UNCORE_DUAL_SOCKET_NO_SMT,
+    "topoUncoreSingleSocketMultiNuma": UNCORE_SINGLE_SOCKET_MULTI_NUMA,
+    "topoUncoreSingleSocketSMT": UNCORE_SINGLE_SOCKET_SMT,
+})

@@ -48,6 +48,9 @@ def missing_feature(body: dict[str, Any]) -> str:
     for option, value in (body["options"] or {}).items():
         if option not in MODELLED_OPTIONS and value == "true":
             return f"policy option {option}"
+        if option == "prefer-align-cpus-by-uncorecache" and value == "true" \
+                and body.get("topology") not in TOPOLOGIES:
+            return "uncore fixture topologies not translated"
     return ""
 
 
@@ -87,15 +90,19 @@ def _take_result(body: dict[str, Any], got: frozenset[int] | None) -> Result:
 
 def take_packed(body: dict[str, Any]) -> Result:
     topo = TOPOLOGIES[body["topology"]]
-    spread = "distribute-cpus-across-cores" in parse_policy_options(body.get("options"))
+    options = parse_policy_options(body.get("options"))
     got = take_by_topology(topo, parse_cpuset(body["available"]), body["num_cpus"],
-                           spread=spread)
+                           spread="distribute-cpus-across-cores" in options,
+                           uncore="prefer-align-cpus-by-uncorecache" in options)
     return _take_result(body, got)
 
 
 def take_resize(body: dict[str, Any]) -> Result:
     topo = TOPOLOGIES[body["topology"]]
-    spread = "distribute-cpus-across-cores" in parse_policy_options(body.get("options"))
+    options = parse_policy_options(body.get("options"))
+    if "prefer-align-cpus-by-uncorecache" in options:
+        return "unsupported", "uncore-cache alignment in resize takes"
+    spread = "distribute-cpus-across-cores" in options
     got = take_for_resize(topo, parse_cpuset(body["available"]), body["num_cpus"],
                           parse_cpuset(body["allocated"]), parse_cpuset(body["baseline"]),
                           spread=spread)
