@@ -41,6 +41,7 @@ from reconciler.allocator.placement import (
     PodPlacement,
     Rejection,
 )
+from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
     take_by_topology,
     take_distributed,
@@ -555,8 +556,14 @@ class NodeModel:
                            f"retained CPUs ( {len(baseline)} )")
         pool = frozenset(self.free) if cpus > len(current) else current
         self._check_smt(pool | current, cpus, f"container {truth.name}")
-        spread = "distribute-cpus-across-cores" in self.config.options
-        got = take_for_resize(self.topo, pool, cpus, current, baseline, spread=spread)
+        opts = self.config.options
+        if "distribute-cpus-across-numa" in opts:
+            group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
+            got = take_distributed_for_resize(self.topo, pool, cpus, current, baseline, group,
+                                              align_by_socket="align-by-socket" in opts)
+        else:
+            got = take_for_resize(self.topo, pool, cpus, current, baseline,
+                                  spread="distribute-cpus-across-cores" in opts)
         if got is None:
             raise _Refused(f"not enough free CPUs: container {truth.name} grows to {cpus}, "
                            f"{len(pool) + len(current)} available")

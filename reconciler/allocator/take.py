@@ -222,16 +222,20 @@ def _spread(left: dict[int, int], nodes: Sequence[int], remainder: int, group: i
 
 
 def _best_remainder(left: dict[int, int], combo: Sequence[int], remainder: int,
-                    group: int) -> tuple[float, tuple[int, ...]] | None:
+                    group: int, whole_groups: bool = False
+                    ) -> tuple[float, tuple[int, ...]] | None:
     """The subset of ``combo`` that takes the remainder and keeps free CPUs most balanced
-    (larger subsets tried first, so the remainder is spread as widely as possible)."""
+    (larger subsets tried first, so the remainder is spread as widely as possible). With
+    ``whole_groups`` a subset's room is counted in whole groups (the resize variant)."""
     if remainder == 0:
         return _stdev(left.values()), ()
     room = [m for m in combo if left[m] >= group]
     best: tuple[float, tuple[int, ...]] | None = None
     for k in range(len(room), 0, -1):
         for subset in itertools.combinations(room, k):
-            if sum(left[m] for m in subset) < remainder:
+            fits = sum(left[m] // group for m in subset) * group if whole_groups \
+                else sum(left[m] for m in subset)
+            if fits < remainder:
                 continue
             after = dict(left)
             _spread(after, subset, remainder, group)
@@ -268,12 +272,13 @@ def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int
     return None if best is None else (best[1], best[2])
 
 
-def _numa_range(acc: _Acc, group: int) -> tuple[int, int]:
-    """The fewest and most NUMA nodes a distributed take could use."""
+def _numa_range(acc: _Acc, group: int, total: int | None = None) -> tuple[int, int]:
+    """The fewest and most NUMA nodes a distributed take of ``total`` CPUs (what is still
+    needed by default) could use."""
     topo = acc.topo
     groups = (len(topo.by_id) - 1) // group + 1
     per_node = (groups - 1) // len(topo.numa_cpus) + 1
-    needed = (acc.need - 1) // group + 1
+    needed = ((acc.need if total is None else total) - 1) // group + 1
     with_free = sum(1 for cpus in topo.numa_cpus.values() if cpus & acc.free)
     return (needed - 1) // per_node + 1, min(needed, with_free)
 

@@ -47,11 +47,13 @@ def test_resize_refusals() -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(topo=topologies(), spread=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@given(topo=topologies(), take=st.sampled_from(["packed", "distribute-cpus-across-cores",
+                                               "distribute-cpus-across-numa"]),
+       seed=st.integers(0, 2**32 - 1))
 def test_resizes_keep_sets_disjoint_and_release_returns_everything(
-        topo: tuple[str, int], spread: bool, seed: int) -> None:
+        topo: tuple[str, int], take: str, seed: int) -> None:
     spec, nps = topo
-    options = frozenset({"distribute-cpus-across-cores"}) if spread else frozenset()
+    options = frozenset() if take == "packed" else frozenset({take})
     model = NodeModel(from_spec(spec, numa_per_socket=nps), ModelConfig(options=options))
     start = set(model.free)
     rng = random.Random(seed)

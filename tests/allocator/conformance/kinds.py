@@ -14,6 +14,7 @@ from reconciler.allocator import (
     pod_guaranteed_cpus,
 )
 from reconciler.allocator.config import MODELLED_OPTIONS
+from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
     _Acc,
     take_by_topology,
@@ -34,9 +35,7 @@ UNSUPPORTED_KINDS: dict[str, str] = {
     "reallocate_existing": "re-admission of a container already holding CPUs",
     "remove_from_state": "removal of one container from a hand-built checkpoint state",
     "error_text": "the Go error type's message text",
-    "allocate_uncore": "policy option prefer-align-cpus-by-uncorecache",
-    "take_distributed_resize": "NUMA-distributed resize take (distribute-cpus-across-numa with "
-                               "in-place resize)",
+    "allocate_uncore": "uncore fixture topologies (defined outside the policy_test.go read)",
 }
 
 
@@ -106,6 +105,14 @@ def take_resize(body: dict[str, Any]) -> Result:
     got = take_for_resize(topo, parse_cpuset(body["available"]), body["num_cpus"],
                           parse_cpuset(body["allocated"]), parse_cpuset(body["baseline"]),
                           spread=spread)
+    return _take_result(body, got)
+
+
+def take_distributed_resize(body: dict[str, Any]) -> Result:
+    got = take_distributed_for_resize(
+        TOPOLOGIES[body["topology"]], parse_cpuset(body["available"]), body["num_cpus"],
+        parse_cpuset(body["allocated"]), parse_cpuset(body["baseline"]),
+        body.get("cpu_group_size", 1), align_by_socket=body.get("align_by_socket", False))
     return _take_result(body, got)
 
 
@@ -246,6 +253,7 @@ HANDLERS = {
     "take_packed": take_packed,
     "take_distributed": take_distributed_case,
     "take_resize": take_resize,
+    "take_distributed_resize": take_distributed_resize,
     "allocate": allocate,
     "allocate_cpus": allocate_cpus,
     "cpu_hints": cpu_hints,
