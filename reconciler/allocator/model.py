@@ -563,7 +563,8 @@ class NodeModel:
                                               align_by_socket="align-by-socket" in opts)
         else:
             got = take_for_resize(self.topo, pool, cpus, current, baseline,
-                                  spread="distribute-cpus-across-cores" in opts)
+                                  spread="distribute-cpus-across-cores" in opts,
+                                  uncore="prefer-align-cpus-by-uncorecache" in opts)
         if got is None:
             raise _Refused(f"not enough free CPUs: container {truth.name} grows to {cpus}, "
                            f"{len(pool) + len(current)} available")

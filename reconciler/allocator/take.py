@@ -112,11 +112,14 @@ class _Acc:
 
     def take_uncore(self) -> None:
         """``prefer-align-cpus-by-uncorecache``: whole free caches while a cache's worth is
-        needed, else the first cache whose lowest free cores hold exactly what is left."""
+        needed, else the first cache whose lowest free cores hold exactly what is left. A
+        resize takes whole caches once, first, then tries each cache in turn."""
         topo = self.topo
+        if self.resize:
+            self.take_whole(self.uncores(), topo.uncore_cpus)
         per_cache = len(topo.by_id) // len(topo.uncore_cpus)
         for cache in self.uncores():
-            if self.need >= per_cache:
+            if not self.resize and self.need >= per_cache:
                 self.take_whole(self.uncores(), topo.uncore_cpus)
             if self.need <= 0:
                 return
@@ -127,6 +130,8 @@ class _Acc:
     def _take_partial_uncore(self, cache: int) -> None:
         topo = self.topo
         tpc = topo.threads_per_core
+        if self.resize and tpc > 1:
+            self._complete_kept_cores(cache)
         cores = sorted({topo.by_id[c].core for c in topo.uncore_cpus[cache] & self.free})
         cores = cores[:(self.need + tpc - 1) // tpc]
         cpus = sorted(c for core in cores for c in topo.core_cpus[core] & self.free)
@@ -135,6 +140,20 @@ class _Acc:
             cpus = cpus[:-1]
         if len(cpus) == self.need:
             self.take(cpus)
+
+    def _complete_kept_cores(self, cache: int) -> None:
+        """A resize first fills the cores of ``cache`` it keeps a thread of."""
+        topo = self.topo
+        in_cache = topo.uncore_cpus[cache]
+        kept = {topo.by_id[c].core for c in in_cache & self.result}
+        for core in sorted(kept & {topo.by_id[c].core for c in in_cache & self.free}):
+            cpus = topo.core_cpus[core]
+            free = cpus & self.free
+            if len(cpus & self.result) + len(free) != len(cpus):
+                continue
+            if self.need < len(free):
+                break
+            self.take(free)
 
     def take_spread(self) -> None:
         """``distribute-cpus-across-cores``: CPUs socket by socket in id order, which puts
@@ -178,7 +197,7 @@ def _take_levels(acc: _Acc, spread: bool, uncore: bool = False) -> frozenset[int
 
 def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
                     allocated: frozenset[int], baseline: frozenset[int] = frozenset(), *,
-                    spread: bool = False) -> frozenset[int] | None:
+                    spread: bool = False, uncore: bool = False) -> frozenset[int] | None:
     """An in-place resize of a container holding ``allocated`` to ``n`` exclusive CPUs. It
     grows from ``available`` (the free CPUs) keeping all it holds, or shrinks within
     ``available`` (its own CPUs) keeping ``baseline`` (what it was admitted with); new CPUs
@@ -194,7 +213,7 @@ def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
         return frozenset(acc.result)
     if acc.need > len(acc.free):
         return None
-    return _take_levels(acc, spread)
+    return _take_levels(acc, spread, uncore)
 
 
 def _stdev(values: Iterable[int]) -> float:

@@ -99,12 +99,10 @@ def take_packed(body: dict[str, Any]) -> Result:
 def take_resize(body: dict[str, Any]) -> Result:
     topo = TOPOLOGIES[body["topology"]]
     options = parse_policy_options(body.get("options"))
-    if "prefer-align-cpus-by-uncorecache" in options:
-        return "unsupported", "uncore-cache alignment in resize takes"
-    spread = "distribute-cpus-across-cores" in options
     got = take_for_resize(topo, parse_cpuset(body["available"]), body["num_cpus"],
                           parse_cpuset(body["allocated"]), parse_cpuset(body["baseline"]),
-                          spread=spread)
+                          spread="distribute-cpus-across-cores" in options,
+                          uncore="prefer-align-cpus-by-uncorecache" in options)
     return _take_result(body, got)
 
 
