@@ -56,12 +56,28 @@ from reconciler.snapshot import MemoryBlock
 __all__ = [
     "KNOWN_OPTIONS", "MODELLED_OPTIONS", "POOLS", "SCOPES", "TOPOLOGY_POLICIES", "Assignment",
     "ContainerTruth", "ModelConfig", "ModelError", "NodeModel", "PodPlacement", "Rejection",
-    "parse_policy_options", "pod_guaranteed_cpus",
+    "not_enough_cpus", "parse_policy_options", "pod_guaranteed_cpus", "smt_alignment_error",
 ]
 
 
 class _Refused(Exception):
     """The kubelet would not admit the pod; the message is its reason."""
+
+
+def smt_alignment_error(requested: int, per_core: int, available: int | None = None) -> str:
+    """The kubelet's ``SMTAlignmentError`` text; ``available`` when free physical CPUs, not
+    the request's size, are the cause."""
+    if available is None:
+        return (f"SMT Alignment Error: requested {requested} cpus not multiple cpus per "
+                f"core = {per_core}")
+    return (f"SMT Alignment Error: not enough free physical CPUs: available physical CPUs = "
+            f"{available}, requested CPUs = {requested}, CPUs per core = {per_core}")
+
+
+def not_enough_cpus(requested: int, available: int) -> str:
+    """The kubelet's text when a take has too few CPUs to choose from."""
+    return (f"not enough cpus available to satisfy request: requested={requested}, "
+            f"available={available}")
 
 
 def _mem_limit(c: ContainerSpec) -> int:
@@ -316,20 +332,17 @@ class NodeModel:
         if "full-pcpus-only" not in self.config.options or tpc == 1:
             return
         if n % tpc:
-            raise _Refused(f"SMT alignment error: {what} requests {n} CPUs, not a multiple "
-                           f"of {tpc} threads per core (full-pcpus-only)")
+            raise _Refused(f"{what}: {smt_alignment_error(n, tpc)}")
         physical = len(pool - self._reserved_cores)
         if n > physical:
-            raise _Refused(f"SMT alignment error: {what} requests {n} CPUs but only "
-                           f"{physical} are free outside reserved cores (full-pcpus-only)")
+            raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
 
     def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
               what: str) -> frozenset[int]:
         pool = frozenset(pool)
         self._check_smt(pool, n, what)
         if n > len(pool):
-            raise _Refused(f"not enough free CPUs: {what} requests {n}, "
-                           f"{len(pool)} available")
+            raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         opts = self.config.options
         taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts,
                         uncore="prefer-align-cpus-by-uncorecache" in opts)
@@ -341,7 +354,7 @@ class NodeModel:
             hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
         got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
-            raise _Refused(f"not enough free CPUs: {what} requests {n}")
+            raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         return got
 
     def _take_memory(self, work: _Work, size: int, hint: frozenset[int] | None,
@@ -566,8 +579,8 @@ class NodeModel:
                                   spread="distribute-cpus-across-cores" in opts,
                                   uncore="prefer-align-cpus-by-uncorecache" in opts)
         if got is None:
-            raise _Refused(f"not enough free CPUs: container {truth.name} grows to {cpus}, "
-                           f"{len(pool) + len(current)} available")
+            raise _Refused(f"container {truth.name}: "
+                           f"{not_enough_cpus(cpus, len(pool | current))}")
         return got
 
     def remove_init_containers(self, namespace: str, name: str) -> frozenset[int]:

@@ -66,7 +66,7 @@ def test_full_pcpus_only_rejects_an_odd_request_on_smt() -> None:
                       ModelConfig(reserved_cpus=S("0,4"), options=frozenset({"full-pcpus-only"})))
     result = model.admit(pod("odd", ctr("app", "3")))
     assert isinstance(result, Rejection)
-    assert "SMT alignment" in result.reason
+    assert "SMT Alignment Error" in result.reason
     ok = model.admit(pod("even", ctr("app", "2")))
     assert isinstance(ok, PodPlacement)
     assert ok.containers[0].exclusive == S("1,5")
@@ -204,7 +204,7 @@ def test_not_enough_cpus_is_rejected_and_state_kept() -> None:
     before = set(model.free)
     got = model.admit(pod("b", ctr("x", "2")))
     assert isinstance(got, Rejection)
-    assert "not enough free CPUs" in got.reason
+    assert "not enough cpus available to satisfy request" in got.reason
     assert model.free == before
 
 

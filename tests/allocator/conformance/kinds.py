@@ -14,6 +14,7 @@ from reconciler.allocator import (
     pod_guaranteed_cpus,
 )
 from reconciler.allocator.config import MODELLED_OPTIONS
+from reconciler.allocator.model import smt_alignment_error
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
     _Acc,
@@ -34,7 +35,6 @@ UNSUPPORTED_KINDS: dict[str, str] = {
     "hint_regeneration": "hint regeneration for containers already holding CPUs",
     "reallocate_existing": "re-admission of a container already holding CPUs",
     "remove_from_state": "removal of one container from a hand-built checkpoint state",
-    "error_text": "the Go error type's message text",
     "allocate_uncore": "uncore fixture topologies (defined outside the policy_test.go read)",
 }
 
@@ -151,11 +151,12 @@ def _node(body: dict[str, Any]) -> NodeModel:
 
 
 def _refusal(body: dict[str, Any], reason: str) -> Result:
+    """The model refused: agree when the kubelet's own error text is the reason."""
     want = body["expect"]
     if "error" not in want:
         return "disagree", f"refused: {reason}"
-    kind = "smt_alignment" if reason.startswith("SMT alignment") else "not_enough_cpus"
-    return _verdict(want["reason"], kind)
+    return ("agree", "") if reason.endswith(want["error"]) else \
+        ("disagree", f"want {want['error']!r}, got {reason!r}")
 
 
 def allocate(body: dict[str, Any]) -> Result:
@@ -242,6 +243,11 @@ def pod_cpus(body: dict[str, Any]) -> Result:
     return _verdict(body["expect"]["cpus"], pod_guaranteed_cpus(_pod(body["pod"])))
 
 
+def error_text(body: dict[str, Any]) -> Result:
+    got = smt_alignment_error(body["requested"], body["per_core"], body.get("available"))
+    return _verdict(body["expect"]["text"], got)
+
+
 def policy_name(body: dict[str, Any]) -> Result:
     return _verdict(body["expect"]["name"], ModelConfig().cpu_policy)
 
@@ -261,4 +267,5 @@ HANDLERS = {
     "parse_options": parse_options,
     "pod_guaranteed_cpus": pod_cpus,
     "policy_name": policy_name,
+    "error_text": error_text,
 }
