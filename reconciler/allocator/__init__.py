@@ -4,6 +4,7 @@ Pure: no I/O, no clock. Used to drive the model-driven simulated kubelet, by ``p
 round-trip tests of the reconciler.
 """
 
+from reconciler.allocator.config import parse_policy_options
 from reconciler.allocator.model import (
     ContainerTruth,
     ModelConfig,
@@ -11,7 +12,6 @@ from reconciler.allocator.model import (
     NodeModel,
     PodPlacement,
     Rejection,
-    parse_policy_options,
     pod_guaranteed_cpus,
 )
 from reconciler.allocator.take import take_by_topology, take_distributed, take_with_hint

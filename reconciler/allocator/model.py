@@ -24,15 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from reconciler.allocator.config import (
-    KNOWN_OPTIONS,
-    MODELLED_OPTIONS,
-    SCOPES,
-    TOPOLOGY_POLICIES,
-    ModelConfig,
-    ModelError,
-    parse_policy_options,
-)
+from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.hints import Hint, HintError, MaskTable, merge
 from reconciler.allocator.placement import (
     POOLS,
@@ -54,9 +46,9 @@ from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.snapshot import MemoryBlock
 
 __all__ = [
-    "KNOWN_OPTIONS", "MODELLED_OPTIONS", "POOLS", "SCOPES", "TOPOLOGY_POLICIES", "Assignment",
-    "ContainerTruth", "ModelConfig", "ModelError", "NodeModel", "PodPlacement", "Rejection",
-    "not_enough_cpus", "parse_policy_options", "pod_guaranteed_cpus", "smt_alignment_error",
+    "POOLS", "Assignment", "ContainerTruth", "ModelConfig", "ModelError", "NodeModel",
+    "PodPlacement", "Rejection", "not_enough_cpus", "pod_guaranteed_cpus",
+    "smt_alignment_error",
 ]
 
 
