@@ -371,7 +371,12 @@ class NodeModel:
 
     def admit(self, pod: PodSpec) -> PodPlacement | Rejection:
         """Place ``pod`` as the kubelet would, or say why it would reject it."""
-        if (pod.namespace, pod.name) in self.pods:
+        placed = self.pods.get((pod.namespace, pod.name))
+        if placed is not None:
+            # Admitting the same pod again changes nothing, as the kubelet skips containers
+            # already in its state; another pod under the name is refused.
+            if placed.spec == pod:
+                return placed
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):

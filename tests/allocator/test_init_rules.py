@@ -61,3 +61,15 @@ def test_unreused_init_cpus_stay_held_until_the_pod_goes() -> None:
     assert model.default_set == S("2,3,6,7")
     model.release("default", "p")
     assert model.default_set == S("0-7")
+
+
+def test_admitting_the_same_pod_again_keeps_its_placement() -> None:
+    model = NodeModel(from_spec("1x4x2"))
+    p = pod("p", ctr("app", "2"))
+    first = model.admit(p)
+    assert isinstance(first, PodPlacement)
+    free = set(model.free)
+    assert model.admit(p) is first
+    assert model.free == free
+    other = model.admit(pod("p", ctr("app", "3")))
+    assert isinstance(other, Rejection) and "already placed" in other.reason

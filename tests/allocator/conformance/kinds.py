@@ -33,7 +33,6 @@ UNSUPPORTED_KINDS: dict[str, str] = {
                                "after hand-fed takes)",
     "policy_start": "restored-checkpoint validation at start-up",
     "hint_regeneration": "hint regeneration for containers already holding CPUs",
-    "reallocate_existing": "re-admission of a container already holding CPUs",
     "remove_from_state": "removal of one container from a hand-built checkpoint state",
     "allocate_uncore": "uncore fixture topologies (defined outside the policy_test.go read)",
 }
@@ -181,6 +180,24 @@ def allocate(body: dict[str, Any]) -> Result:
     return _verdict(format_cpuset(parse_cpuset(want["cpus"])), format_cpuset(got_cpus))
 
 
+def reallocate_existing(body: dict[str, Any]) -> Result:
+    """The container already holds its CPUs (placed there first); admitting it again must
+    keep them whatever else is free."""
+    node = _node(body)
+    held = parse_cpuset(next(iter(body["state"].values())))
+    pod = _pod(body["pod"])
+    node.free = set(held)
+    first = node.admit(pod)
+    if not isinstance(first, PodPlacement) or first.containers[0].exclusive != held:
+        return "disagree", "could not set up the held CPUs"
+    node.free = set(parse_cpuset(body["default"]) - node.reserved)
+    again = node.admit(pod)
+    if not isinstance(again, PodPlacement):
+        return "disagree", f"refused: {again.reason}"
+    return _verdict(format_cpuset(parse_cpuset(body["expect"]["cpus"])),
+                    format_cpuset(again.containers[0].exclusive))
+
+
 def allocate_cpus(body: dict[str, Any]) -> Result:
     node = _node(body)
     hint = frozenset(body["hint"]) if "hint" in body else None
@@ -260,6 +277,7 @@ HANDLERS = {
     "take_distributed_resize": take_distributed_resize,
     "allocate": allocate,
     "allocate_cpus": allocate_cpus,
+    "reallocate_existing": reallocate_existing,
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
