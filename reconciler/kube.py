@@ -118,13 +118,15 @@ class Resources:
 
     @property
     def is_set(self) -> bool:
-        return any(v is not None for v in (self.cpu_request_m, self.cpu_limit_m,
-                                            self.memory_request, self.memory_limit))
+        # A zero quantity counts as unset, as the API server's QoS derivation has it.
+        return any(v for v in (self.cpu_request_m, self.cpu_limit_m,
+                               self.memory_request, self.memory_limit))
 
     @property
     def guaranteed(self) -> bool:
-        """Requests equal limits for both CPU and memory (and both are set)."""
-        return (self.cpu_limit_m is not None and self.memory_limit is not None
+        """Requests equal limits for both CPU and memory (and both are set and non-zero:
+        a zero CPU quantity is no limit, so such a pod is Burstable)."""
+        return (bool(self.cpu_limit_m) and bool(self.memory_limit)
                 and self.cpu_request_m == self.cpu_limit_m
                 and self.memory_request == self.memory_limit)
 

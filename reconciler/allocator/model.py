@@ -1,6 +1,7 @@
-"""The kubelet's static CPU policy, topology manager and Static memory manager, as a model.
+"""The kubelet's static CPU policy, topology manager and Static memory manager, as a model
+(docs/design.md#allocator).
 
-Three paths (SPEC §2.2):
+Three paths:
 
 * legacy per-container allocation: every eligible container gets exclusive CPUs from the
   node pool (pods without a pod budget, or kubelets without pod-level resource managers);
@@ -11,168 +12,137 @@ Three paths (SPEC §2.2):
 
 ``NodeModel.admit`` either places a pod and records its :class:`PodPlacement` (the ground
 truth: every container's assignment and cpuset) or returns a :class:`Rejection` with the
-kubelet's reason, leaving the state untouched. ``release`` returns every CPU and byte.
+kubelet's reason, leaving the state untouched. Every refusal is raised as one
+:class:`_Refused` and turned into a :class:`Rejection` in one place. ``release`` returns
+every CPU and byte.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
 
-from reconciler.allocator.take import take_by_topology, take_distributed, take_with_hint
+from reconciler.allocator.config import ModelConfig, ModelError
+from reconciler.allocator.hints import Hint, HintError, MaskTable, merge
+from reconciler.allocator.placement import (
+    POOLS,
+    Assignment,
+    ContainerTruth,
+    PodPlacement,
+    Rejection,
+)
+from reconciler.allocator.resize import take_distributed_for_resize
+from reconciler.allocator.take import (
+    take_by_topology,
+    take_distributed,
+    take_for_resize,
+    take_with_hint,
+)
 from reconciler.allocator.topology import CPUTopology
 from reconciler.cpuset import format_cpuset
-from reconciler.kube import ContainerSpec, KubeletConfig, PodSpec
+from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.snapshot import MemoryBlock
 
-Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
-TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-SCOPES = ("container", "pod")
-CPU_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
-MAX_HINT_NUMA_NODES = 8  # the topology manager's own default limit
+__all__ = [
+    "POOLS", "Assignment", "ContainerTruth", "ModelConfig", "ModelError", "NodeModel",
+    "PodPlacement", "Rejection", "not_enough_cpus", "pod_guaranteed_cpus",
+    "smt_alignment_error",
+]
 
 
-class ModelError(ValueError):
-    """A model configuration that the kubelet would refuse to start with."""
+class _Refused(Exception):
+    """The kubelet would not admit the pod; the message is its reason."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelConfig:
-    cpu_policy: str = "static"  # "static" | "none"
-    memory_policy: str = "Static"  # "Static" | "None"
-    topology_policy: str = "none"
-    scope: str = "container"
-    options: frozenset[str] = frozenset()
-    reserved_cpus: frozenset[int] | None = None  # reservedSystemCPUs
-    reserved_cpu_m: int = 0  # kubeReserved.cpu + systemReserved.cpu, when no explicit set
-    pod_level: bool = True  # PodLevelResourceManagers (and PodLevelResources) on
-
-    def __post_init__(self) -> None:
-        if self.cpu_policy not in ("static", "none"):
-            raise ModelError(f"unknown CPU manager policy {self.cpu_policy!r}")
-        if self.memory_policy not in ("Static", "None"):
-            raise ModelError(f"unknown memory manager policy {self.memory_policy!r}")
-        if self.topology_policy not in TOPOLOGY_POLICIES:
-            raise ModelError(f"unknown topology manager policy {self.topology_policy!r} "
-                             f"(one of {', '.join(TOPOLOGY_POLICIES)})")
-        if self.scope not in SCOPES:
-            raise ModelError(f"unknown topology manager scope {self.scope!r} (pod|container)")
-        unknown = sorted(self.options - set(CPU_OPTIONS))
-        if unknown:
-            raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")
-
-    @property
-    def static(self) -> bool:
-        return self.cpu_policy == "static"
-
-    @classmethod
-    def from_kubelet_config(cls, cfg: KubeletConfig) -> ModelConfig:
-        options = frozenset(k for k, v in cfg.cpu_manager_policy_options
-                            if v.strip().lower() == "true")
-        return cls(
-            cpu_policy=cfg.cpu_manager_policy.lower(),
-            memory_policy="Static" if cfg.memory_manager_policy.lower() == "static" else "None",
-            topology_policy=cfg.topology_manager_policy.lower(),
-            scope=cfg.topology_manager_scope.lower(),
-            options=options & frozenset(CPU_OPTIONS),
-            reserved_cpus=cfg.reserved_system_cpus,
-            reserved_cpu_m=cfg.reserved_cpu_quantity_m(),
-            pod_level=cfg.pod_level_resource_managers,
-        )
-
-    def to_configz(self) -> dict[str, object]:
-        """The ``/configz`` body a kubelet with this configuration serves."""
-        cfg: dict[str, object] = {
-            "cpuManagerPolicy": self.cpu_policy,
-            "cpuManagerPolicyOptions": {o: "true" for o in sorted(self.options)},
-            "memoryManagerPolicy": self.memory_policy,
-            "topologyManagerPolicy": self.topology_policy,
-            "topologyManagerScope": self.scope,
-            "featureGates": {"PodLevelResources": True,
-                             "PodLevelResourceManagers": self.pod_level},
-        }
-        if self.reserved_cpus:
-            cfg["reservedSystemCPUs"] = format_cpuset(self.reserved_cpus)
-        elif self.reserved_cpu_m:
-            cfg["kubeReserved"] = {"cpu": f"{self.reserved_cpu_m}m"}
-        return {"kubeletconfig": cfg}
+def smt_alignment_error(requested: int, per_core: int, available: int | None = None) -> str:
+    """The kubelet's ``SMTAlignmentError`` text; ``available`` when free physical CPUs, not
+    the request's size, are the cause."""
+    if available is None:
+        return (f"SMT Alignment Error: requested {requested} cpus not multiple cpus per "
+                f"core = {per_core}")
+    return (f"SMT Alignment Error: not enough free physical CPUs: available physical CPUs = "
+            f"{available}, requested CPUs = {requested}, CPUs per core = {per_core}")
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerTruth:
-    """One long-running container as the model placed it (ledger semantics, SPEC §4.3)."""
-
-    name: str
-    sidecar: bool
-    eligible: bool
-    assignment: Assignment
-    memory_assignment: Assignment
-    exclusive: frozenset[int]  # its own exclusive CPUs (empty when shared)
-    cpus: frozenset[int]  # exclusive set; the pod shared pool for pod_shared; else empty
-    memory: tuple[MemoryBlock, ...] = ()  # its own exclusive memory blocks
-
-
-@dataclass(frozen=True, slots=True)
-class PodPlacement:
-    namespace: str
-    name: str
-    uid: str
-    spec: PodSpec
-    path: Literal["none", "legacy", "pod", "container"]
-    block: frozenset[int]  # the pod-level block (pod scope with a budget), else empty
-    block_memory: tuple[MemoryBlock, ...]
-    containers: tuple[ContainerTruth, ...]  # List order: sidecars, then app containers
-    numa_hint: frozenset[int] | None
-    note: str = ""  # why a pod got no exclusive CPUs, when it matters
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-    @property
-    def exclusive(self) -> frozenset[int]:
-        out: set[int] = set()
-        for c in self.containers:
-            out |= c.exclusive
-        return frozenset(out)
-
-    @property
-    def shared_pool(self) -> frozenset[int]:
-        return self.block - self.exclusive
-
-    @property
-    def has_pod_shared(self) -> bool:
-        return any(c.assignment == "pod_shared" for c in self.containers)
-
-    @property
-    def held(self) -> frozenset[int]:
-        """Every CPU the pod holds (its block, or its exclusive sets)."""
-        return self.block | self.exclusive
-
-    def numa_nodes(self, topo: CPUTopology) -> frozenset[int]:
-        return topo.numa_set(self.held)
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    namespace: str
-    name: str
-    reason: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-
-POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared", "pod_idle")
+def not_enough_cpus(requested: int, available: int) -> str:
+    """The kubelet's text when a take has too few CPUs to choose from."""
+    return (f"not enough cpus available to satisfy request: requested={requested}, "
+            f"available={available}")
 
 
 def _mem_limit(c: ContainerSpec) -> int:
     r = c.resources
     return r.memory_limit if r.memory_limit is not None else (r.memory_request or 0)
+
+
+def _container_cpus(pod: PodSpec, c: ContainerSpec) -> int:
+    """The kubelet's guaranteed CPUs of one container: its whole-CPU request in a
+    Guaranteed pod, else 0."""
+    if not pod.guaranteed:
+        return 0
+    return c.resources.integer_cpus or 0
+
+
+def pod_guaranteed_cpus(pod: PodSpec) -> int:
+    """The CPUs the kubelet sizes a pod's hint for: the larger of what the long-running
+    containers hold together and what any regular init container holds beside the sidecars
+    started before it."""
+    init_peak = sidecars = 0
+    for c in pod.init_containers:
+        cpus = _container_cpus(pod, c)
+        if c.sidecar:
+            sidecars += cpus
+        else:
+            init_peak = max(init_peak, sidecars + cpus)
+    apps = sum(_container_cpus(pod, c) for c in pod.containers)
+    return max(init_peak, apps + sidecars)
+
+
+def _pod_memory(pod: PodSpec) -> int:
+    """Memory a Guaranteed pod's hint is sized for (the Static memory manager's rule)."""
+    if not pod.guaranteed:
+        return 0
+    running = sum(_mem_limit(c) for c in pod.long_running)
+    init = max((_mem_limit(c) for c in pod.init_containers if not c.sidecar), default=0)
+    return max(running, init)
+
+
+def _in_start_order(pod: PodSpec) -> Iterator[tuple[ContainerSpec, bool]]:
+    """Containers in the order the kubelet admits them, with whether each is an ordinary
+    (run-to-completion) init container."""
+    for c in pod.init_containers:
+        yield c, not c.sidecar
+    for c in pod.containers:
+        yield c, False
+
+
+def _check_budget(pod: PodSpec, budget: int) -> None:
+    """The pod-budget rules shared by both scopes."""
+    need = sum(_container_cpus(pod, c) for c in pod.long_running if pod.eligible(c))
+    if need > budget:
+        raise _Refused(f"exclusive containers need {need} CPUs, more than the pod budget "
+                       f"of {budget}")
+    shared_needed = [c.name for c in pod.long_running if not pod.eligible(c)]
+    if shared_needed and need >= budget:
+        raise _Refused(f"empty pod shared pool: exclusive containers use the whole pod "
+                       f"budget of {budget} CPUs, and {', '.join(shared_needed)} would "
+                       "need the shared pool")
+    sidecars = 0
+    for c in pod.init_containers:
+        if c.sidecar:
+            sidecars += _container_cpus(pod, c) if pod.eligible(c) else 0
+            continue
+        room = budget - sidecars
+        n = _container_cpus(pod, c) if _eligible_init(pod, c) else 0
+        if n > room:
+            raise _Refused(f"init container {c.name} needs {n} CPUs, more than the {room} "
+                           f"left of the pod budget of {budget} beside the sidecars "
+                           "started before it")
+        if not n and room <= 0:
+            raise _Refused(f"empty pod shared pool: sidecars started before init container "
+                           f"{c.name} use the whole pod budget of {budget} CPUs")
 
 
 @dataclass(slots=True)
@@ -184,34 +154,61 @@ class _Work:
     mem_taken: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Slices:
+    """Exclusive CPUs and memory handed out container by container."""
+
+    exclusive: dict[str, frozenset[int]] = field(default_factory=dict)
+    memory: dict[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
+    reusable: set[int] = field(default_factory=set)
+
+
 class NodeModel:
     """One node's allocation state: reserved set, default set, per-pod assignments."""
 
     def __init__(self, topo: CPUTopology, config: ModelConfig | None = None) -> None:
         self.topo = topo
         self.config = config or ModelConfig()
+        self.reserved: frozenset[int] = self._reserve()
         online = topo.online
-        if self.config.reserved_cpus:
-            unknown = self.config.reserved_cpus - online
-            if unknown:
-                raise ModelError(f"reserved CPUs {format_cpuset(unknown)} are not online")
-            reserved = frozenset(self.config.reserved_cpus)
-        elif self.config.reserved_cpu_m > 0:
-            n = math.ceil(self.config.reserved_cpu_m / 1000)
-            got = take_by_topology(topo, online, n)
-            if got is None:
-                raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
-            reserved = got
-        else:
-            reserved = frozenset()
-        self.reserved: frozenset[int] = reserved
         # CPUs that may be handed out exclusively: default set − reserved.
-        self.free: set[int] = set(online - reserved) if self.config.static else set()
+        self.free: set[int] = set(online - self.reserved) if self.config.static else set()
         self.memory_enabled = (self.config.memory_policy == "Static" and bool(topo.memory))
         self.mem_free: dict[int, int] = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self.pods: dict[tuple[str, str], PodPlacement] = {}
         self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
-        self._masks = self._hint_masks()
+        # Each node-exclusive container's CPUs as admitted: what a shrink keeps.
+        self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
+        self._masks = MaskTable(topo.numa_nodes)
+        self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
+        self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
+        self._widths: dict[tuple[str, int], int | None] = {}
+        self._numas_of_socket = {s: topo.numa_set(cpus) for s, cpus in topo.socket_cpus.items()}
+        self._mask_sockets: dict[frozenset[int], frozenset[int]] = {}
+        self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
+                                 for n, cpus in topo.numa_cpus.items()}
+        if "align-by-socket" in self.config.options \
+                and len(topo.socket_cpus) > len(topo.numa_cpus):
+            raise ModelError("align-by-socket is not compatible with hardware where number of "
+                             "sockets are more than number of NUMA nodes")
+        # full-pcpus-only never hands out a thread whose sibling is reserved.
+        self._reserved_cores = frozenset().union(
+            *(topo.core_cpus[topo.by_id[c].core] for c in self.reserved))
+
+    def _reserve(self) -> frozenset[int]:
+        online = self.topo.online
+        if self.config.reserved_cpus:
+            unknown = self.config.reserved_cpus - online
+            if unknown:
+                raise ModelError(f"reserved CPUs {format_cpuset(unknown)} are not online")
+            return frozenset(self.config.reserved_cpus)
+        if self.config.reserved_cpu_m > 0:
+            n = math.ceil(self.config.reserved_cpu_m / 1000)
+            got = take_by_topology(self.topo, online, n)
+            if got is None:
+                raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
+            return got
+        return frozenset()
 
     # ---- views -------------------------------------------------------------------------
 
@@ -224,16 +221,19 @@ class NodeModel:
 
     @property
     def default_set(self) -> frozenset[int]:
-        exclusive: set[int] = set()
+        """The shared pool the kubelet runs non-exclusive containers on."""
+        held: set[int] = set()
         for p in self.pods.values():
-            exclusive |= p.held
+            held |= p.held
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
             base = base - self.reserved
-        return base - exclusive
+        return base - held
 
     def pools(self, numa: int | None = None) -> dict[str, int]:
-        """Ground-truth CPU pools (SPEC §3.1), optionally for one NUMA node."""
+        """Ground-truth CPU pools (docs/design.md#cpu-pools), optionally for one NUMA node.
+        CPUs held by finished init containers are in no listed container: the ledger counts
+        them as node shared."""
         scope = self.topo.online if numa is None else self.topo.numa_cpus[numa]
         owned: dict[int, str] = {}
         for p in self.pods.values():
@@ -255,122 +255,128 @@ class NodeModel:
 
     # ---- hints ---------------------------------------------------------------------------
 
-    def _hint_masks(self) -> list[frozenset[int]]:
-        nodes = self.topo.numa_nodes
-        if len(nodes) > MAX_HINT_NUMA_NODES:
-            return [frozenset([n]) for n in nodes] + [frozenset(nodes)]
-        masks = [frozenset(c) for k in range(1, len(nodes) + 1)
-                 for c in itertools.combinations(nodes, k)]
-        return masks
+    def cpu_hints(self, n: int, available: Iterable[int]) -> list[Hint]:
+        """The CPU manager's hints for ``n`` CPUs out of ``available``. A mask's width is
+        judged by all its CPUs, reserved ones included, as the kubelet does."""
+        return self._cpu_hints(n, available, self._masks.every)
 
-    def _provider_hints(self, need: int, free_by_node: Mapping[int, int],
-                        total_by_node: Mapping[int, int]
-                        ) -> list[tuple[frozenset[int], bool]]:
-        min_size: int | None = None
-        for mask in self._masks:
-            if sum(total_by_node.get(n, 0) for n in mask) >= need \
-                    and (min_size is None or len(mask) < min_size):
-                min_size = len(mask)
-        hints = []
-        for mask in self._masks:
-            if sum(free_by_node.get(n, 0) for n in mask) >= need:
-                hints.append((mask, len(mask) == min_size))
-        if self.config.topology_policy == "single-numa-node":
-            hints = [h for h in hints if len(h[0]) == 1]
-        return hints
+    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int]
+                   ) -> list[Hint]:
+        pool = available if isinstance(available, (set, frozenset)) else set(available)
+        free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
+        narrowest = self._narrowest("cpu", n)
+        hints = self._masks.hints(candidates, n, free, narrowest)
+        if "align-by-socket" not in self.config.options or narrowest is None:
+            return hints
+        # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
+        per_socket = len(self.topo.numa_cpus) // len(self.topo.socket_cpus)
+        min_sockets = -(-narrowest // per_socket)
+        return [(m, preferred or len(self._sockets_of(m)) == min_sockets)
+                for m, preferred in hints]
+
+    def _sockets_of(self, mask: frozenset[int]) -> frozenset[int]:
+        got = self._mask_sockets.get(mask)
+        if got is None:
+            got = self._mask_sockets[mask] = frozenset().union(
+                *(self._sockets_of_numa[n] for n in mask))
+        return got
+
+    def _narrowest(self, resource: str, need: int) -> int | None:
+        key = (resource, need)
+        if key not in self._widths:
+            total = self._numa_size if resource == "cpu" else self._numa_memory
+            self._widths[key] = self._masks.narrowest(need, total)
+        return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int]
-              ) -> tuple[frozenset[int] | None, str]:
-        """The topology manager's merged NUMA affinity for one request: (mask, error)."""
+              ) -> frozenset[int] | None:
+        """The topology manager's merged NUMA affinity for one request."""
         policy = self.config.topology_policy
         if policy == "none":
-            return None, ""
-        providers: list[list[tuple[frozenset[int], bool]]] = []
+            return None
+        providers: list[list[Hint]] = []
+        # Under single-numa-node only single-node masks can win the merge.
+        candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
         if cpus > 0:
-            free_by_node: dict[int, int] = {}
-            for cpu in cpu_pool:
-                n = self.topo.numa_of(cpu)
-                free_by_node[n] = free_by_node.get(n, 0) + 1
-            total = {n: len(c - self.reserved) for n, c in self.topo.numa_cpus.items()}
-            providers.append(self._provider_hints(cpus, free_by_node, total))
+            providers.append(self._cpu_hints(cpus, cpu_pool, candidates))
         if memory > 0 and self.memory_enabled:
-            total_mem = {n: self.topo.memory_of(n) for n in self.topo.numa_nodes}
-            providers.append(self._provider_hints(memory, mem_free, total_mem))
-        if not providers:
-            return None, ""
-        # A merged hint is a mask every provider can satisfy; preferred when every provider
-        # prefers it; the best is preferred first, then the narrowest, then the lowest nodes.
-        everything = frozenset(self.topo.numa_nodes)
-        tables = [dict(hints) for hints in providers]
-        best: tuple[tuple[bool, int, tuple[int, ...]], frozenset[int], bool] | None = None
-        for mask in tables[0]:
-            if not all(mask in t for t in tables[1:]):
-                continue
-            preferred = all(t[mask] for t in tables)
-            key = (not preferred, len(mask), tuple(sorted(mask)))
-            if best is None or key < best[0]:
-                best = (key, mask, preferred)
-        if best is None:
-            mask, preferred = everything, False
-        else:
-            mask, preferred = best[1], best[2]
-        if policy == "restricted" and not preferred:
-            return None, "topology affinity error: no NUMA placement meets the restricted policy"
-        if policy == "single-numa-node" and (not preferred or len(mask) != 1):
-            return None, ("topology affinity error: the request fits no single NUMA node "
-                          "(single-numa-node)")
-        return mask, ""
+            providers.append(self._masks.hints(candidates, memory, mem_free,
+                                               self._narrowest("memory", memory)))
+        try:
+            return merge(policy, providers, frozenset(self.topo.numa_nodes))
+        except HintError as exc:
+            raise _Refused(str(exc)) from None
 
     # ---- taking CPUs and memory -----------------------------------------------------------
 
-    def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
-              what: str) -> tuple[frozenset[int] | None, str]:
-        pool = frozenset(pool)
-        opts = self.config.options
+    def allocate_cpus(self, n: int, numa_hint: frozenset[int] | None,
+                      pool: Iterable[int] | None = None) -> frozenset[int]:
+        """The static policy's ``allocateCPUs``: ``n`` CPUs out of ``pool`` (the free CPUs
+        by default), the hinted NUMA nodes first. Raises :class:`ModelError` with the
+        kubelet's reason when it cannot."""
+        try:
+            return self._take(self.free if pool is None else pool, n, numa_hint, "request")
+        except _Refused as exc:
+            raise ModelError(str(exc)) from None
+
+    def _check_smt(self, pool: frozenset[int], n: int, what: str) -> None:
         tpc = self.topo.threads_per_core
-        if "full-pcpus-only" in opts and tpc > 1:
-            if n % tpc:
-                return None, (f"SMT alignment error: {what} requests {n} CPUs, not a multiple "
-                              f"of {tpc} threads per core (full-pcpus-only)")
-            whole = sum(len(cpus) for cpus in self.topo.core_cpus.values() if cpus <= pool)
-            if n > whole:
-                return None, (f"SMT alignment error: {what} requests {n} CPUs but only {whole} "
-                              "are on free whole cores (full-pcpus-only)")
+        if "full-pcpus-only" not in self.config.options or tpc == 1:
+            return
+        if n % tpc:
+            raise _Refused(f"{what}: {smt_alignment_error(n, tpc)}")
+        physical = len(pool - self._reserved_cores)
+        if n > physical:
+            raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
+
+    def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
+              what: str) -> frozenset[int]:
+        pool = frozenset(pool)
+        self._check_smt(pool, n, what)
         if n > len(pool):
-            return None, (f"not enough free CPUs: {what} requests {n}, "
-                          f"{len(pool)} available")
+            raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        opts = self.config.options
+        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts,
+                        uncore="prefer-align-cpus-by-uncorecache" in opts)
         if "distribute-cpus-across-numa" in opts:
-            group = tpc if "full-pcpus-only" in opts else 1
-            got = take_distributed(self.topo, pool, n, group, hint)
-        else:
-            got = take_with_hint(self.topo, pool, n, hint)
+            group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
+            taker = partial(take_distributed, group=group)
+        if hint is not None and "align-by-socket" in opts:
+            # The hinted NUMA nodes widen to their whole sockets.
+            hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
+        got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
-            return None, f"not enough free CPUs: {what} requests {n}"
-        return got, ""
+            raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        return got
 
     def _take_memory(self, work: _Work, size: int, hint: frozenset[int] | None,
-                     cpus: frozenset[int], what: str) -> tuple[tuple[MemoryBlock, ...], str]:
+                     cpus: frozenset[int], what: str) -> tuple[MemoryBlock, ...]:
         if size <= 0 or not self.memory_enabled:
-            return (), ""
+            return ()
         nodes = sorted(hint) if hint else sorted(self.topo.numa_set(cpus))
         if not nodes:
             nodes = list(self.topo.numa_nodes)
         if sum(work.mem_free.get(n, 0) for n in nodes) < size:
-            return (), (f"insufficient memory: {what} needs {size} bytes on NUMA node(s) "
-                        f"{','.join(map(str, nodes))}")
+            raise _Refused(f"insufficient memory: {what} needs {size} bytes on NUMA node(s) "
+                           f"{','.join(map(str, nodes))}")
         left = size
         for n in nodes:
             part = min(left, work.mem_free[n])
             work.mem_free[n] -= part
             work.mem_taken[n] = work.mem_taken.get(n, 0) + part
             left -= part
-        return (MemoryBlock("memory", size, tuple(nodes)),), ""
+        return (MemoryBlock("memory", size, tuple(nodes)),)
 
     # ---- admission ------------------------------------------------------------------------
 
     def admit(self, pod: PodSpec) -> PodPlacement | Rejection:
         """Place ``pod`` as the kubelet would, or say why it would reject it."""
-        if (pod.namespace, pod.name) in self.pods:
+        placed = self.pods.get((pod.namespace, pod.name))
+        if placed is not None:
+            # Admitting the same pod again changes nothing, as the kubelet skips containers
+            # already in its state; another pod under the name is refused.
+            if placed.spec == pod:
+                return placed
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
@@ -380,204 +386,138 @@ class NodeModel:
         self.mem_free = work.mem_free
         self.pods[placement.key] = placement
         self._mem_held[placement.key] = work.mem_taken
+        for c in placement.containers:
+            if c.assignment == "node_exclusive":
+                self._admitted[(*placement.key, c.name)] = c.exclusive
         return placement
 
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, _Work] | Rejection:
         """Work out a placement without changing the state."""
         work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
+        try:
+            return self._place(pod, work), work
+        except _Refused as exc:
+            return Rejection(pod.namespace, pod.name, str(exc))
+
+    def _place(self, pod: PodSpec, work: _Work) -> PodPlacement:
         cfg = self.config
         if not cfg.static:
-            return self._all_shared(pod, "none", "the CPU manager policy is none"), work
-        if cfg.pod_level and pod.has_pod_cpu_budget:
-            if not pod.guaranteed:
-                return self._all_shared(pod, "none", "not Guaranteed: no exclusive CPUs"), work
-            budget = pod.budget_cpus
-            if budget is None:
-                return self._all_shared(
-                    pod, "none", "fractional pod budget: no exclusive CPUs"), work
-            if cfg.scope == "pod":
-                return self._pod_scope(pod, budget, work)
-            return self._container_scope(pod, budget, work)
-        return self._legacy(pod, work)
+            return _all_shared(pod, "the CPU manager policy is none")
+        if not (cfg.pod_level and pod.has_pod_cpu_budget):
+            return self._legacy(pod, work)
+        if not pod.guaranteed:
+            return _all_shared(pod, "not Guaranteed: no exclusive CPUs")
+        budget = pod.budget_cpus
+        if budget is None:
+            return _all_shared(pod, "fractional pod budget: no exclusive CPUs")
+        _check_budget(pod, budget)
+        if cfg.scope == "pod":
+            return self._pod_scope(pod, budget, work)
+        placement = self._legacy(pod, work)
+        return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
+                            "container", frozenset(), (), placement.containers,
+                            placement.numa_hint, placement.note, placement.init_held)
 
-    def _all_shared(self, pod: PodSpec, path: Literal["none", "legacy"], note: str
-                    ) -> PodPlacement:
-        containers = tuple(
-            ContainerTruth(c.name, c.sidecar, False, "node_shared", "node_shared",
-                           frozenset(), frozenset())
-            for c in pod.long_running)
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, path, frozenset(), (),
-                            containers, None, note)
-
-    def _reject(self, pod: PodSpec, reason: str) -> Rejection:
-        return Rejection(pod.namespace, pod.name, reason)
-
-    def _legacy(self, pod: PodSpec, work: _Work) -> tuple[PodPlacement, _Work] | Rejection:
-        """Per-container exclusive CPUs from the node pool; init-container CPUs are reused."""
-        guaranteed = pod.guaranteed
-        ordered = [(c, not c.sidecar) for c in pod.init_containers] + \
-            [(c, False) for c in pod.containers]
+    def _legacy(self, pod: PodSpec, work: _Work) -> PodPlacement:
+        """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
+        and those no later container reused stay held by the pod."""
         hint: frozenset[int] | None = None
         if self.config.scope == "pod":
-            app = sum(c.resources.integer_cpus or 0 for c in pod.long_running
-                      if pod.eligible(c))
-            init = max((c.resources.integer_cpus or 0 for c in pod.init_containers
-                        if not c.sidecar and _eligible_init(pod, c)), default=0)
-            mem = 0
-            if guaranteed:
-                mem = max(sum(_mem_limit(c) for c in pod.long_running),
-                          max((_mem_limit(c) for c in pod.init_containers if not c.sidecar),
-                              default=0))
-            hint, err = self._hint(max(app, init), work.free, mem, work.mem_free)
-            if err:
-                return self._reject(pod, err)
-        reusable: set[int] = set()
-        exclusive: dict[str, frozenset[int]] = {}
-        memory: dict[str, tuple[MemoryBlock, ...]] = {}
-        for c, ordinary_init in ordered:
-            n = c.resources.integer_cpus or 0
-            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
-            # Init containers' memory is transient and reused: the model does not hold it.
-            mem = _mem_limit(c) if guaranteed and not ordinary_init else 0
-            if not eligible:
-                n = 0
-            if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
-                hint, err = self._hint(n, work.free | reusable, mem, work.mem_free)
-                if err:
-                    return self._reject(pod, f"container {c.name}: {err}")
-            got: frozenset[int] = frozenset()
-            if n:
-                taken, err = self._take(work.free | reusable, n, hint, f"container {c.name}")
-                if taken is None:
-                    return self._reject(pod, err)
-                got = taken
-                reusable -= got
-                work.free -= got
-            blocks: tuple[MemoryBlock, ...] = ()
-            if mem and self.memory_enabled:
-                blocks, err = self._take_memory(work, mem, hint, got, f"container {c.name}")
-                if err:
-                    return self._reject(pod, err)
-            if ordinary_init:
-                reusable |= got
-            else:
-                exclusive[c.name] = got
-                memory[c.name] = blocks
-        # Init containers have finished: their unused CPUs go back.
-        work.free |= reusable
+            hint = self._hint(pod_guaranteed_cpus(pod), work.free, _pod_memory(pod),
+                              work.mem_free)
+        slices = _Slices()
+        for c, ordinary_init in _in_start_order(pod):
+            hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices)
         containers = []
         for c in pod.long_running:
-            ex = exclusive.get(c.name, frozenset())
-            blocks = memory.get(c.name, ())
+            ex = slices.exclusive.get(c.name, frozenset())
+            blocks = slices.memory.get(c.name, ())
             containers.append(ContainerTruth(
                 c.name, c.sidecar, bool(ex), "node_exclusive" if ex else "node_shared",
                 "node_exclusive" if blocks else "node_shared", ex, ex, blocks))
         note = "" if any(c.exclusive for c in containers) else \
-            ("not Guaranteed: no exclusive CPUs" if not guaranteed
+            ("not Guaranteed: no exclusive CPUs" if not pod.guaranteed
              else "no container asks for whole CPUs")
         return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
-                            tuple(containers), hint, note), work
+                            tuple(containers), hint, note, frozenset(slices.reusable))
 
-    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work
-                   ) -> tuple[PodPlacement, _Work] | Rejection:
-        """One NUMA-aligned block of the budget; slices carved from it (SPEC §2.2)."""
-        long_running = pod.long_running
-        eligible = {c.name: pod.eligible(c) for c in long_running}
-        slices = {c.name: c.resources.integer_cpus or 0 for c in long_running
-                  if eligible[c.name]}
-        need = sum(slices.values())
-        if need > budget:
-            return self._reject(pod, f"exclusive containers need {need} CPUs, more than the "
-                                     f"pod budget of {budget}")
-        for c in pod.init_containers:
-            if not c.sidecar and _eligible_init(pod, c) \
-                    and (c.resources.integer_cpus or 0) > budget:
-                return self._reject(pod, f"init container {c.name} needs "
-                                         f"{c.resources.integer_cpus} CPUs, more than the pod "
-                                         f"budget of {budget}")
-        shared_needed = [c.name for c in long_running if not eligible[c.name]]
-        if shared_needed and need >= budget:
-            return self._reject(pod, f"empty pod shared pool: exclusive containers use the "
-                                     f"whole pod budget of {budget} CPUs, and "
-                                     f"{', '.join(shared_needed)} would need the shared pool")
-        pod_mem = pod.resources.memory_limit if pod.resources else None
-        pod_mem = pod_mem or 0
-        slice_mem = {c.name: _mem_limit(c) for c in long_running if eligible[c.name]}
-        if pod_mem and sum(slice_mem.values()) > pod_mem:
-            return self._reject(pod, "memory over budget: exclusive containers' memory exceeds "
-                                     "the pod memory budget")
-        hint, err = self._hint(budget, work.free, pod_mem, work.mem_free)
-        if err:
-            return self._reject(pod, err)
-        block, err = self._take(work.free, budget, hint, "pod budget")
-        if block is None:
-            return self._reject(pod, err)
+    def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
+                          hint: frozenset[int] | None, work: _Work, slices: _Slices
+                          ) -> frozenset[int] | None:
+        eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+        n = _container_cpus(pod, c) if eligible else 0
+        # Init containers' memory is transient and reused: the model does not hold it.
+        mem = _mem_limit(c) if pod.guaranteed and not ordinary_init else 0
+        what = f"container {c.name}"
+        if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
+            try:
+                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free)
+            except _Refused as exc:
+                raise _Refused(f"{what}: {exc}") from None
+        got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()
+        slices.reusable -= got
+        work.free -= got
+        blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
+        if ordinary_init:
+            slices.reusable |= got
+        else:
+            slices.exclusive[c.name] = got
+            slices.memory[c.name] = blocks
+        return hint
+
+    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work) -> PodPlacement:
+        """One NUMA-aligned block of the budget; slices carved from it
+        (docs/design.md#allocator)."""
+        pod_mem = (pod.resources.memory_limit if pod.resources else None) or 0
+        slice_mem = {c.name: _mem_limit(c) for c in pod.long_running if pod.eligible(c)}
+        if self.memory_enabled and pod_mem and sum(slice_mem.values()) > pod_mem:
+            raise _Refused("memory over budget: exclusive containers' memory exceeds the "
+                           "pod memory budget")
+        hint = self._hint(budget, work.free, pod_mem, work.mem_free)
+        block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
-        block_memory, err = self._take_memory(work, pod_mem, hint, block, "pod budget")
-        if err:
-            return self._reject(pod, err)
+        block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
+        exclusive = self._carve_slices(pod, block)
+        shared_pool = block.difference(*exclusive.values())
         mem_nodes = block_memory[0].numa_nodes if block_memory else ()
+        containers = []
+        for c in pod.long_running:
+            ex = exclusive.get(c.name, frozenset())
+            if not ex:
+                containers.append(ContainerTruth(
+                    c.name, c.sidecar, False, "pod_shared",
+                    "pod_shared" if block_memory else "node_shared", frozenset(),
+                    shared_pool, ()))
+                continue
+            blocks = (MemoryBlock("memory", slice_mem[c.name], mem_nodes),) \
+                if block_memory and slice_mem[c.name] else ()
+            mem_assign: Assignment = "node_shared"
+            if block_memory:
+                mem_assign = "pod_exclusive" if blocks else "pod_shared"
+            containers.append(ContainerTruth(
+                c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
+        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block, block_memory,
+                            tuple(containers), hint)
+
+    def _carve_slices(self, pod: PodSpec, block: frozenset[int]) -> dict[str, frozenset[int]]:
+        """Exclusive slices out of the pod's block, in start order; ordinary init containers'
+        CPUs are reused by the containers after them and fall back to the block."""
         inside = set(block)
         reusable: set[int] = set()
         exclusive: dict[str, frozenset[int]] = {}
-        for c, ordinary_init in [(c, not c.sidecar) for c in pod.init_containers] + \
-                [(c, False) for c in pod.containers]:
-            if ordinary_init:
-                n = (c.resources.integer_cpus or 0) if _eligible_init(pod, c) else 0
-            else:
-                n = slices.get(c.name, 0)
+        for c, ordinary_init in _in_start_order(pod):
+            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            n = _container_cpus(pod, c) if eligible else 0
             if not n:
                 continue
-            got, err = self._take(inside | reusable, n, None, f"container {c.name}")
-            if got is None:
-                return self._reject(pod, err)
+            got = self._take(inside | reusable, n, None, f"container {c.name}")
             inside -= got
             reusable -= got
             if ordinary_init:
                 reusable |= got
             else:
                 exclusive[c.name] = got
-        shared_pool = block - frozenset().union(*exclusive.values()) if exclusive else block
-        containers = []
-        for c in long_running:
-            ex = exclusive.get(c.name, frozenset())
-            if ex:
-                blocks = (MemoryBlock("memory", slice_mem[c.name], mem_nodes),) \
-                    if block_memory and slice_mem[c.name] else ()
-                mem_assign: Assignment = "pod_exclusive" if blocks else "pod_shared"
-                if not block_memory:
-                    mem_assign = "node_shared"
-                containers.append(ContainerTruth(
-                    c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
-            else:
-                containers.append(ContainerTruth(
-                    c.name, c.sidecar, False, "pod_shared",
-                    "pod_shared" if block_memory else "node_shared", frozenset(),
-                    shared_pool, ()))
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block, block_memory,
-                            tuple(containers), hint), work
-
-    def _container_scope(self, pod: PodSpec, budget: int, work: _Work
-                         ) -> tuple[PodPlacement, _Work] | Rejection:
-        """Container scope with a pod budget: exclusive containers from the node pool, the
-        rest on the node shared pool; the budget caps the exclusive total."""
-        long_running = pod.long_running
-        need = sum(c.resources.integer_cpus or 0 for c in long_running if pod.eligible(c))
-        if need > budget:
-            return self._reject(pod, f"exclusive containers need {need} CPUs, more than the "
-                                     f"pod budget of {budget}")
-        shared_needed = [c.name for c in long_running if not pod.eligible(c)]
-        if shared_needed and need >= budget:
-            return self._reject(pod, f"empty pod shared pool: exclusive containers use the "
-                                     f"whole pod budget of {budget} CPUs, and "
-                                     f"{', '.join(shared_needed)} would need the shared pool")
-        result = self._legacy(pod, work)
-        if isinstance(result, Rejection):
-            return result
-        placement, work = result
-        return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
-                            "container", frozenset(), (), placement.containers,
-                            placement.numa_hint, placement.note), work
+        return exclusive
 
     # ---- release --------------------------------------------------------------------------
 
@@ -586,10 +526,79 @@ class NodeModel:
         placement = self.pods.pop((namespace, name), None)
         if placement is None:
             return None
+        for c in placement.containers:
+            self._admitted.pop((namespace, name, c.name), None)
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
         return placement
+
+    def resize(self, namespace: str, name: str, container: str, cpus: int
+               ) -> PodPlacement | Rejection:
+        """An in-place resize of a node-exclusive container to ``cpus`` exclusive CPUs, as
+        the kubelet does it: it keeps what it holds and grows from the free CPUs, or shrinks
+        within its own CPUs keeping those it was admitted with."""
+        placement = self.pods.get((namespace, name))
+        truth = next((c for c in placement.containers if c.name == container), None) \
+            if placement else None
+        if placement is None or truth is None:
+            return Rejection(namespace, name, f"no placed container {container}")
+        try:
+            grown = self._resized(placement, truth, cpus)
+        except _Refused as exc:
+            return Rejection(namespace, name, str(exc))
+        self.free -= grown - truth.exclusive
+        self.free |= truth.exclusive - grown
+        resized = ContainerTruth(truth.name, truth.sidecar, truth.eligible, truth.assignment,
+                                 truth.memory_assignment, grown, grown, truth.memory)
+        self.pods[placement.key] = replace(placement, containers=tuple(
+            resized if c.name == container else c for c in placement.containers))
+        return self.pods[placement.key]
+
+    def _resized(self, placement: PodPlacement, truth: ContainerTruth, cpus: int
+                 ) -> frozenset[int]:
+        if truth.assignment != "node_exclusive":
+            raise _Refused(f"container {truth.name} holds no node-exclusive CPUs to resize")
+        current = truth.exclusive
+        baseline = self._admitted.get((*placement.key, truth.name), current)
+        if cpus < len(baseline):
+            raise _Refused(f"requested number of CPUs ( {cpus} ) are less than number of "
+                           f"retained CPUs ( {len(baseline)} )")
+        pool = frozenset(self.free) if cpus > len(current) else current
+        self._check_smt(pool | current, cpus, f"container {truth.name}")
+        opts = self.config.options
+        if "distribute-cpus-across-numa" in opts:
+            group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
+            got = take_distributed_for_resize(self.topo, pool, cpus, current, baseline, group,
+                                              align_by_socket="align-by-socket" in opts)
+        else:
+            got = take_for_resize(self.topo, pool, cpus, current, baseline,
+                                  spread="distribute-cpus-across-cores" in opts,
+                                  uncore="prefer-align-cpus-by-uncorecache" in opts)
+        if got is None:
+            raise _Refused(f"container {truth.name}: "
+                           f"{not_enough_cpus(cpus, len(pool | current))}")
+        return got
+
+    def remove_init_containers(self, namespace: str, name: str) -> frozenset[int]:
+        """The kubelet removing a pod's finished init containers: the CPUs they still held
+        go back to the shared pool. Returns those CPUs."""
+        placement = self.pods.get((namespace, name))
+        if placement is None or not placement.init_held:
+            return frozenset()
+        freed = placement.init_held
+        self.pods[placement.key] = replace(placement, init_held=frozenset())
+        self.free |= freed
+        return freed
+
+
+def _all_shared(pod: PodSpec, note: str) -> PodPlacement:
+    containers = tuple(
+        ContainerTruth(c.name, c.sidecar, False, "node_shared", "node_shared",
+                       frozenset(), frozenset())
+        for c in pod.long_running)
+    return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "none", frozenset(), (),
+                        containers, None, note)
 
 
 def _eligible_init(pod: PodSpec, c: ContainerSpec) -> bool:

@@ -68,8 +68,9 @@ def _legacy_pinned(pod: PodSpec) -> int:
 
 
 def legacy_cost(pod: PodSpec) -> int:
-    """SPEC §3.3 legacy cost of a pod-level pod: exclusive slices plus a whole CPU (at least)
-    for every shared container, as the per-container model would have pinned."""
+    """The legacy cost of a pod-level pod (docs/design.md#estimates): exclusive slices plus
+    a whole CPU (at least) for every shared container, as the per-container model would
+    have pinned."""
     total = 0
     for c in pod.long_running:
         if pod.eligible(c):
@@ -96,49 +97,110 @@ def _verdict(model: NodeModel, pod: PodSpec) -> tuple[PodPlacement | Rejection, 
     return result, isinstance(result, PodPlacement)
 
 
+def _split_for_budget(pod: PodSpec) -> tuple[list[ContainerSpec], list[ContainerSpec],
+                                              list[ContainerSpec]]:
+    """(1-CPU exclusive containers to move into the shared pool, exclusive containers kept,
+    containers that share already)."""
+    exclusive = [c for c in pod.long_running if pod.eligible(c)]
+    largest = max(exclusive, key=lambda c: c.resources.integer_cpus or 0, default=None)
+    candidates = [c for c in exclusive if c is not largest and c.resources.integer_cpus == 1]
+    kept = [c for c in exclusive if c not in candidates]
+    shared = [c for c in pod.long_running if not pod.eligible(c)]
+    return candidates, kept, shared
+
+
+def _suggested_memory(pod: PodSpec) -> int | None:
+    """The pod memory budget: the long-running containers' limits, or the largest ordinary
+    init container's when larger; ``None`` when a container has no limit."""
+    mems = [c.resources.memory_limit for c in pod.long_running]
+    if not all(mems):
+        return None
+    memory = sum(m for m in mems if m)
+    init_mem = [c.resources.memory_limit or 0 for c in pod.init_containers if not c.sidecar]
+    return max([memory, *init_mem])
+
+
+def _with_budget(pod: PodSpec, budget: int, memory: int,
+                 stripped: list[ContainerSpec]) -> PodSpec:
+    """``pod`` with a pod budget, the ``stripped`` containers' CPU requests removed."""
+    def strip(c: ContainerSpec) -> ContainerSpec:
+        if c not in stripped:
+            return c
+        r = c.resources
+        return replace(c, resources=Resources(None, None, r.memory_request, r.memory_limit))
+
+    return replace(pod, resources=Resources(budget * 1000, budget * 1000, memory, memory),
+                   containers=tuple(strip(c) for c in pod.containers),
+                   init_containers=tuple(strip(c) for c in pod.init_containers),
+                   qos_class=None)
+
+
 def suggest(pod: PodSpec, config: ModelConfig) -> Suggestion | None:
     """A pod budget for a template without one: integer containers stay exclusive, 1-CPU
     padding (every 1-CPU exclusive container but the largest exclusive one) and the
     non-eligible containers share a pod shared pool."""
     if pod.has_pod_cpu_budget or not pod.guaranteed or not pod.long_running:
         return None
-    exclusive = [c for c in pod.long_running if pod.eligible(c)]
-    largest = max(exclusive, key=lambda c: c.resources.integer_cpus or 0, default=None)
-    candidates = [c for c in exclusive
-                  if c is not largest and c.resources.integer_cpus == 1]
-    kept = [c for c in exclusive if c not in candidates]
-    shared = [c for c in pod.long_running if not pod.eligible(c)]
+    candidates, kept, shared = _split_for_budget(pod)
     if not candidates and not shared:
         return None  # everything needs its own cores: a budget would change nothing
-    pool = 0
-    if candidates or shared:
-        millis = sum((c.resources.cpu_limit_m or c.resources.cpu_request_m or 0)
-                     for c in shared)
-        pool = max(1, math.ceil(millis / 1000))
+    millis = sum((c.resources.cpu_limit_m or c.resources.cpu_request_m or 0) for c in shared)
+    pool = max(1, math.ceil(millis / 1000))
     budget = sum(c.resources.integer_cpus or 0 for c in kept) + pool
-    if budget <= 0:
-        return None
-    mems = [c.resources.memory_limit for c in pod.long_running]
-    memory = sum(m for m in mems if m) if all(mems) else None
-    init_mem = [c.resources.memory_limit or 0 for c in pod.init_containers if not c.sidecar]
-    if memory is not None and init_mem:
-        memory = max(memory, *init_mem)
-
-    def strip(c: ContainerSpec) -> ContainerSpec:
-        if c not in candidates:
-            return c
-        r = c.resources
-        return replace(c, resources=Resources(None, None, r.memory_request, r.memory_limit))
-
-    mem = memory if memory is not None else 0
-    new_pod = replace(pod, resources=Resources(budget * 1000, budget * 1000, mem, mem),
-                      containers=tuple(strip(c) for c in pod.containers),
-                      init_containers=tuple(strip(c) for c in pod.init_containers),
-                      qos_class=None)
+    memory = _suggested_memory(pod)
+    new_pod = _with_budget(pod, budget, memory or 0, candidates)
     result, ok = _verdict(_scratch_model(new_pod, replace(config, pod_level=True)), new_pod)
     return Suggestion(budget, memory, tuple(c.name for c in candidates),
                       _legacy_pinned(pod) - budget, ok,
                       None if ok else getattr(result, "reason", None))
+
+
+def _placed(result: PodPlacement, pod: PodSpec, topology: CPUTopology | None
+            ) -> tuple[ContainerPlan, ...]:
+    out = []
+    for c in result.containers:
+        spec = pod.container(c.name)
+        eligible = spec is not None and pod.eligible(spec)
+        out.append(ContainerPlan(c.name, c.sidecar, eligible, len(c.exclusive),
+                                 c.cpus if topology is not None else None, c.assignment))
+    return tuple(out)
+
+
+def _unplaced(pod: PodSpec) -> tuple[ContainerPlan, ...]:
+    out = []
+    for c in pod.long_running:
+        eligible = pod.eligible(c)
+        out.append(ContainerPlan(c.name, c.sidecar, eligible,
+                                 (c.resources.integer_cpus or 0) if eligible else 0, None))
+    return tuple(out)
+
+
+def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfig,
+              topology: CPUTopology | None, want_suggestion: bool) -> PodPlan:
+    result, admitted = _verdict(model, pod)
+    pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
+        and pod.budget_cpus is not None
+    legacy = legacy_cost(pod) if pod_path else _legacy_pinned(pod)
+    cpus: frozenset[int] | None = None
+    numa: tuple[int, ...] | None = None
+    if isinstance(result, PodPlacement):
+        pinned = len(result.held)
+        reason = result.note or None
+        containers = _placed(result, pod, topology)
+        if topology is not None:
+            cpus = result.held
+            numa = tuple(sorted(result.numa_nodes(topology)))
+    else:
+        reason = result.reason
+        pinned = _legacy_pinned(pod)
+        if pod_path and config.scope == "pod" and pod.budget_cpus is not None:
+            pinned = pod.budget_cpus
+        containers = _unplaced(pod)
+    return PodPlan(
+        template=t, qos=pod.qos, budget_cpus=pod.budget_cpus, legacy_cpus=legacy,
+        pod_level_cpus=pinned, reclaimed_cpus=legacy - pinned, admitted=admitted,
+        reason=reason, containers=containers, cpus=cpus, numa_nodes=numa,
+        suggestion=suggest(pod, config) if want_suggestion else None)
 
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,
@@ -153,37 +215,5 @@ def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,
         if node is not None and (pod.namespace, pod.name) in node.pods:
             pod = replace(pod, name=f"{pod.name}-{i}")
         model = node if node is not None else _scratch_model(pod, config)
-        result, admitted = _verdict(model, pod)
-        pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
-            and pod.budget_cpus is not None
-        legacy = legacy_cost(pod) if pod_path else _legacy_pinned(pod)
-        containers: list[ContainerPlan] = []
-        cpus: frozenset[int] | None = None
-        numa: tuple[int, ...] | None = None
-        if isinstance(result, PodPlacement):
-            pinned = len(result.held)
-            reason = result.note or None
-            for c in result.containers:
-                spec = pod.container(c.name)
-                eligible = spec is not None and pod.eligible(spec)
-                containers.append(ContainerPlan(
-                    c.name, c.sidecar, eligible, len(c.exclusive),
-                    c.cpus if topology is not None else None, c.assignment))
-            if topology is not None:
-                cpus = result.held
-                numa = tuple(sorted(result.numa_nodes(topology)))
-        else:
-            reason = result.reason
-            pinned = pod.budget_cpus if pod_path and config.scope == "pod" and \
-                pod.budget_cpus is not None else _legacy_pinned(pod)
-            for cs in pod.long_running:
-                eligible = pod.eligible(cs)
-                containers.append(ContainerPlan(
-                    cs.name, cs.sidecar, eligible,
-                    (cs.resources.integer_cpus or 0) if eligible else 0, None))
-        plans.append(PodPlan(
-            template=t, qos=pod.qos, budget_cpus=pod.budget_cpus, legacy_cpus=legacy,
-            pod_level_cpus=pinned, reclaimed_cpus=legacy - pinned, admitted=admitted,
-            reason=reason, containers=tuple(containers), cpus=cpus, numa_nodes=numa,
-            suggestion=suggest(pod, config) if want_suggestion else None))
+        plans.append(_plan_one(t, pod, model, config, topology, want_suggestion))
     return plans

@@ -1,185 +1,363 @@
-"""``takeByTopology``: which CPUs the static policy picks for a request (SPEC §2.6).
+"""``takeByTopology``: which CPUs the static policy picks for a request
+(docs/design.md#allocator).
 
-Packed form: take whole free sockets / NUMA nodes while a whole one is still needed, then whole
-free physical cores while at least threads-per-core CPUs are needed, then single CPUs. At every
-level candidates are ordered fewest free CPUs first (best fit: pack the most-used unit), ties
-by lower id, and the order is recomputed after every take.
+Packed form: whole free NUMA nodes and sockets (the larger unit first) while a whole one is
+still needed, then whole free physical cores while a core's worth is needed, then single
+CPUs. Candidates are ordered once per level, before that level takes anything: grouped by
+the enclosing unit (NUMA node or socket, whichever is larger, then the other), and within a
+group fewest free CPUs first (best fit: pack the most-used unit), ties by lower id.
+
+Distributed form (``distribute-cpus-across-numa``): the request is spread in groups of
+``group`` CPUs over the fewest NUMA nodes that can hold an even share, choosing the nodes
+(and the nodes that take the remainder) that leave free CPUs most balanced across the
+machine; when no combination works it falls back to the packed form.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 
 from reconciler.allocator.topology import CPUTopology
+from reconciler.snapshot import CPUInfo
+
+_NUMA: Callable[[CPUInfo], int] = attrgetter("numa_node")
+_SOCKET: Callable[[CPUInfo], int] = attrgetter("socket")
+_CORE: Callable[[CPUInfo], int] = attrgetter("core")
 
 
-class _Free:
-    """Free-CPU bookkeeping with per-core / NUMA / socket counts."""
+class _Acc:
+    """Free CPUs of one take and the CPUs taken so far."""
 
-    def __init__(self, topo: CPUTopology, available: Iterable[int]) -> None:
+    def __init__(self, topo: CPUTopology, available: Iterable[int], n: int,
+                 resize: bool = False) -> None:
         self.topo = topo
         self.free = {c for c in available if c in topo.by_id}
-        self.core: dict[int, int] = {}
-        self.numa: dict[int, int] = {}
-        self.socket: dict[int, int] = {}
-        for cpu in self.free:
-            info = topo.by_id[cpu]
-            self.core[info.core] = self.core.get(info.core, 0) + 1
-            self.numa[info.numa_node] = self.numa.get(info.numa_node, 0) + 1
-            self.socket[info.socket] = self.socket.get(info.socket, 0) + 1
+        self.need = n
+        self.result: set[int] = set()
+        # A resize keeps close to the CPUs the container keeps: units holding some of them
+        # come first, and a unit counts as whole when kept plus free CPUs fill it.
+        self.resize = resize
+        # NUMA nodes larger than sockets (or equal): NUMA nodes are the outer level.
+        self.numa_first = len(topo.socket_cpus) >= len(topo.numa_cpus)
 
     def take(self, cpus: Iterable[int]) -> None:
-        for cpu in cpus:
-            self.free.remove(cpu)
-            info = self.topo.by_id[cpu]
-            self.core[info.core] -= 1
-            self.numa[info.numa_node] -= 1
-            self.socket[info.socket] -= 1
+        got = set(cpus)
+        self.result |= got
+        self.free -= got
+        self.need -= len(got)
 
+    def free_in(self, units: dict[int, frozenset[int]], uid: int) -> int:
+        return len(units[uid] & self.free)
 
-def _whole_units(state: _Free, units: dict[int, frozenset[int]], level: str, need: int,
-                 taken: set[int]) -> int:
-    topo = state.topo
-    while need > 0:
-        best: tuple[tuple[int, ...], int] | None = None
-        for uid, cpus in units.items():
-            size = len(cpus)
-            if size > need:
+    def _ordered(self, units: dict[int, frozenset[int]], ids: Iterable[int]) -> list[int]:
+        present = [u for u in ids if units[u] & self.free]
+        key = (lambda u: (not units[u] & self.result, self.free_in(units, u), u)) \
+            if self.resize else (lambda u: (self.free_in(units, u), u))
+        return sorted(present, key=key)
+
+    def _inner(self, outer: Sequence[int], outer_units: dict[int, frozenset[int]],
+               units: dict[int, frozenset[int]], unit_of: Callable[[CPUInfo], int]
+               ) -> list[int]:
+        """Units of ``units`` grouped by the ``outer`` order, each group best-fit sorted."""
+        out: list[int] = []
+        seen: set[int] = set()
+        by_id = self.topo.by_id
+        for o in outer:
+            members = {unit_of(by_id[c]) for c in outer_units[o] & self.free} - seen
+            seen |= members
+            out.extend(self._ordered(units, members))
+        return out
+
+    def numas(self) -> list[int]:
+        topo = self.topo
+        if self.numa_first:
+            return self._ordered(topo.numa_cpus, topo.numa_cpus)
+        return self._inner(self.sockets(), topo.socket_cpus, topo.numa_cpus, _NUMA)
+
+    def sockets(self) -> list[int]:
+        topo = self.topo
+        if self.numa_first:
+            return self._inner(self.numas(), topo.numa_cpus, topo.socket_cpus, _SOCKET)
+        return self._ordered(topo.socket_cpus, topo.socket_cpus)
+
+    def cores(self) -> list[int]:
+        topo = self.topo
+        if self.numa_first:
+            return self._inner(self.sockets(), topo.socket_cpus, topo.core_cpus, _CORE)
+        return self._inner(self.numas(), topo.numa_cpus, topo.core_cpus, _CORE)
+
+    def take_whole(self, order: list[int], units: dict[int, frozenset[int]]) -> None:
+        for uid in order:
+            cpus = units[uid]
+            free = cpus & self.free
+            kept = len(cpus & self.result) if self.resize else 0
+            if kept + len(free) == len(cpus) and self.need >= len(free):
+                self.take(free)
+
+    def take_single(self) -> None:
+        for core in self.cores():
+            for cpu in sorted(self.topo.core_cpus[core] & self.free):
+                if self.need <= 0:
+                    return
+                self.take((cpu,))
+
+    def uncores(self) -> list[int]:
+        """Uncore caches grouped by the NUMA-node order, each group best-fit sorted."""
+        uncore_of = self.topo.uncore_of
+        return self._inner(self.numas(), self.topo.numa_cpus, self.topo.uncore_cpus,
+                           lambda info: uncore_of[info.id])
+
+    def take_uncore(self) -> None:
+        """``prefer-align-cpus-by-uncorecache``: whole free caches while a cache's worth is
+        needed, else the first cache whose lowest free cores hold exactly what is left. A
+        resize takes whole caches once, first, then tries each cache in turn."""
+        topo = self.topo
+        if self.resize:
+            self.take_whole(self.uncores(), topo.uncore_cpus)
+        per_cache = len(topo.by_id) // len(topo.uncore_cpus)
+        for cache in self.uncores():
+            if not self.resize and self.need >= per_cache:
+                self.take_whole(self.uncores(), topo.uncore_cpus)
+            if self.need <= 0:
+                return
+            self._take_partial_uncore(cache)
+            if self.need <= 0:
+                return
+
+    def _take_partial_uncore(self, cache: int) -> None:
+        topo = self.topo
+        tpc = topo.threads_per_core
+        if self.resize and tpc > 1:
+            self._complete_kept_cores(cache)
+        cores = sorted({topo.by_id[c].core for c in topo.uncore_cpus[cache] & self.free})
+        cores = cores[:(self.need + tpc - 1) // tpc]
+        cpus = sorted(c for core in cores for c in topo.core_cpus[core] & self.free)
+        # An odd remainder on SMT needs one thread of the last core only.
+        if self.need % 2 and tpc > 1 and len(cpus) > self.need:
+            cpus = cpus[:-1]
+        if len(cpus) == self.need:
+            self.take(cpus)
+
+    def _complete_kept_cores(self, cache: int) -> None:
+        """A resize first fills the cores of ``cache`` it keeps a thread of."""
+        topo = self.topo
+        in_cache = topo.uncore_cpus[cache]
+        kept = {topo.by_id[c].core for c in in_cache & self.result}
+        for core in sorted(kept & {topo.by_id[c].core for c in in_cache & self.free}):
+            cpus = topo.core_cpus[core]
+            free = cpus & self.free
+            if len(cpus & self.result) + len(free) != len(cpus):
                 continue
-            counts = state.numa if level == "numa" else state.socket
-            if counts.get(uid, 0) != size:
-                continue
-            first = topo.by_id[min(cpus)]
-            # Fewest free in the enclosing unit first (pack), then lower id.
-            parent = state.socket.get(first.socket, 0) if level == "numa" else 0
-            key = (parent, uid)
-            if best is None or key < best[0]:
-                best = (key, uid)
-        if best is None:
-            break
-        cpus = units[best[1]]
-        state.take(cpus)
-        taken.update(cpus)
-        need -= len(cpus)
-    return need
+            if self.need < len(free):
+                break
+            self.take(free)
+
+    def take_spread(self) -> None:
+        """``distribute-cpus-across-cores``: CPUs socket by socket in id order, which puts
+        consecutive picks on different cores where siblings are numbered apart."""
+        for socket in self.sockets():
+            for cpu in sorted(self.topo.socket_cpus[socket] & self.free):
+                if self.need <= 0:
+                    return
+                self.take((cpu,))
 
 
-def _whole_cores(state: _Free, need: int, taken: set[int]) -> int:
-    topo = state.topo
-    tpc = topo.threads_per_core
-    while need >= tpc:
-        best: tuple[tuple[int, int, int], int] | None = None
-        for core, cpus in topo.core_cpus.items():
-            size = len(cpus)
-            if size > need or state.core.get(core, 0) != size:
-                continue
-            info = topo.by_id[min(cpus)]
-            key = (state.numa[info.numa_node], state.socket[info.socket], core)
-            if best is None or key < best[0]:
-                best = (key, core)
-        if best is None:
-            break
-        cpus = topo.core_cpus[best[1]]
-        state.take(cpus)
-        taken.update(cpus)
-        need -= len(cpus)
-    return need
-
-
-def _single_cpus(state: _Free, need: int, taken: set[int]) -> int:
-    topo = state.topo
-    while need > 0 and state.free:
-        best_key: tuple[int, int, int, int] | None = None
-        best_cpu = -1
-        for cpu in state.free:
-            info = topo.by_id[cpu]
-            key = (state.core[info.core], state.numa[info.numa_node],
-                   state.socket[info.socket], cpu)
-            if best_key is None or key < best_key:
-                best_key, best_cpu = key, cpu
-        state.take((best_cpu,))
-        taken.add(best_cpu)
-        need -= 1
-    return need
-
-
-def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int) -> frozenset[int] | None:
-    """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few."""
+def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
+                     spread: bool = False, uncore: bool = False) -> frozenset[int] | None:
+    """``n`` CPUs out of ``available`` in the packed order, or ``None`` when too few. With
+    ``spread`` whole cores are not sought and single CPUs are spread across cores; with
+    ``uncore`` uncore caches are filled before cores are sought."""
     if n <= 0:
         return frozenset()
-    state = _Free(topo, available)
-    if n > len(state.free):
+    acc = _Acc(topo, available, n)
+    if n > len(acc.free):
         return None
-    taken: set[int] = set()
-    need = n
-    levels: list[tuple[str, dict[int, frozenset[int]]]] = [
-        ("socket", topo.socket_cpus), ("numa", topo.numa_cpus)]
-    # The larger unit is taken first (sockets usually hold one or more NUMA nodes).
-    levels.sort(key=lambda lv: -max(len(c) for c in lv[1].values()))
-    for level, units in levels:
-        need = _whole_units(state, units, level, need, taken)
-    need = _whole_cores(state, need, taken)
-    need = _single_cpus(state, need, taken)
-    if need:
-        return None
-    return frozenset(taken)
+    return _take_levels(acc, spread, uncore)
 
 
-def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,
-                   numa_hint: frozenset[int] | None) -> frozenset[int] | None:
-    """As the static policy does with a NUMA affinity: as much as possible from the hinted
-    nodes first, the rest from anywhere."""
-    pool = frozenset(available)
-    if numa_hint is None:
-        return take_by_topology(topo, pool, n)
-    aligned = pool & topo.cpus_of_numa(numa_hint)
-    first = take_by_topology(topo, aligned, min(n, len(aligned)))
-    if first is None:  # pragma: no cover - aligned always has enough by construction
+def _take_levels(acc: _Acc, spread: bool, uncore: bool = False) -> frozenset[int] | None:
+    topo = acc.topo
+    levels = [(acc.numas, topo.numa_cpus), (acc.sockets, topo.socket_cpus)]
+    if not acc.numa_first:
+        levels.reverse()
+    for order, units in levels:
+        acc.take_whole(order(), units)
+    if uncore and acc.need > 0:
+        acc.take_uncore()
+    if spread:
+        acc.take_spread()
+    else:
+        acc.take_whole(acc.cores(), topo.core_cpus)
+        acc.take_single()
+    return frozenset(acc.result) if acc.need == 0 else None
+
+
+def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
+                    allocated: frozenset[int], baseline: frozenset[int] = frozenset(), *,
+                    spread: bool = False, uncore: bool = False) -> frozenset[int] | None:
+    """An in-place resize of a container holding ``allocated`` to ``n`` exclusive CPUs. It
+    grows from ``available`` (the free CPUs) keeping all it holds, or shrinks within
+    ``available`` (its own CPUs) keeping ``baseline`` (what it was admitted with); new CPUs
+    sit as close to the kept ones as the topology allows. ``None`` when it cannot."""
+    if allocated and baseline and not baseline <= allocated:
         return None
-    rest = take_by_topology(topo, pool - first, n - len(first))
-    if rest is None:
+    acc = _Acc(topo, available, n, resize=True)
+    if allocated:
+        if n == len(allocated):
+            return allocated
+        acc.take(allocated if n > len(allocated) else baseline)
+    if acc.need <= 0:
+        return frozenset(acc.result)
+    if acc.need > len(acc.free):
         return None
-    return first | rest
+    return _take_levels(acc, spread, uncore)
+
+
+def _stdev(values: Iterable[int]) -> float:
+    """The balance score, rounded as the kubelet rounds it (so ties break the same way)."""
+    xs = list(values)
+    mean = round(sum(xs) / len(xs) * 1000) / 1000
+    var = sum((x - mean) ** 2 for x in xs) / len(xs)
+    return round(math.sqrt(var) * 1000) / 1000
+
+
+def _spread(left: dict[int, int], nodes: Sequence[int], remainder: int, group: int) -> None:
+    """Hand ``remainder`` CPUs out round-robin, ``group`` at a time, to ``nodes`` with room."""
+    while remainder > 0:
+        gave = False
+        for m in nodes:
+            if remainder == 0:
+                break
+            if left[m] < group:
+                continue
+            left[m] -= group
+            remainder -= group
+            gave = True
+        if not gave:
+            return
+
+
+def _best_remainder(left: dict[int, int], combo: Sequence[int], remainder: int,
+                    group: int, whole_groups: bool = False
+                    ) -> tuple[float, tuple[int, ...]] | None:
+    """The subset of ``combo`` that takes the remainder and keeps free CPUs most balanced
+    (larger subsets tried first, so the remainder is spread as widely as possible). With
+    ``whole_groups`` a subset's room is counted in whole groups (the resize variant)."""
+    if remainder == 0:
+        return _stdev(left.values()), ()
+    room = [m for m in combo if left[m] >= group]
+    best: tuple[float, tuple[int, ...]] | None = None
+    for k in range(len(room), 0, -1):
+        for subset in itertools.combinations(room, k):
+            fits = sum(left[m] // group for m in subset) * group if whole_groups \
+                else sum(left[m] for m in subset)
+            if fits < remainder:
+                continue
+            after = dict(left)
+            _spread(after, subset, remainder, group)
+            score = _stdev(after.values())
+            if best is None or score < best[0]:
+                best = (score, subset)
+    return best
+
+
+def _fits(acc: _Acc, combo: Sequence[int], n: int, group: int) -> int | None:
+    """The even share per node of ``combo``, or ``None`` when the combo cannot hold it."""
+    counts = [acc.free_in(acc.topo.numa_cpus, m) for m in combo]
+    if sum(counts) < n or sum(c // group for c in counts) * group < n:
+        return None
+    share = (n // len(combo) // group) * group
+    return share if all(c >= share for c in counts) else None
+
+
+def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
+    for combo in itertools.combinations(numas, k):
+        if best is not None and best[0] == 0:
+            break
+        share = _fits(acc, combo, n, group)
+        if share is None:
+            continue
+        left = {m: acc.free_in(acc.topo.numa_cpus, m) for m in numas}
+        for m in combo:
+            left[m] -= share
+        scored = _best_remainder(left, combo, n - share * len(combo), group)
+        if scored is not None and (best is None or scored[0] < best[0]):
+            best = (scored[0], combo, scored[1])
+    return None if best is None else (best[1], best[2])
+
+
+def _numa_range(acc: _Acc, group: int, total: int | None = None) -> tuple[int, int]:
+    """The fewest and most NUMA nodes a distributed take of ``total`` CPUs (what is still
+    needed by default) could use."""
+    topo = acc.topo
+    groups = (len(topo.by_id) - 1) // group + 1
+    per_node = (groups - 1) // len(topo.numa_cpus) + 1
+    needed = ((acc.need if total is None else total) - 1) // group + 1
+    with_free = sum(1 for cpus in topo.numa_cpus.values() if cpus & acc.free)
+    return (needed - 1) // per_node + 1, min(needed, with_free)
+
+
+def _take_remainder(acc: _Acc, nodes: Sequence[int], group: int) -> None:
+    topo = acc.topo
+    while acc.need > 0:
+        before = acc.need
+        for m in nodes:
+            here = acc.free & topo.numa_cpus[m]
+            if acc.need > 0 and len(here) >= group:
+                acc.take(take_by_topology(topo, here, group) or ())
+        if acc.need == before:
+            return
 
 
 def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
-                     group: int = 1, numa_hint: frozenset[int] | None = None
-                     ) -> frozenset[int] | None:
-    """``distribute-cpus-across-numa``: a request that fits one NUMA node is packed as usual;
-    otherwise it is spread evenly (in multiples of ``group``) over the fewest NUMA nodes that
-    can hold it, preferring the combination that leaves the free CPUs most balanced."""
+                     group: int = 1) -> frozenset[int] | None:
+    """``n`` CPUs spread evenly (in groups of ``group``) over NUMA nodes; see the module
+    docstring. ``None`` when fewer than ``n`` are available."""
     pool = frozenset(available)
+    if n % group:
+        return take_by_topology(topo, pool, n)
+    acc = _Acc(topo, pool, n)
     if n <= 0:
         return frozenset()
-    nodes = [m for m in topo.numa_nodes if numa_hint is None or m in numa_hint] \
-        or list(topo.numa_nodes)
-    free_by_node = {m: pool & topo.numa_cpus[m] for m in topo.numa_nodes}
-    for m in nodes:
-        if len(free_by_node[m]) >= n:
-            return take_with_hint(topo, pool, n, numa_hint)
-    for k in range(2, len(nodes) + 1):
-        best: tuple[tuple[float, tuple[int, ...]], dict[int, int]] | None = None
-        for combo in itertools.combinations(nodes, k):
-            groups, rem = divmod(n, group)
-            if rem:
-                return None
-            per, extra = divmod(groups, k)
-            shares = {m: (per + (1 if i < extra else 0)) * group for i, m in enumerate(combo)}
-            if any(len(free_by_node[m]) < shares[m] for m in combo):
-                continue
-            left = [len(free_by_node[m]) - shares[m] for m in combo]
-            mean = sum(left) / k
-            balance = sum((x - mean) ** 2 for x in left)
-            key = (balance, combo)
-            if best is None or key < best[0]:
-                best = (key, shares)
-        if best is not None:
-            out: set[int] = set()
-            for m, share in best[1].items():
-                got = take_by_topology(topo, free_by_node[m], share)
-                if got is None:  # pragma: no cover - checked above
-                    return None
-                out |= got
-            return frozenset(out)
-    return None
+    if n > len(acc.free):
+        return None
+    numas = acc.numas()
+    low, high = _numa_range(acc, group)
+    for k in range(low, high + 1):
+        chosen = _choose_combo(acc, numas, k, n, group)
+        if chosen is None:
+            continue
+        combo, rest = chosen
+        share = (n // len(combo) // group) * group
+        for m in combo:
+            acc.take(take_by_topology(topo, acc.free & topo.numa_cpus[m], share) or ())
+        _take_remainder(acc, rest, group)
+        return frozenset(acc.result) if acc.need == 0 else None
+    return take_by_topology(topo, pool, n)
+
+
+Taker = Callable[[CPUTopology, frozenset[int], int], "frozenset[int] | None"]
+
+
+def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,
+                   numa_hint: frozenset[int] | None, taker: Taker | None = None
+                   ) -> frozenset[int] | None:
+    """As the static policy does with a NUMA affinity: as much as possible from the hinted
+    nodes first (with ``taker``, packed by default), the rest from anywhere."""
+    take = taker or take_by_topology
+    pool = frozenset(available)
+    if n > len(pool):
+        return None
+    first: frozenset[int] = frozenset()
+    if numa_hint is not None:
+        aligned = pool & topo.cpus_of_numa(numa_hint)
+        first = take(topo, aligned, min(n, len(aligned))) or frozenset()
+    rest = take(topo, pool - first, n - len(first))
+    if rest is None:
+        return None
+    return first | rest

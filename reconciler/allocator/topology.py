@@ -28,6 +28,8 @@ class CPUTopology:
 
     cpus: tuple[CPUInfo, ...]
     memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
+    # (cpu, uncore/L3 cache id); without it the kubelet puts every CPU in cache 0.
+    uncore: tuple[tuple[int, int], ...] = ()
     # Derived lookups (filled in __post_init__).
     by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
     core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
@@ -36,6 +38,9 @@ class CPUTopology:
                                                   repr=False)
     socket_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
                                                     repr=False)
+    uncore_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
+                                                    repr=False)
+    uncore_of: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.cpus:
@@ -53,6 +58,12 @@ class CPUTopology:
         self.core_cpus.update({k: frozenset(v) for k, v in sorted(cores.items())})
         self.numa_cpus.update({k: frozenset(v) for k, v in sorted(numas.items())})
         self.socket_cpus.update({k: frozenset(v) for k, v in sorted(sockets.items())})
+        self.uncore_of.update(dict.fromkeys(self.by_id, 0))
+        self.uncore_of.update((c, cache) for c, cache in self.uncore if c in self.by_id)
+        caches: dict[int, set[int]] = {}
+        for cpu_id, cache in self.uncore_of.items():
+            caches.setdefault(cache, set()).add(cpu_id)
+        self.uncore_cpus.update({k: frozenset(v) for k, v in sorted(caches.items())})
 
     @property
     def online(self) -> frozenset[int]:
@@ -88,7 +99,7 @@ class CPUTopology:
         return Topology(cpus=self.cpus, memory=self.memory)
 
     def to_json(self) -> dict[str, object]:
-        """The ``topology.json`` form of a fixture directory (SPEC §4.2)."""
+        """The ``topology.json`` form of a fixture directory (docs/design.md#sources)."""
         return {
             "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
                      for c in sorted(self.cpus, key=lambda c: c.id)],

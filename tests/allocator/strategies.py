@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from allocator.helpers import ctr, pod
 from reconciler.allocator import ModelConfig
+from reconciler.allocator.config import EXCLUSIVE_OPTIONS, MODELLED_OPTIONS
 from reconciler.kube import ContainerSpec, PodSpec
 
 
@@ -20,13 +21,19 @@ def topologies(draw: st.DrawFn) -> tuple[str, int]:
     return f"{sockets}x{cores}x{threads}", nps
 
 
+_INCOMPATIBLE = [set(pair) for pair in EXCLUSIVE_OPTIONS]
+
+
 @st.composite
 def configs(draw: st.DrawFn) -> ModelConfig:
-    options = draw(st.sets(st.sampled_from(
-        ["full-pcpus-only", "distribute-cpus-across-numa"])))
+    """Every configuration the kubelet starts with, over every modelled option."""
+    options = draw(st.sets(st.sampled_from(MODELLED_OPTIONS)).filter(
+        lambda o: not any(pair <= o for pair in _INCOMPATIBLE)))
+    policies = ["none", "best-effort", "restricted", "single-numa-node"]
+    if "align-by-socket" in options:
+        policies.remove("single-numa-node")
     return ModelConfig(
-        topology_policy=draw(st.sampled_from(
-            ["none", "best-effort", "restricted", "single-numa-node"])),
+        topology_policy=draw(st.sampled_from(policies)),
         scope=draw(st.sampled_from(["pod", "container"])),
         options=frozenset(options),
         reserved_cpu_m=draw(st.sampled_from([0, 1000, 2000])),

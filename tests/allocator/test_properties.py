@@ -53,7 +53,12 @@ def _check(model: NodeModel) -> None:
             if policy == "single-numa-node":
                 assert span == 1, f"{p.name} spans {span} NUMA nodes"
             elif policy == "restricted":
-                assert span <= _min_numa_span(model, len(unit))
+                allowed = _min_numa_span(model, len(unit))
+                if "align-by-socket" in model.config.options:
+                    # A mask on as few sockets as needed is preferred too.
+                    per_socket = len(model.topo.numa_cpus) // len(model.topo.socket_cpus)
+                    allowed = -(-allowed // per_socket) * per_socket
+                assert span <= allowed
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,119 @@
+"""The kubelet configuration the allocator model runs with, validated as the kubelet
+validates it at start-up (docs/design.md#allocator)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from reconciler.cpuset import format_cpuset
+from reconciler.kube import KubeletConfig
+
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+SCOPES = ("container", "pod")
+# Every static-policy option the kubelet knows; the model places pods for those in
+# MODELLED_OPTIONS and would refuse to pretend for any other.
+KNOWN_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
+                 "distribute-cpus-across-cores", "strict-cpu-reservation",
+                 "prefer-align-cpus-by-uncorecache")
+MODELLED_OPTIONS = KNOWN_OPTIONS
+# Pairs the kubelet refuses to start with.
+EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
+              ("distribute-cpus-across-numa", "distribute-cpus-across-cores"),
+              ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
+              ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
+
+# strconv.ParseBool's spellings.
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+class ModelError(ValueError):
+    """A model configuration that the kubelet would refuse to start with."""
+
+
+def parse_policy_options(options: Mapping[str, str] | Iterable[tuple[str, str]] | None
+                         ) -> frozenset[str]:
+    """The enabled options of a ``cpuManagerPolicyOptions`` map, parsed as the kubelet
+    parses it: an unknown name or a value that is not a Go boolean is an error."""
+    pairs = options.items() if isinstance(options, Mapping) else (options or ())
+    enabled: set[str] = set()
+    for name, value in sorted(pairs):
+        if name not in KNOWN_OPTIONS:
+            raise ModelError(f"unsupported cpuManagerPolicyOptions option: {name!r}")
+        if value in _TRUE:
+            enabled.add(name)
+        elif value not in _FALSE:
+            raise ModelError(f"bad value for option {name!r}: {value!r} is not a boolean")
+    return frozenset(enabled)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    cpu_policy: str = "static"  # "static" | "none"
+    memory_policy: str = "Static"  # "Static" | "None"
+    topology_policy: str = "none"
+    scope: str = "container"
+    options: frozenset[str] = frozenset()
+    reserved_cpus: frozenset[int] | None = None  # reservedSystemCPUs
+    reserved_cpu_m: int = 0  # kubeReserved.cpu + systemReserved.cpu, when no explicit set
+    pod_level: bool = True  # PodLevelResourceManagers (and PodLevelResources) on
+
+    def __post_init__(self) -> None:
+        if self.cpu_policy not in ("static", "none"):
+            raise ModelError(f"unknown CPU manager policy {self.cpu_policy!r}")
+        if self.memory_policy not in ("Static", "None"):
+            raise ModelError(f"unknown memory manager policy {self.memory_policy!r}")
+        if self.topology_policy not in TOPOLOGY_POLICIES:
+            raise ModelError(f"unknown topology manager policy {self.topology_policy!r} "
+                             f"(one of {', '.join(TOPOLOGY_POLICIES)})")
+        if self.scope not in SCOPES:
+            raise ModelError(f"unknown topology manager scope {self.scope!r} (pod|container)")
+        unknown = sorted(self.options - set(KNOWN_OPTIONS))
+        if unknown:
+            raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")
+        for a, b in EXCLUSIVE_OPTIONS:
+            if a in self.options and b in self.options:
+                raise ModelError(f"static policy options {a} and {b} can not be used "
+                                 "together")
+        if "align-by-socket" in self.options and self.topology_policy == "single-numa-node":
+            raise ModelError("topology manager single-numa-node policy is incompatible with "
+                             "the CPU manager align-by-socket policy option")
+        unmodelled = sorted(self.options - set(MODELLED_OPTIONS))
+        if unmodelled:
+            raise ModelError(f"CPU manager policy option(s) {', '.join(unmodelled)} are not "
+                             "modelled: the placement would not be the kubelet's")
+
+    @property
+    def static(self) -> bool:
+        return self.cpu_policy == "static"
+
+    @classmethod
+    def from_kubelet_config(cls, cfg: KubeletConfig) -> ModelConfig:
+        return cls(
+            cpu_policy=cfg.cpu_manager_policy.lower(),
+            memory_policy="Static" if cfg.memory_manager_policy.lower() == "static" else "None",
+            topology_policy=cfg.topology_manager_policy.lower(),
+            scope=cfg.topology_manager_scope.lower(),
+            options=parse_policy_options(cfg.cpu_manager_policy_options),
+            reserved_cpus=cfg.reserved_system_cpus,
+            reserved_cpu_m=cfg.reserved_cpu_quantity_m(),
+            pod_level=cfg.pod_level_resource_managers,
+        )
+
+    def to_configz(self) -> dict[str, object]:
+        """The ``/configz`` body a kubelet with this configuration serves."""
+        cfg: dict[str, object] = {
+            "cpuManagerPolicy": self.cpu_policy,
+            "cpuManagerPolicyOptions": {o: "true" for o in sorted(self.options)},
+            "memoryManagerPolicy": self.memory_policy,
+            "topologyManagerPolicy": self.topology_policy,
+            "topologyManagerScope": self.scope,
+            "featureGates": {"PodLevelResources": True,
+                             "PodLevelResourceManagers": self.pod_level},
+        }
+        if self.reserved_cpus:
+            cfg["reservedSystemCPUs"] = format_cpuset(self.reserved_cpus)
+        elif self.reserved_cpu_m:
+            cfg["kubeReserved"] = {"cpu": f"{self.reserved_cpu_m}m"}
+        return {"kubeletconfig": cfg}

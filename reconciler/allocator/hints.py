@@ -1,0 +1,94 @@
+"""Topology hints: which NUMA-node masks can hold a request, and the topology manager's
+merge of the CPU and memory providers' hints (docs/design.md#allocator)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+Hint = tuple[frozenset[int], bool]  # (NUMA-node mask, preferred)
+MAX_HINT_NUMA_NODES = 8  # the topology manager's own default limit
+
+
+class HintError(Exception):
+    """The merged affinity does not meet the topology manager policy."""
+
+
+class MaskTable:
+    """Every NUMA-node mask the topology manager considers, narrowest first (past its
+    NUMA-node limit only single nodes and the whole machine), laid out so that per-mask sums
+    are one pass: each mask is an earlier mask plus one node."""
+
+    def __init__(self, nodes: Sequence[int]) -> None:
+        if len(nodes) > MAX_HINT_NUMA_NODES:
+            combos = [(n,) for n in nodes] + [tuple(nodes)]
+        else:
+            combos = [c for k in range(1, len(nodes) + 1)
+                      for c in itertools.combinations(nodes, k)]
+        index = {c: i for i, c in enumerate(combos)}
+        self.masks = [frozenset(c) for c in combos]
+        self.width = [len(c) for c in combos]
+        self.parent = [index.get(c[:-1], -1) for c in combos]
+        self.last = [c[-1] for c in combos]
+        # The whole-machine mask past the limit has no parent in the table.
+        self._loose = [i for i, c in enumerate(combos) if len(c) > 1 and c[:-1] not in index]
+        self.single = [i for i, w in enumerate(self.width) if w == 1]
+        self.every = list(range(len(combos)))
+
+    def sums(self, per_node: Mapping[int, int], upto: int | None = None) -> list[int]:
+        """``per_node`` summed over every mask (or the first ``upto``)."""
+        get = per_node.get
+        out: list[int] = []
+        end = len(self.masks) if upto is None else upto
+        for parent, last in zip(self.parent[:end], self.last[:end], strict=True):
+            out.append(get(last, 0) + (out[parent] if parent >= 0 else 0))
+        for i in self._loose:
+            if i < end:
+                out[i] = sum(get(n, 0) for n in self.masks[i])
+        return out
+
+    def narrowest(self, need: int, total: Mapping[int, int]) -> int | None:
+        """How few NUMA nodes could hold ``need`` on an empty machine (``total`` per node)."""
+        sums = self.sums(total)
+        return min((w for w, cap in zip(self.width, sums, strict=True) if cap >= need),
+                   default=None)
+
+    def hints(self, candidates: Sequence[int], need: int, free: Mapping[int, int],
+              narrowest: int | None) -> list[Hint]:
+        """The masks with room for ``need``; preferred when the mask is as narrow as the
+        narrowest mask whose whole capacity, used or not, could hold ``need``."""
+        sums = self.sums(free, max(candidates, default=-1) + 1)
+        return [(self.masks[i], self.width[i] == narrowest) for i in candidates
+                if sums[i] >= need]
+
+
+def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[int]
+          ) -> frozenset[int] | None:
+    """The merged NUMA affinity: a mask every provider offers, preferred when every
+    provider prefers it; the best is preferred first, then the narrowest, then the lowest
+    nodes. ``None`` when the policy does not align; :class:`HintError` when the policy
+    refuses the best there is."""
+    if policy == "none" or not providers:
+        return None
+    # Providers list masks narrowest first, lowest nodes first within a width.
+    others = [dict(hints) for hints in providers[1:]]
+    mask, preferred = everything, False
+    fallback: frozenset[int] | None = None
+    for m, pref in providers[0]:
+        if not all(m in t for t in others):
+            continue
+        if pref and all(t[m] for t in others):
+            mask, preferred = m, True
+            break
+        if fallback is None:
+            fallback = m
+    else:
+        if fallback is not None:
+            mask = fallback
+    if policy == "restricted" and not preferred:
+        raise HintError("topology affinity error: no NUMA placement meets the restricted "
+                        "policy")
+    if policy == "single-numa-node" and (not preferred or len(mask) != 1):
+        raise HintError("topology affinity error: the request fits no single NUMA node "
+                        "(single-numa-node)")
+    return mask

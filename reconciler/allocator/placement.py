@@ -1,0 +1,85 @@
+"""What the model decides for a pod: its placement (the ground truth of every container's
+assignment and cpuset) or the kubelet's reason to reject it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from reconciler.allocator.topology import CPUTopology
+from reconciler.kube import PodSpec
+from reconciler.snapshot import MemoryBlock
+
+Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
+POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared", "pod_idle")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerTruth:
+    """One long-running container as the model placed it (docs/design.md#ownership)."""
+
+    name: str
+    sidecar: bool
+    eligible: bool
+    assignment: Assignment
+    memory_assignment: Assignment
+    exclusive: frozenset[int]  # its own exclusive CPUs (empty when shared)
+    cpus: frozenset[int]  # exclusive set; the pod shared pool for pod_shared; else empty
+    memory: tuple[MemoryBlock, ...] = ()  # its own exclusive memory blocks
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    namespace: str
+    name: str
+    uid: str
+    spec: PodSpec
+    path: Literal["none", "legacy", "pod", "container"]
+    block: frozenset[int]  # the pod-level block (pod scope with a budget), else empty
+    block_memory: tuple[MemoryBlock, ...]
+    containers: tuple[ContainerTruth, ...]  # List order: sidecars, then app containers
+    numa_hint: frozenset[int] | None
+    note: str = ""  # why a pod got no exclusive CPUs, when it matters
+    # CPUs ordinary init containers were given and no later container reused: the kubelet
+    # keeps them out of the shared pool while the pod exists, though no listed container
+    # holds them.
+    init_held: frozenset[int] = frozenset()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def exclusive(self) -> frozenset[int]:
+        out: set[int] = set()
+        for c in self.containers:
+            out |= c.exclusive
+        return frozenset(out)
+
+    @property
+    def shared_pool(self) -> frozenset[int]:
+        return self.block - self.exclusive
+
+    @property
+    def has_pod_shared(self) -> bool:
+        return any(c.assignment == "pod_shared" for c in self.containers)
+
+    @property
+    def held(self) -> frozenset[int]:
+        """Every CPU the pod keeps from others (its block or exclusive sets, and the CPUs
+        its finished init containers still hold)."""
+        return self.block | self.exclusive | self.init_held
+
+    def numa_nodes(self, topo: CPUTopology) -> frozenset[int]:
+        return topo.numa_set(self.block | self.exclusive)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    namespace: str
+    name: str
+    reason: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
