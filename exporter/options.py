@@ -23,6 +23,7 @@ from exporter.errors import UserError
 from exporter.flags import add_flag, duration, env_name, format_duration, positive_int
 from exporter.sources.kubelet import DEFAULT_TOKEN_FILE
 from exporter.sources.podresources import DEFAULT_MAX_RECV, DEFAULT_SOCKET
+from reconciler.allocator.config import KNOWN_OPTIONS
 
 if TYPE_CHECKING:
     from reconciler.allocator import CPUTopology, ModelConfig
@@ -329,8 +330,8 @@ class ModelOptions(FlagGroup):
         "--reserved", "reservedSystemCPUs of the modelled node (Linux list format; '' for "
         "none)", metavar="CPUSET"), "0")
     cpu_policy_options: str = option(Flag(
-        "--cpu-policy-options", "CPU manager policy options: full-pcpus-only, "
-        "distribute-cpus-across-numa, strict-cpu-reservation", metavar="OPT[,OPT]"), "")
+        "--cpu-policy-options", "CPU manager policy options (cpuManagerPolicyOptions "
+        "set to true): " + ", ".join(KNOWN_OPTIONS), metavar="OPT[,OPT]"), "")
 
     def validate(self) -> None:
         if self.topology and self.shape:

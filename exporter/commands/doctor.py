@@ -87,7 +87,8 @@ def doctor_checks(config: Any, feature_metrics: Mapping[str, bool] | None,
     checks = [_gate_check(g, config, feature_metrics) for g in GATES]
     if config is None:
         for name in ("topology manager policy", "topology manager scope",
-                     "static CPU manager policy", "Static memory manager policy"):
+                     "static CPU manager policy", "CPU manager policy options",
+                     "Static memory manager policy"):
             checks.append(Check(name, "unknown", "kubelet configuration not read"))
     else:
         policy = config.topology_manager_policy
@@ -116,6 +117,7 @@ def doctor_checks(config: Any, feature_metrics: Mapping[str, bool] | None,
                   f"cpuManagerPolicy is {config.cpu_manager_policy}",
                   "set cpuManagerPolicy: static with reservedSystemCPUs, drain the node and "
                   "remove cpu_manager_state before restarting the kubelet"))
+        checks.append(_policy_options_check(config))
         mem = config.memory_manager_policy
         checks.append(
             Check("Static memory manager policy", "pass", "memoryManagerPolicy is Static")
@@ -147,6 +149,21 @@ def doctor_checks(config: Any, feature_metrics: Mapping[str, bool] | None,
             checks.append(Check("checkpoint downgrade trap", "pass", f"formats: {formats}"))
     checks.append(_reserved_check(config, online_cpus, allocatable_cpus))
     return checks
+
+
+def _policy_options_check(config: Any) -> Check:
+    """``cpuManagerPolicyOptions`` as the kubelet reads them: an unknown name, a value that
+    is not a boolean or a pair it refuses keeps the kubelet from starting."""
+    from reconciler.allocator import ModelConfig, ModelError
+
+    name = "CPU manager policy options"
+    try:
+        model = ModelConfig.from_kubelet_config(config)
+    except ModelError as exc:
+        return Check(name, "fail", str(exc),
+                     "fix cpuManagerPolicyOptions: the kubelet refuses to start with it")
+    enabled = ", ".join(sorted(model.options)) or "none"
+    return Check(name, "pass", f"enabled: {enabled}")
 
 
 def _reserved_check(config: Any, online: int | None, allocatable: int | None) -> Check:

@@ -91,3 +91,26 @@ def test_reserved_cpus_that_leave_no_room() -> None:
 def test_non_linux_fails() -> None:
     checks = doctor_checks(None, None, None, "win32")
     assert "Linux" in _names(checks, "fail")
+
+
+@pytest.mark.parametrize(("options", "status", "detail"), [
+    ({"full-pcpus-only": "true", "align-by-socket": "false"}, "pass",
+     "enabled: full-pcpus-only"),
+    ({"prefer-align-cpus-by-uncorecache": "T", "distribute-cpus-across-cores": "0"}, "pass",
+     "enabled: prefer-align-cpus-by-uncorecache"),
+    ({"full-pcpus-only": "yes"}, "fail", "is not a boolean"),
+    ({"full-pcpu-only": "true"}, "fail", "unsupported cpuManagerPolicyOptions option"),
+    ({"full-pcpus-only": "true", "distribute-cpus-across-cores": "true"}, "fail",
+     "can not be used together"),
+])
+def test_cpu_manager_policy_options_as_the_kubelet_reads_them(
+        options: dict[str, str], status: str, detail: str) -> None:
+    """The options are parsed the way the kubelet parses them: it refuses to start on an
+    unknown name, a value that is not a Go boolean, or a pair it does not combine."""
+    config = kubelet_config_from_json({"kubeletconfig": {
+        "cpuManagerPolicy": "static", "reservedSystemCPUs": "0",
+        "topologyManagerPolicy": "restricted", "cpuManagerPolicyOptions": options}})
+    checks = {c.name: c for c in doctor_checks(config, None, None, "linux")}
+    check = checks["CPU manager policy options"]
+    assert check.status == status and detail in check.detail, check
+    assert bool(check.fix) == (status == "fail")
