@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.flags import add_flag, duration
-from exporter.options import LogOptions, PollOptions, WebOptions
+from exporter.options import LogOptions, ModelOptions, PollOptions, WebOptions
 
 if TYPE_CHECKING:
     from exporter.commands.serve import ServeOptions
@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(demo, "--topology.shape", "--topology", default="2x8x2", metavar="SxCxT",
              help="simulated machine: sockets x cores per socket x threads per core "
              "(default: %(default)s)")
+    ModelOptions.add_flags(parser, only=("cpu_policy_options",))
     add_flag(demo, "--duration", default=None, type=duration(0.001, 365 * 86400.0),
              metavar="DURATION",
              help="stop by itself after this long (default: run until Ctrl-C)")
@@ -88,7 +89,8 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
     ns = vars(args)
     web = WebOptions.from_args(args)  # a bad address fails before anything starts
     sim, description = await start_demo_node(
-        workdir, ns["topology.shape"], churn=ns["churn.interval"] if ns["churn"] else None)
+        workdir, ns["topology.shape"], churn=ns["churn.interval"] if ns["churn"] else None,
+        policy_options=ns["cpu_policy_options"])
     stop = asyncio.Event()
     stop_on_signals(stop)
     timer = asyncio.get_running_loop().call_later(ns["duration"], stop.set) \

@@ -14,7 +14,7 @@ from exporter.errors import UserError
 from exporter.manifest_files import load_templates
 from exporter.sim.model_driven import ModelDrivenNode, pods_from_templates
 from exporter.sim.server import SimKubelet
-from reconciler.allocator import ModelConfig, TopologyError, from_spec
+from reconciler.allocator import ModelConfig, ModelError, TopologyError, from_spec
 from reconciler.kube import PodSpec
 
 WORKLOAD = Path(__file__).with_name("workload.yaml")
@@ -24,15 +24,19 @@ def demo_pods() -> list[PodSpec]:
     return pods_from_templates(load_templates([str(WORKLOAD)]))
 
 
-def build_node(topology: str) -> ModelDrivenNode:
+def build_node(topology: str, policy_options: str = "") -> ModelDrivenNode:
     try:
         topo = from_spec(topology)
     except TopologyError as exc:
         raise UserError(f"--topology.shape: {exc}") from None
     # One whole core reserved (CPU 0 and its sibling), as operators usually do.
     siblings = next((sorted(core) for core in _cores(topo) if 0 in core), [0])
-    config = ModelConfig(scope="pod", topology_policy="single-numa-node",
-                         reserved_cpus=frozenset(siblings))
+    options = frozenset(o.strip() for o in policy_options.split(",") if o.strip())
+    try:
+        config = ModelConfig(scope="pod", topology_policy="single-numa-node",
+                             reserved_cpus=frozenset(siblings), options=options)
+    except ModelError as exc:
+        raise UserError(f"--cpu-policy-options: {exc}") from None
     node = ModelDrivenNode(topo, config, "1.37", node_name="demo-node")
     node.sync(demo_pods())
     return node
@@ -94,8 +98,8 @@ class DemoNode:
 
 
 async def start_demo_node(workdir: Path, topology: str, *, churn: float | None = None,
-                          ) -> tuple[DemoNode, str]:
-    node = build_node(topology)
+                          policy_options: str = "") -> tuple[DemoNode, str]:
+    node = build_node(topology, policy_options)
     topology_file = workdir / "topology.json"
     topology_file.write_text(json.dumps(node.topology_json()), encoding="utf-8")
     sim = SimKubelet(node.state(), socket_path=str(workdir / "kubelet.sock"),
