@@ -26,9 +26,9 @@ from reconciler.allocator.take import take_by_topology, take_distributed, take_w
 from reconciler.allocator.topology import CPUTopology
 from reconciler.cpuset import format_cpuset
 from reconciler.kube import ContainerSpec, KubeletConfig, PodSpec
+from reconciler.pools import CPU_POOLS, Assignment
 from reconciler.snapshot import MemoryBlock
 
-Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
 CPU_OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
@@ -167,9 +167,6 @@ class Rejection:
         return (self.namespace, self.name)
 
 
-POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared", "pod_idle")
-
-
 def _mem_limit(c: ContainerSpec) -> int:
     r = c.resources
     return r.memory_limit if r.memory_limit is not None else (r.memory_request or 0)
@@ -243,7 +240,7 @@ class NodeModel:
             rest = "pod_shared" if p.has_pod_shared else "pod_idle"
             for cpu in p.shared_pool:
                 owned.setdefault(cpu, rest)
-        counts = dict.fromkeys(POOLS, 0)
+        counts: dict[str, int] = dict.fromkeys(CPU_POOLS, 0)
         for cpu in scope:
             if cpu in owned:
                 counts[owned[cpu]] += 1
