@@ -90,7 +90,7 @@ def _budget_mismatch(view: PodView, spec: PodSpec) -> list[Anomaly]:
 
 def missing_exclusive(pod: PodAlloc, spec: PodSpec, assignments: Sequence[Assignment],
                       ) -> list[Anomaly]:
-    """Under the static policy: eligible containers (docs/design.md#classification) that
+    """Under the static policy: eligible containers (docs/design.md#allocator) that
     got no exclusive CPU."""
     found: list[Anomaly] = []
     if spec.has_pod_cpu_budget and spec.budget_cpus is None:
