@@ -28,13 +28,17 @@ class PodView(NamedTuple):
     alloc: PodAlloc
     spec: PodSpec | None
     block: frozenset[int]  # B: the pod block (online ids only)
-    pod_level: bool  # the pod has a block: reported, or inferred from the 1.36 pattern
     pod_block: bool  # the pod reported its block itself
     legacy_pattern: bool  # the block is inferred from the 1.36 pattern
     assignments: Sequence[Assignment]  # one per container, in List order
     sets: Sequence[frozenset[int]]  # each container's own reported set, online ids only
     anomalies: Sequence[Anomaly]  # what classification found wrong with the report
     plain: bool = False  # no CPU reported at all: every container node_shared
+
+    @property
+    def pod_level(self) -> bool:
+        """The pod has a block, reported or inferred: its CPUs are pod-level."""
+        return self.pod_block or self.legacy_pattern
 
 
 _NODE_SHARED: tuple[Assignment] = ("node_shared",)
@@ -50,8 +54,7 @@ def all_node_shared(n: int) -> tuple[tuple[Assignment, ...], tuple[frozenset[int
 def cpu_less_view(pod: PodAlloc, spec: PodSpec | None) -> PodView:
     """The view of a pod that reports no CPU at all: every container node_shared."""
     shared, nothing = all_node_shared(len(pod.containers))
-    return PodView(pod, spec, EMPTY, False, False, False, shared, nothing, _NO_ANOMALIES,
-                   plain=True)
+    return PodView(pod, spec, EMPTY, False, False, shared, nothing, _NO_ANOMALIES, plain=True)
 
 
 def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> PodView:
@@ -62,7 +65,7 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
     raw = [frozenset(c.cpu_ids) for c in pod.containers]
     if pod.cpu_ids:
         assignments: list[Assignment] = ["pod_exclusive" if r else "pod_shared" for r in raw]
-        return PodView(pod, spec, block, True, True, False, assignments, sets, found)
+        return PodView(pod, spec, block, True, False, assignments, sets, found)
     shared_idx = _legacy_shared(raw, spec)
     if shared_idx:
         assignments = ["pod_shared" if (i in shared_idx or not r) else "pod_exclusive"
@@ -70,10 +73,10 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
         found.append(Anomaly("legacy_shared_report", pod.namespace, pod.name, None,
                              "containers report the pod shared pool as their own CPUs "
                              "(1.36 reporting); counted once as pod_shared"))
-        return PodView(pod, spec, frozenset().union(*sets), True, False, True, assignments,
-                       sets, found)
+        return PodView(pod, spec, frozenset().union(*sets), False, True, assignments, sets,
+                       found)
     assignments = ["node_exclusive" if r else "node_shared" for r in raw]
-    return PodView(pod, spec, EMPTY, False, False, False, assignments, sets, found)
+    return PodView(pod, spec, EMPTY, False, False, assignments, sets, found)
 
 
 def _known(ids: Iterable[int], online: frozenset[int], pod: PodAlloc, container: str | None,

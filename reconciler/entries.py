@@ -15,7 +15,7 @@ from reconciler.snapshot import PodAlloc
 _EMPTY_NAMES: frozenset[str] = frozenset()
 
 
-def sidecar_names(spec: PodSpec | None) -> frozenset[str]:
+def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
     """Names that ``spec.container(name)`` resolves to a sidecar (the first container of a
     name wins, as there)."""
     if spec is None or not spec.init_containers:
@@ -41,7 +41,8 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
                       containers: list[ContainerEntry]) -> PodEntry:
     """A pod that reports nothing (no CPU, no memory): every container node_shared."""
     namespace, name = pod.namespace, pod.name
-    sidecars = sidecar_names(spec) if spec is not None else _EMPTY_NAMES
+    # _sidecar_names(None) is empty too: testing here spares a call per pod without a spec.
+    sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
     add = containers.append
     for c in pod.containers:
         # Positional: the field order of ContainerEntry (the hot loop of a node).
@@ -55,7 +56,7 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
     """Adds the pod's container entries; returns its pod entry."""
     pod = view.alloc
     namespace, pod_name = pod.namespace, pod.name
-    sidecars = sidecar_names(view.spec)
+    sidecars = _sidecar_names(view.spec)
     add = containers.append
     for c, assignment, cpus, mem_assignment, mem_bytes in zip(
             pod.containers, view.assignments, view.sets, memory.assignments, memory.sizes,

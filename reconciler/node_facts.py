@@ -23,9 +23,6 @@ class NodeFacts:
     static_cpu: bool  # the static CPU policy hands out exclusive CPUs
     single_numa: bool  # topology policy single-numa-node, with a topology to check against
 
-    def spec_of(self, namespace: str, name: str) -> PodSpec | None:
-        return self.specs.get((namespace, name)) if self.specs else None
-
 
 def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
     config, topology = snapshot.kubelet_config, snapshot.topology

@@ -4,7 +4,8 @@
 Every CPU is owned at most once. Ownership is decided in ``List`` order: pod by pod, and
 inside a pod its exclusive sets (in container order) before its shared or idle remainder.
 A CPU already owned by another pod stays with its first owner (``exclusive_overlap``).
-Online CPUs nobody owns are reserved or node_shared.
+Online CPUs nobody owns are reserved or node_shared; a reserved CPU that a pod owns counts
+in the pod's pool.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ Owner = tuple[CPUPool, int, str]  # (pool, List index of the pod, "namespace/pod
 class Claim(NamedTuple):
     """What one pod was given."""
 
-    exclusive: frozenset[int]  # the CPUs of its exclusive containers
+    exclusive: frozenset[int]  # its exclusive containers' CPUs (even those owned first)
     remainder: frozenset[int]  # its block less those: the pod shared pool, or idle
 
 
-NO_CLAIM = Claim(EMPTY, EMPTY)
+_NO_CLAIM = Claim(EMPTY, EMPTY)
 
 
 class Ownership:
@@ -45,7 +46,7 @@ class Ownership:
         """Hands the pod at ``index`` its CPUs: exclusive sets first, then the remainder of
         its block; returns what it got and ``exclusive_overlap``/``empty_pod_shared_pool``."""
         if view.plain:
-            return NO_CLAIM, []
+            return _NO_CLAIM, []
         overlaps: dict[int, set[int]] = defaultdict(set)
         exclusive = self._claim_exclusive(index, view, overlaps)
         remainder = view.block - exclusive
