@@ -5,6 +5,7 @@ nodes."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 
@@ -23,7 +24,8 @@ from foundation.helpers import (
 )
 from reconciler.estimates import spec_legacy_cost
 from reconciler.kube import KubeletConfig
-from reconciler.ledger import Ledger
+from reconciler.ledger import Ledger, PoolCounts
+from reconciler.pools import ASSIGNMENTS, CPU_POOLS, EXCLUSIVE, MEMORY_POOLS
 from reconciler.reconcile import reconcile
 
 TOPO = topology(16, numa=2, sockets=2, smt=2)
@@ -230,3 +232,14 @@ def test_empty_node() -> None:
     assert ledger.reclaimed_cpus == ledger.reclaimable_cpus == 0
     empty = reconcile(snapshot())
     assert empty.online_cpus == 0 and empty.cpu_pools.total == 0
+
+
+def test_pool_vocabulary_matches_the_ledger_records() -> None:
+    # One vocabulary: the pool counts, the JSON keys and the CPU map all use its names.
+    assert tuple(f.name for f in fields(PoolCounts)) == CPU_POOLS
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]), topo=TOPO,
+                 allocatable=range(1, 32))
+    assert tuple(ledger.cpu_pools.to_json()) == CPU_POOLS
+    assert {cell.pool for cell in ledger.cpu_map} <= set(CPU_POOLS)
+    assert {c.assignment for c in ledger.containers} <= set(ASSIGNMENTS)
+    assert set(EXCLUSIVE) <= set(ASSIGNMENTS) and set(MEMORY_POOLS) <= set(ASSIGNMENTS)
