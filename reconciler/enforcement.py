@@ -11,6 +11,12 @@ Expected cpuset of a container, from its ledger assignment (docs/design.md#cpu-p
   ``strict-cpu-reservation`` (the kubelet's default set keeps them otherwise). Under a CPU
   manager policy other than ``static`` nothing is pinned: every online CPU.
 
+A shared container (``node_shared`` or ``pod_shared``) may run on fewer CPUs than its pool:
+CPUs an ordinary init container held stay out of the shared set until that init container
+is removed, and the PodResources API never lists init containers, so the ledger counts those
+CPUs as shared. Such a container drifts only when it runs on a CPU outside its pool (or on
+none); an exclusive slice and a pod block must match exactly.
+
 A pod whose cgroup carries a cpuset of its own (cgroup v2, non-empty ``cpuset.cpus``) is
 expected to hold its pod block; pods without a block have no expectation.
 """
@@ -131,7 +137,7 @@ def compare(expectations: Expectations, enforced: EnforcedCpusets) -> Comparison
         pair = (id(got), id(want))
         equal = same.get(pair)
         if equal is None:
-            equal = same[pair] = got == want
+            equal = same[pair] = _agrees(kind, want, got)
         if not equal:
             differences.append(Difference(key, kind, want, got))
     for (namespace, pod), want in expectations.pods.items():
@@ -143,6 +149,15 @@ def compare(expectations: Expectations, enforced: EnforcedCpusets) -> Comparison
         if got != want:
             differences.append(Difference(pkey, "pod", want, got))
     return Comparison(tuple(differences), frozenset(observed), frozenset(subjects))
+
+
+def _agrees(kind: str, want: frozenset[int], got: frozenset[int]) -> bool:
+    if kind in _SHARED:
+        return bool(got) and got <= want
+    return got == want
+
+
+_SHARED = frozenset({"node_shared", "pod_shared"})
 
 
 class Drift(NamedTuple):

@@ -1,13 +1,13 @@
-"""Reclaimed and reclaimable cores (SPEC §3.3)."""
+"""Reclaimed and reclaimable cores (docs/design.md#estimates)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from reconciler.kube import Resources
+from reconciler.kube import PodSpec, Resources
 
 
-def legacy_cost(containers: Sequence[tuple[bool, int, Resources | None]]) -> int:
+def legacy_cost(containers: Iterable[tuple[bool, int, Resources | None]]) -> int:
     """What the per-container model would have pinned for a pod with a pod block.
 
     Each item is ``(exclusive, exclusive_cpu_count, spec_resources_or_None)``: exclusive
@@ -23,6 +23,13 @@ def legacy_cost(containers: Sequence[tuple[bool, int, Resources | None]]) -> int
         else:
             cost += 1
     return cost
+
+
+def spec_legacy_cost(pod: PodSpec) -> int:
+    """The legacy cost of a pod as its spec plans it: eligible containers exclusive with
+    their integer CPU request, every other long-running container shared."""
+    return legacy_cost((pod.eligible(c), c.resources.integer_cpus or 0, c.resources)
+                       for c in pod.long_running)
 
 
 def reclaimable_cores(exclusive_counts: Sequence[int]) -> int:

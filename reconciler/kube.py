@@ -139,7 +139,8 @@ class Resources:
         return m // 1000
 
     def legacy_cpus(self) -> int:
-        """What the per-container model would pin for a shared container (SPEC §3.3)."""
+        """What the per-container model would pin for a shared container
+        (docs/design.md#estimates)."""
         m = self.cpu_limit_m if self.cpu_limit_m is not None else self.cpu_request_m
         return max(1, math.ceil((m or 0) / 1000))
 
@@ -200,7 +201,8 @@ class PodSpec:
         return None
 
     def eligible(self, container: ContainerSpec) -> bool:
-        """Whether the static policy would give this container exclusive CPUs (SPEC §2.2)."""
+        """Whether the static policy would give this container exclusive CPUs
+        (docs/design.md#allocator)."""
         if container.init and not container.sidecar:
             return False
         if not self.guaranteed:

@@ -1,8 +1,11 @@
-"""The ledger: the reconciled picture of a node (SPEC §3, JSON form §4.3).
+"""The ledger: the reconciled picture of a node (docs/design.md#data-path); its JSON form is
+the ``podres.ledger/v1`` object.
 
-Immutable; ``to_json()`` gives exactly the documented ``podres.ledger/v1`` object. The
-per-pod, per-container and per-CPU records are named tuples: a busy node has thousands of
-them, and a tuple is built several times faster than a frozen dataclass.
+Immutable; ``to_json()`` gives exactly the documented object. The per-pod, per-container and
+per-CPU records are named tuples: a busy node has thousands of them, and a tuple is built
+several times faster than a frozen dataclass. The pool and anomaly vocabularies are defined
+in ``reconciler.pools`` and ``reconciler.anomalies`` and are part of the ledger's public
+names.
 """
 
 from __future__ import annotations
@@ -10,23 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from reconciler.anomalies import ANOMALY_KINDS as ANOMALY_KINDS
+from reconciler.anomalies import Anomaly as Anomaly
+from reconciler.anomalies import AnomalyKind as AnomalyKind
 from reconciler.cpuset import format_cpuset
+from reconciler.pools import ASSIGNMENTS as ASSIGNMENTS
+from reconciler.pools import CPU_POOLS as CPU_POOLS
+from reconciler.pools import MEMORY_POOLS as MEMORY_POOLS
+from reconciler.pools import Assignment as Assignment
+from reconciler.pools import CPUPool as CPUPool
 from reconciler.snapshot import CheckpointFacts
 
 SCHEMA = "podres.ledger/v1"
 
-# Order matters: it is the order of JSON keys, metric label values and table columns.
-CPU_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
-             "pod_idle")
-ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")
-MEMORY_POOLS = ("node_exclusive", "pod_exclusive", "pod_shared")
-ANOMALY_KINDS = (
-    "exclusive_overlap", "container_outside_pod", "unknown_cpu", "reserved_cpu_assigned",
-    "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
-    "numa_misaligned", "memory_over_budget",
-)
-
-Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
 Basis = Literal["spec", "podresources"]
 
 
@@ -105,23 +104,11 @@ class ContainerEntry(NamedTuple):
         }
 
 
-class Anomaly(NamedTuple):
-    kind: str
-    namespace: str | None
-    pod: str | None
-    container: str | None
-    detail: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "namespace": self.namespace, "pod": self.pod,
-                "container": self.container, "detail": self.detail}
-
-
 class CPUCell(NamedTuple):
     """One online CPU and who holds it, for the CPU map (not part of the ledger JSON)."""
 
     id: int
-    pool: str
+    pool: CPUPool
     core: int | None = None
     socket: int | None = None
     numa_node: int | None = None
@@ -165,7 +152,7 @@ class Ledger:
         }
 
     def anomaly_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(ANOMALY_KINDS, 0)
+        counts: dict[str, int] = dict.fromkeys(ANOMALY_KINDS, 0)
         for a in self.anomalies:
             counts[a.kind] = counts.get(a.kind, 0) + 1
         return counts

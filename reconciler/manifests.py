@@ -90,6 +90,10 @@ def templates_from_manifest(doc: object, source: str = "manifest") -> list[PodTe
     if kind not in KINDS:
         raise ManifestError(f"{source}: unsupported kind {kind!r} "
                             f"(supported: {', '.join(KINDS)})")
+    return [_workload_template(kind, doc, source)]
+
+
+def _workload_template(kind: str, doc: Mapping[str, Any], source: str) -> PodTemplate:
     meta = doc.get("metadata")
     if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) \
             or not meta.get("name"):
@@ -97,7 +101,18 @@ def templates_from_manifest(doc: object, source: str = "manifest") -> list[PodTe
     name = str(meta["name"])
     where = f"{source} ({kind} {name})"
     namespace = str(meta.get("namespace") or "default")
-    template = _dig(doc, _template_path(kind), where)
+    pod_obj = {"metadata": {"name": name, "namespace": namespace,
+                            "uid": str(meta.get("uid") or "")},
+               "spec": _pod_spec(_dig(doc, _template_path(kind), where), where)}
+    try:
+        pod = pod_spec_from_json(pod_obj)
+    except SpecError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    return PodTemplate(kind, namespace, name, pod, _replicas(kind, doc, where), source)
+
+
+def _pod_spec(template: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """The ``spec`` of a pod template, with the container lists it must have."""
     spec = template.get("spec")
     if not isinstance(spec, Mapping):
         raise ManifestError(f"{where}: pod template without a spec")
@@ -106,11 +121,4 @@ def templates_from_manifest(doc: object, source: str = "manifest") -> list[PodTe
         raise ManifestError(f"{where}: the pod template has no containers")
     if not isinstance(spec.get("initContainers", []) or [], list):
         raise ManifestError(f"{where}: initContainers must be a list")
-    pod_obj = {"metadata": {"name": name, "namespace": namespace,
-                            "uid": str(meta.get("uid") or "")},
-               "spec": spec}
-    try:
-        pod = pod_spec_from_json(pod_obj)
-    except SpecError as exc:
-        raise ManifestError(f"{where}: {exc}") from None
-    return [PodTemplate(kind, namespace, name, pod, _replicas(kind, doc, where), source)]
+    return spec

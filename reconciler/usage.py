@@ -77,7 +77,7 @@ def attribute(before: Mapping[int, int], after: Mapping[int, int],
     hypervisor quirk), contributes 0 for this interval: the counters published from this
     never decrease, at the price of losing that one CPU-interval.
     """
-    pools = dict.fromkeys(CPU_POOLS, 0)
+    pools: dict[str, int] = dict.fromkeys(CPU_POOLS, 0)
     pods: dict[PodPoolKey, int] = {}
     for cpu, end in after.items():
         start = before.get(cpu)

@@ -26,13 +26,7 @@ from functools import partial
 
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.hints import Hint, HintError, MaskTable, merge
-from reconciler.allocator.placement import (
-    POOLS,
-    Assignment,
-    ContainerTruth,
-    PodPlacement,
-    Rejection,
-)
+from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
     take_by_topology,
@@ -43,6 +37,8 @@ from reconciler.allocator.take import (
 from reconciler.allocator.topology import CPUTopology
 from reconciler.cpuset import format_cpuset
 from reconciler.kube import ContainerSpec, PodSpec
+from reconciler.pools import CPU_POOLS as POOLS
+from reconciler.pools import Assignment
 from reconciler.snapshot import MemoryBlock
 
 __all__ = [
@@ -243,7 +239,7 @@ class NodeModel:
             rest = "pod_shared" if p.has_pod_shared else "pod_idle"
             for cpu in p.shared_pool:
                 owned.setdefault(cpu, rest)
-        counts = dict.fromkeys(POOLS, 0)
+        counts: dict[str, int] = dict.fromkeys(POOLS, 0)
         for cpu in scope:
             if cpu in owned:
                 counts[owned[cpu]] += 1

@@ -8,10 +8,8 @@ from typing import Literal
 
 from reconciler.allocator.topology import CPUTopology
 from reconciler.kube import PodSpec
+from reconciler.pools import Assignment
 from reconciler.snapshot import MemoryBlock
-
-Assignment = Literal["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"]
-POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared", "pod_idle")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
 from reconciler.allocator.topology import CPUTopology, from_spec
+from reconciler.estimates import spec_legacy_cost
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.manifests import PodTemplate
 
@@ -65,19 +66,6 @@ def format_bytes(n: int) -> str:
 def _legacy_pinned(pod: PodSpec) -> int:
     """What the per-container model pins for this pod: its eligible containers' CPUs."""
     return sum(c.resources.integer_cpus or 0 for c in pod.long_running if pod.eligible(c))
-
-
-def legacy_cost(pod: PodSpec) -> int:
-    """The legacy cost of a pod-level pod (docs/design.md#estimates): exclusive slices plus
-    a whole CPU (at least) for every shared container, as the per-container model would
-    have pinned."""
-    total = 0
-    for c in pod.long_running:
-        if pod.eligible(c):
-            total += c.resources.integer_cpus or 0
-        else:
-            total += c.resources.legacy_cpus()
-    return total
 
 
 def _scratch_model(pod: PodSpec, config: ModelConfig) -> NodeModel:
@@ -180,7 +168,7 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
     result, admitted = _verdict(model, pod)
     pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
         and pod.budget_cpus is not None
-    legacy = legacy_cost(pod) if pod_path else _legacy_pinned(pod)
+    legacy = spec_legacy_cost(pod) if pod_path else _legacy_pinned(pod)
     cpus: frozenset[int] | None = None
     numa: tuple[int, ...] | None = None
     if isinstance(result, PodPlacement):

@@ -1,8 +1,10 @@
-"""Every anomaly kind of SPEC §3.4, raised on a hand-built node, and a near miss that is not."""
+"""Every anomaly kind the reconciler checks (docs/design.md#anomalies), raised on a
+hand-built node, and a near miss that is not; and the order anomalies are listed in."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 from foundation.helpers import (
     GI,
@@ -17,8 +19,9 @@ from foundation.helpers import (
     snapshot,
     topology,
 )
+from reconciler.anomalies import POD_ORDER, REPORT_ORDER, AnomalyKind, AnomalyLog
 from reconciler.kube import KubeletConfig
-from reconciler.ledger import ANOMALY_KINDS
+from reconciler.ledger import ANOMALY_KINDS, Anomaly
 from reconciler.reconcile import reconcile
 
 TOPO = topology(8)  # CPUs 0-7, one NUMA node
@@ -275,3 +278,41 @@ def test_anomaly_kinds_are_known_and_json_ready() -> None:
     counts = ledger.anomaly_counts()
     assert set(counts) >= set(ANOMALY_KINDS)
     assert sum(counts.values()) == len(ledger.anomalies)
+
+
+# -- order --------------------------------------------------------------------------------
+
+def test_every_kind_has_one_place_in_the_order() -> None:
+    order = REPORT_ORDER + POD_ORDER
+    assert sorted(order) == sorted(get_args(AnomalyKind))
+    assert len(set(order)) == len(order)
+    assert set(ANOMALY_KINDS) <= set(order)
+
+
+def test_report_anomalies_come_first_then_pod_by_pod_in_kind_order() -> None:
+    spec = pspec("a", cspec("app", "2"), cspec("side", "1"), budget="2", budget_memory="1Gi")
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("side", [5]), cpus=[2, 3, 4],
+                     memory=[mem(2 * GI)]),
+                 pod("b", ctr("x", [99])),
+                 pod("c", ctr("app", [6, 77])), topo=TOPO, specs=[spec])
+    assert [(a.kind, a.pod) for a in ledger.anomalies] == [
+        ("unknown_cpu", "b"), ("unknown_cpu", "c"),  # what is wrong with the report itself
+        ("container_outside_pod", "a"), ("budget_mismatch", "a"),
+        ("memory_over_budget", "a")]
+
+
+def test_the_log_orders_whatever_order_checks_report_in() -> None:
+    def a(kind: AnomalyKind, pod: str, detail: str = "") -> Anomaly:
+        return Anomaly(kind, "ns", pod, None, detail or kind)
+
+    log = AnomalyLog()
+    log.extend(1, [a("memory_over_budget", "q"), a("exclusive_overlap", "q")])
+    log.extend(0, [a("missing_exclusive", "p", "second"), a("unknown_cpu", "p")])
+    log.extend(0, [a("cpuset_drift", "p")])
+    log.extend(1, [a("unknown_cpu", "q")])
+    log.extend(0, [a("missing_exclusive", "p", "third")])
+    assert [(x.pod, x.detail) for x in log.ordered()] == [
+        ("p", "unknown_cpu"), ("q", "unknown_cpu"),
+        ("p", "second"), ("p", "third"), ("p", "cpuset_drift"),
+        ("q", "exclusive_overlap"), ("q", "memory_over_budget")]
+    assert AnomalyLog().ordered() == ()

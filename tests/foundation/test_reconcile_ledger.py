@@ -1,9 +1,11 @@
-"""Classification (SPEC §2.2/§3.2), pools and their precedence (§3.1), estimates (§3.3) and
-the ledger's JSON form (§4.3), on hand-built nodes."""
+"""Classification (docs/design.md#classification), pools and their precedence (#cpu-pools,
+#ownership), estimates (#estimates) and the ledger's JSON form (#data-path), on hand-built
+nodes."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import pytest
 
@@ -20,8 +22,10 @@ from foundation.helpers import (
     snapshot,
     topology,
 )
+from reconciler.estimates import spec_legacy_cost
 from reconciler.kube import KubeletConfig
-from reconciler.ledger import Ledger
+from reconciler.ledger import Ledger, PoolCounts
+from reconciler.pools import ASSIGNMENTS, CPU_POOLS, EXCLUSIVE, MEMORY_POOLS
 from reconciler.reconcile import reconcile
 
 TOPO = topology(16, numa=2, sockets=2, smt=2)
@@ -107,6 +111,17 @@ def test_legacy_cost_uses_limits_when_spec_known() -> None:
     ledger = run(pod("p", ctr("proxy"), ctr("app", [2, 3]), cpus=[2, 3, 4]), topo=TOPO,
                  specs=[spec])
     assert ledger.pods[0].reclaimed_cpus == 2 + 3 - 3
+
+
+def test_planned_legacy_cost_is_the_reconciled_one_for_a_pod_placed_as_planned() -> None:
+    # The motivating example: app 2 exclusive + proxy + log shipper, budget 3 → legacy 4;
+    # the plan (from the spec) and the reconciler (from the report) share one rule.
+    spec = pspec("p", cspec("app", "2"), cspec("shipper", "200m"), budget="3",
+                 sidecars=[cspec("proxy", "500m", sidecar=True)])
+    assert spec_legacy_cost(spec) == 4
+    ledger = run(pod("p", ctr("proxy"), ctr("app", [2, 3]), ctr("shipper"), cpus=[2, 3, 4]),
+                 topo=TOPO, specs=[spec])
+    assert ledger.pods[0].reclaimed_cpus == spec_legacy_cost(spec) - 3 == 1
 
 
 def test_list_order_is_kept() -> None:
@@ -217,3 +232,14 @@ def test_empty_node() -> None:
     assert ledger.reclaimed_cpus == ledger.reclaimable_cpus == 0
     empty = reconcile(snapshot())
     assert empty.online_cpus == 0 and empty.cpu_pools.total == 0
+
+
+def test_pool_vocabulary_matches_the_ledger_records() -> None:
+    # One vocabulary: the pool counts, the JSON keys and the CPU map all use its names.
+    assert tuple(f.name for f in fields(PoolCounts)) == CPU_POOLS
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]), topo=TOPO,
+                 allocatable=range(1, 32))
+    assert tuple(ledger.cpu_pools.to_json()) == CPU_POOLS
+    assert {cell.pool for cell in ledger.cpu_map} <= set(CPU_POOLS)
+    assert {c.assignment for c in ledger.containers} <= set(ASSIGNMENTS)
+    assert set(EXCLUSIVE) <= set(ASSIGNMENTS) and set(MEMORY_POOLS) <= set(ASSIGNMENTS)

@@ -211,3 +211,18 @@ def test_empty_expectations_are_not_compared() -> None:
     cmp = compare(exp, EnforcedCpusets({("default", "app", "proxy"): S({0, 1}),
                                         ("default", "other", "c"): S({0, 1})}))
     assert cmp.differences == () and cmp.observed == frozenset()
+
+
+@pytest.mark.parametrize(("enforced", "drifts"), [
+    (S({1}), False),      # CPU 0 held by an init container the API never lists: agrees
+    (S({0, 1}), False),   # exactly the pool
+    (S({0, 1, 5}), True),  # also on db's exclusive CPU
+    (S(), True),          # on nothing at all
+])
+def test_a_shared_container_drifts_only_off_its_pool(enforced: frozenset[int],
+                                                     drifts: bool) -> None:
+    exp = expected_cpusets(small_ledger(), EnforcementOptions())
+    actual = enforced_as_expected()
+    actual[("default", "db", "log")] = enforced
+    got = compare(exp, EnforcedCpusets(actual))
+    assert [d.key for d in got.differences] == ([("default", "db", "log")] if drifts else [])

@@ -1,0 +1,112 @@
+"""The ledger's pod and container entries of one reconciled pod, with its estimates
+(docs/design.md#estimates)."""
+
+from __future__ import annotations
+
+from reconciler.classify import EMPTY, PodView
+from reconciler.estimates import legacy_cost, reclaimable_cores
+from reconciler.kube import PodSpec
+from reconciler.ledger import Basis, ContainerEntry, PodEntry
+from reconciler.memory import MemoryRow, PodMemory
+from reconciler.ownership import Claim
+from reconciler.pools import EXCLUSIVE
+from reconciler.snapshot import PodAlloc
+
+_EMPTY_NAMES: frozenset[str] = frozenset()
+
+
+def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
+    """Names that ``spec.container(name)`` resolves to a sidecar (the first container of a
+    name wins, as there)."""
+    if spec is None or not spec.init_containers:
+        return _EMPTY_NAMES
+    first: dict[str, bool] = {}
+    for c in spec.long_running:
+        first.setdefault(c.name, c.sidecar)
+    return frozenset(name for name, sidecar in first.items() if sidecar)
+
+
+def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, ...],
+                 ) -> PodEntry:
+    """The entry of a pod that owns no CPU (the common case): no block, no counts,
+    nothing reclaimable."""
+    if spec is None:
+        return PodEntry(pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0, None, 0,
+                        "podresources", "", memory)
+    return PodEntry(pod.namespace, pod.name, EMPTY, spec.budget_cpus, 0, 0, 0, 0, None, 0,
+                    "spec", spec.uid, memory)
+
+
+def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
+                      containers: list[ContainerEntry]) -> PodEntry:
+    """A pod that reports nothing (no CPU, no memory): every container node_shared."""
+    namespace, name = pod.namespace, pod.name
+    # _sidecar_names(None) is empty too: testing here spares a call per pod without a spec.
+    sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
+    add = containers.append
+    for c in pod.containers:
+        # Positional: the field order of ContainerEntry (the hot loop of a node).
+        add(ContainerEntry(namespace, name, c.name, c.name in sidecars, "node_shared",
+                           "node_shared", EMPTY, 0))
+    return _plain_entry(pod, spec, ())
+
+
+def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
+                containers: list[ContainerEntry]) -> PodEntry:
+    """Adds the pod's container entries; returns its pod entry."""
+    pod = view.alloc
+    namespace, pod_name = pod.namespace, pod.name
+    sidecars = _sidecar_names(view.spec)
+    add = containers.append
+    for c, assignment, cpus, mem_assignment, mem_bytes in zip(
+            pod.containers, view.assignments, view.sets, memory.assignments, memory.sizes,
+            strict=True):
+        if assignment == "pod_shared":
+            held = claim.remainder
+        elif assignment == "node_shared":
+            held = EMPTY
+        else:
+            held = cpus
+        add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars,
+                           assignment, mem_assignment, held, mem_bytes))
+    if view.plain:
+        return _plain_entry(pod, view.spec, memory.rows)
+    return _pod_entry(view, claim, memory.rows)
+
+
+def _pod_entry(view: PodView, claim: Claim, memory: tuple[MemoryRow, ...]) -> PodEntry:
+    pod, spec = view.alloc, view.spec
+    basis: Basis = "spec" if spec is not None else "podresources"
+    node_exclusive = frozenset().union(*(
+        s for a, s in zip(view.assignments, view.sets, strict=True) if a == "node_exclusive"))
+    pod_exclusive = pod_shared = pod_idle = 0
+    if view.pod_level:
+        pod_exclusive = len(claim.exclusive)
+        if "pod_shared" in view.assignments:
+            pod_shared = len(claim.remainder)
+        else:
+            pod_idle = len(claim.remainder)
+    reclaimed, reclaimable = _estimates(view)
+    return PodEntry(
+        namespace=pod.namespace, name=pod.name, cpus=view.block,
+        budget_cpus=spec.budget_cpus if spec else None,
+        pod_exclusive_cpus=pod_exclusive, pod_shared_cpus=pod_shared, pod_idle_cpus=pod_idle,
+        node_exclusive_cpus=len(node_exclusive),
+        reclaimed_cpus=reclaimed, reclaimable_cpus=reclaimable, estimate_basis=basis,
+        uid=spec.uid if spec else "", memory=memory,
+    )
+
+
+def _estimates(view: PodView) -> tuple[int | None, int | None]:
+    """(reclaimed, reclaimable): the first for a pod with a block, the second without."""
+    if view.pod_level:
+        spec = view.spec
+        cost = legacy_cost(
+            [(a in EXCLUSIVE, len(s), cs.resources if cs is not None else None)
+             for a, s, cs in zip(view.assignments, view.sets,
+                                 [spec.container(c.name) if spec else None
+                                  for c in view.alloc.containers], strict=True)])
+        return cost - len(view.block), None
+    return None, reclaimable_cores(
+        [len(s) for a, s in zip(view.assignments, view.sets, strict=True)
+         if a == "node_exclusive"])

@@ -1,0 +1,156 @@
+"""Memory reconciliation (docs/design.md#memory): classification as for CPUs, but by
+quantity per memory type; the memory pools of the node; ``memory_over_budget``.
+
+The 1.36 pattern (shared containers reporting the pod's shared memory as their own) is only
+believed when the CPUs of the same pod showed it: two ordinary containers may well hold
+identical blocks (same size, same NUMA node).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import NamedTuple
+
+from reconciler.anomalies import Anomaly
+from reconciler.classify import all_node_shared
+from reconciler.kube import PodSpec
+from reconciler.pools import MEMORY_POOLS, Assignment, MemoryPool
+from reconciler.snapshot import ContainerAlloc, MemoryBlock, PodAlloc
+
+MemoryKey = tuple[tuple[str, int, tuple[int, ...]], ...]
+MemoryRow = tuple[MemoryPool, str, int]  # (pool, memory_type, bytes)
+
+_POOL_SLOT = {pool: slot for slot, pool in enumerate(MEMORY_POOLS)}
+
+
+class PodMemory(NamedTuple):
+    assignments: tuple[Assignment, ...]  # one per container, in List order
+    sizes: tuple[int, ...]  # bytes attributed to each container
+    rows: tuple[MemoryRow, ...]  # the pod's memory by pool and type
+
+
+@lru_cache(maxsize=64)
+def no_memory(n: int) -> PodMemory:
+    """The memory of a pod of ``n`` containers that reports none (the common case)."""
+    return PodMemory(all_node_shared(n)[0], (0,) * n, ())
+
+
+def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
+               ) -> tuple[PodMemory, list[Anomaly]]:
+    """The memory classification of a pod that reports memory (at pod or container level);
+    ``legacy_pattern`` is whether its CPUs showed the 1.36 pattern."""
+    shares, shared_keys = _shares(pod, legacy_pattern)
+    exclusive: dict[str, int] = defaultdict(int)
+    for c, shared in zip(pod.containers, shares, strict=True):
+        if not shared:
+            for b in c.memory:
+                exclusive[b.memory_type] += b.size
+    pod_total = _pod_total(pod, exclusive, shared_keys)
+    found: list[Anomaly] = []
+    shared_left = _shared_left(pod, pod_total, exclusive, found)
+    if pod.memory and spec is not None and spec.resources is not None:
+        found += _over_budget(pod, spec.resources.memory_limit, pod_total)
+    pod_level = bool(pod_total)
+    assignments, sizes = _containers(pod, shares, pod_level, sum(shared_left.values()))
+    pool: MemoryPool = "pod_exclusive" if pod_level else "node_exclusive"
+    rows: list[MemoryRow] = [(pool, mtype, size) for mtype, size in sorted(exclusive.items())]
+    rows += [("pod_shared", mtype, size) for mtype, size in sorted(shared_left.items())]
+    return PodMemory(assignments, sizes, tuple(rows)), found
+
+
+def _memory_key(c: ContainerAlloc) -> MemoryKey:
+    return tuple(sorted((b.memory_type, b.size, b.numa_nodes) for b in c.memory))
+
+
+def _shares(pod: PodAlloc, legacy_pattern: bool) -> tuple[list[bool], set[MemoryKey]]:
+    """Which containers report the pod's shared memory as their own (the 1.36 pattern: the
+    same blocks listed by more than one container), and those blocks."""
+    if not legacy_pattern or pod.memory:
+        return [False] * len(pod.containers), set()
+    keys = [_memory_key(c) for c in pod.containers]
+    shared_keys: set[MemoryKey] = set()
+    seen: set[MemoryKey] = set()
+    for key in keys:
+        if key and key in seen:
+            shared_keys.add(key)
+        seen.add(key)
+    return [bool(key) and key in shared_keys for key in keys], shared_keys
+
+
+def _by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for b in blocks:
+        out[b.memory_type] += b.size
+    return dict(out)
+
+
+def _pod_total(pod: PodAlloc, exclusive: dict[str, int], shared_keys: set[MemoryKey],
+               ) -> dict[str, int]:
+    """The pod-level memory by type: the pod's own blocks, else what the 1.36 pattern
+    implies (the containers' own plus the shared blocks once), else none."""
+    if pod.memory:
+        return _by_type(pod.memory)
+    if not shared_keys:
+        return {}
+    total = dict(exclusive)
+    for key in shared_keys:
+        for mtype, size, _ in key:
+            total[mtype] = total.get(mtype, 0) + size
+    return total
+
+
+def _shared_left(pod: PodAlloc, pod_total: dict[str, int], exclusive: dict[str, int],
+                 found: list[Anomaly]) -> dict[str, int]:
+    """What the containers' own blocks leave of the pod's memory, per type (never below 0:
+    containers holding more than the pod is ``memory_over_budget``)."""
+    left_by_type: dict[str, int] = {}
+    for mtype, total in pod_total.items():
+        left = total - exclusive.get(mtype, 0)
+        if left < 0:
+            found.append(Anomaly(
+                "memory_over_budget", pod.namespace, pod.name, None,
+                f"containers hold {exclusive[mtype]} bytes of {mtype}, more than the "
+                f"pod's {total}"))
+        left_by_type[mtype] = max(0, left)
+    return left_by_type
+
+
+def _over_budget(pod: PodAlloc, budget: int | None, pod_total: dict[str, int],
+                 ) -> list[Anomaly]:
+    """Pod-level memory blocks above the pod's memory limit."""
+    if budget is None or pod_total.get("memory", 0) <= budget:
+        return []
+    return [Anomaly("memory_over_budget", pod.namespace, pod.name, None,
+                    f"pod memory blocks hold {pod_total['memory']} bytes, over the pod "
+                    f"budget of {budget}")]
+
+
+def _containers(pod: PodAlloc, shares: list[bool], pod_level: bool, shared_bytes: int,
+                ) -> tuple[tuple[Assignment, ...], tuple[int, ...]]:
+    """Each container's memory assignment and the bytes attributed to it: its own blocks
+    when exclusive, the pod's shared memory when pod_shared, none when node_shared."""
+    assignments: list[Assignment] = []
+    sizes: list[int] = []
+    for c, shared in zip(pod.containers, shares, strict=True):
+        a: Assignment
+        if pod_level:
+            a = "pod_exclusive" if c.memory and not shared else "pod_shared"
+        else:
+            a = "node_exclusive" if c.memory else "node_shared"
+        assignments.append(a)
+        if a == "pod_shared":
+            sizes.append(shared_bytes)
+        else:
+            sizes.append(sum(b.size for b in c.memory) if a != "node_shared" else 0)
+    return tuple(assignments), tuple(sizes)
+
+
+def memory_pools(pods: Iterable[PodMemory]) -> tuple[tuple[str, tuple[int, int, int]], ...]:
+    """The node's memory by type: (node_exclusive, pod_exclusive, pod_shared) bytes."""
+    pools: dict[str, list[int]] = {}
+    for pod in pods:
+        for pool, mtype, size in pod.rows:
+            pools.setdefault(mtype, [0, 0, 0])[_POOL_SLOT[pool]] += size
+    return tuple((mtype, (v[0], v[1], v[2])) for mtype, v in sorted(pools.items()))

@@ -1,0 +1,88 @@
+"""What the reconciler knows about the node as a whole before it looks at any pod: which
+CPUs are online, which are reserved, where each CPU sits, the pod specs by name and the
+kubelet's policies (docs/design.md#cpu-pools)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reconciler.cpuset import MAX_CPU_ID
+from reconciler.kube import KubeletConfig, PodSpec
+from reconciler.snapshot import NodeSnapshot, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    online: frozenset[int]
+    reserved: frozenset[int]
+    topology: Topology | None
+    numa_of: dict[int, int]  # CPU → NUMA node, when the topology is known
+    config: KubeletConfig | None
+    specs: dict[tuple[str, str], PodSpec]  # (namespace, name) → the first spec of that name
+    static_cpu: bool  # the static CPU policy hands out exclusive CPUs
+    single_numa: bool  # topology policy single-numa-node, with a topology to check against
+
+
+def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
+    config, topology = snapshot.kubelet_config, snapshot.topology
+    online = _online_cpus(snapshot)
+    return NodeFacts(
+        online=online,
+        reserved=_reserved_cpus(snapshot, online),
+        topology=topology,
+        numa_of=topology.numa_of() if topology else {},
+        config=config,
+        specs=_index_specs(snapshot.pod_specs),
+        static_cpu=config is not None and config.static_cpu,
+        single_numa=(config is not None and topology is not None
+                     and config.topology_manager_policy == "single-numa-node"),
+    )
+
+
+def _online_cpus(snap: NodeSnapshot) -> frozenset[int]:
+    """From the topology; without it, every id the node reports (valid ones only)."""
+    if snap.topology is not None:
+        return snap.topology.online
+    ids: set[int] = set()
+    if snap.allocatable is not None:
+        ids.update(snap.allocatable.cpu_ids)
+    if snap.kubelet_config is not None and snap.kubelet_config.reserved_system_cpus:
+        ids.update(snap.kubelet_config.reserved_system_cpus)
+    for pod in snap.pods:
+        ids.update(pod.cpu_ids)
+        for c in pod.containers:
+            ids.update(c.cpu_ids)
+    return frozenset(cpu for cpu in ids if 0 <= cpu <= MAX_CPU_ID)
+
+
+def _reserved_cpus(snap: NodeSnapshot, online: frozenset[int]) -> frozenset[int]:
+    alloc, config = snap.allocatable, snap.kubelet_config
+    if alloc is not None and alloc.cpu_ids:
+        return online - frozenset(alloc.cpu_ids)
+    if config is not None and config.reserved_system_cpus:
+        return config.reserved_system_cpus & online
+    return frozenset()
+
+
+def _index_specs(specs: Iterable[PodSpec] | None) -> dict[tuple[str, str], PodSpec]:
+    index: dict[tuple[str, str], PodSpec] = {}
+    for spec in specs or ():
+        index.setdefault((spec.namespace, spec.name), spec)
+    return index
+
+
+def kubelet_info(snapshot: NodeSnapshot) -> tuple[tuple[str, object], ...]:
+    """The kubelet's policies from its config, then the free-form facts of the snapshot."""
+    info: dict[str, object] = {}
+    config = snapshot.kubelet_config
+    if config is not None:
+        info.update(
+            cpu_manager_policy=config.cpu_manager_policy,
+            memory_manager_policy=config.memory_manager_policy,
+            topology_manager_policy=config.topology_manager_policy,
+            topology_manager_scope=config.topology_manager_scope,
+            pod_level_resource_managers=config.pod_level_resource_managers,
+        )
+    info.update(snapshot.kubelet_info)
+    return tuple(info.items())
