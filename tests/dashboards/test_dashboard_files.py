@@ -178,7 +178,7 @@ def test_active_anomalies_count_what_the_alerts_count() -> None:
 
 
 def test_metric_names_are_the_catalogue() -> None:
-    """Every podres_ metric a dashboard or rule uses is in SPEC §4.4 or, when the exporter
+    """Every podres_ metric a dashboard or rule uses is in docs/metrics.md or, when the exporter
     is importable, in its metric catalogue (exporter.metrics.catalogue)."""
     catalogue = {
         "podres_cpus", "podres_memory_bytes", "podres_containers", "podres_reclaimed_cpus",

@@ -204,7 +204,7 @@ def kinds(ledger: Ledger) -> list[str]:
 
 
 def check_invariants(ledger: Ledger, topo: Topology | None = None) -> None:
-    """The one-pool-per-CPU invariants of SPEC §3.1 that every ledger must keep."""
+    """The one-pool-per-CPU invariants of docs/design.md#cpu-pools that every ledger must keep."""
     doc = ledger.to_json()
     json.dumps(doc)  # serialisable whatever the names hold
     assert ledger.cpu_pools.total == ledger.online_cpus

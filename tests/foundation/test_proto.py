@@ -1,5 +1,5 @@
 """The PodResources proto: generated stubs are not stale, and every message, field number,
-type and the service match SPEC §2.1."""
+type and the service match the PodResources v1 API (docs/design.md#sources)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from foundation.helpers import REPO
 T = d.FieldDescriptor
 I64, U64, STR, MSG = T.TYPE_INT64, T.TYPE_UINT64, T.TYPE_STRING, T.TYPE_MESSAGE
 
-# message → {field: (number, type, repeated, message type name or None)}, from SPEC §2.1.
+# message → {field: (number, type, repeated, message type name or None)}, from the PodResources v1 API.
 SPEC: dict[str, dict[str, tuple[int, int, bool, str | None]]] = {
     "AllocatableResourcesRequest": {},
     "ListPodResourcesRequest": {},

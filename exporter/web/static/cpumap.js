@@ -1,6 +1,6 @@
 /* podres-exporter CPU map: draws every online CPU of the node, grouped by NUMA node and
- * physical core, coloured by pool (SPEC §3.1), with the pods table and the anomalies of the
- * ledger (SPEC §4.3). Plain DOM, no framework; all text goes through textContent (pod and
+ * physical core, coloured by pool (docs/design.md#cpu-pools), with the pods table and the anomalies of the
+ * ledger (docs/design.md#ownership). Plain DOM, no framework; all text goes through textContent (pod and
  * container names come from the kubelet and are never interpreted as HTML).
  *
  * Data: GET api/v1/cpumap  {"node": str, "cpus": [{"id", "core", "socket", "numa_node",
