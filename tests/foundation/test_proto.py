@@ -15,7 +15,8 @@ from foundation.helpers import REPO
 T = d.FieldDescriptor
 I64, U64, STR, MSG = T.TYPE_INT64, T.TYPE_UINT64, T.TYPE_STRING, T.TYPE_MESSAGE
 
-# message → {field: (number, type, repeated, message type name or None)}, from the PodResources v1 API.
+# message → {field: (number, type, repeated, message type name or None)}, from the
+# PodResources v1 API.
 SPEC: dict[str, dict[str, tuple[int, int, bool, str | None]]] = {
     "AllocatableResourcesRequest": {},
     "ListPodResourcesRequest": {},
