@@ -125,14 +125,14 @@ def _debug_probe(out: Path, warmup: float, every: float, frames: int) -> None:
         # Started only now: what is traced from here on and still alive later is growth,
         # and start-up is not slowed down by the tracing.
         tracemalloc.start(frames)
-        gc.collect()
         base = tracemalloc.take_snapshot()
         with out.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"t": round(time.monotonic() - started),
                                 "event": "baseline", **native_memory()}) + "\n")
         while True:
             time.sleep(every)
-            gc.collect()
+            # No gc.collect() here: garbage the collector has not reached yet is part of
+            # what the process holds.
             snap = tracemalloc.take_snapshot()
             top = snap.compare_to(base, "traceback")[:15]
             with out.open("a", encoding="utf-8") as f:
@@ -140,6 +140,8 @@ def _debug_probe(out: Path, warmup: float, every: float, frames: int) -> None:
                     "t": round(time.monotonic() - started),
                     "traced_mib": round(tracemalloc.get_traced_memory()[0] / 2**20, 3),
                     **native_memory(),
+                    "gc_count": gc.get_count(), "gc_threshold": gc.get_threshold(),
+                    "gc_stats": gc.get_stats(),
                     "sites_grown": [{"size_diff_kib": round(s.size_diff / 1024, 1),
                                      "count_diff": s.count_diff,
                                      "where": [f"{fr.filename}:{fr.lineno}"
