@@ -268,14 +268,14 @@ def summarise(args: argparse.Namespace, samples: list[tuple[float, float]],
     warm = [p for p in samples if p[0] >= args.warmup_minutes * 60]
     measured_min = (warm[-1][0] - warm[0][0]) / 60 if len(warm) > 1 else 0.0
     slope = slope_per_minute(warm)
-    written = next((line.split()[-1] for line in metrics.splitlines()
+    pending = next((line.split()[-1] for line in metrics.splitlines()
                     if line.startswith("podres_history_pending_writes")), None)
     figures: dict[str, Any] = {
         "minutes": args.minutes, "warmup_minutes": args.warmup_minutes,
         "churn_interval_s": args.churn_interval, "poll_interval_s": args.poll_interval,
         "scrape_interval_s": args.scrape_interval,
         "history": "off" if args.history_off else "sqlite", "debug": args.debug,
-        "scrapes": dict(counts), "history_pending_writes_at_end": written,
+        "scrapes": dict(counts), "history_pending_writes_at_end": pending,
         "rss_start_mib": round(samples[0][1], 2) if samples else None,
         "rss_warm_mib": round(warm[0][1], 2) if warm else None,
         "rss_end_mib": round(samples[-1][1], 2) if samples else None,
