@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 
-.PHONY: help venv demo test lint typecheck proto bench bench-quick clean
+.PHONY: help venv demo test lint typecheck proto bench bench-quick soak clean
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -57,6 +57,11 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.cycle --pods 100 --cpus 64 --rounds 5
+
+# Half an hour of serve with SQLite history against a churning simulated node; RSS must not
+# grow after warm-up (not in CI). SOAK_ARGS="--minutes 8" for a shorter run.
+soak: $(RUNTIME)
+	$(BIN)/python -m bench.soak --minutes 30 $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, and_, func, or_, select, true
+from sqlalchemy import Float, Select, and_, cast, func, or_, select, true, union_all
 
 from exporter.history.schema import (
     SUMMARY_ASSIGNMENTS,
@@ -205,24 +205,15 @@ def _float(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
-Sums = dict[tuple[int, int], list[float]]  # (bucket, node_id) -> [samples, sum per column]
-
-
-def _aggregate(conn: Any, columns: tuple[str, ...], start: datetime, end: datetime,
-               step: int, node: str | None) -> Sums:
-    """Sample counts and sums per (bucket, node) of summaries with ``start <= t <= end``.
-    Whole hours inside the window come from the hourly roll-up when the step is a multiple
-    of an hour; the edges (and other steps) from the raw summaries."""
+def _partial_sums(columns: tuple[str, ...], start: datetime, end: datetime, step: int,
+                  node: str | None) -> list[Select[Any]]:
+    """Statements whose rows are ``(bucket, node_id, samples, sum per column)`` for the
+    summaries with ``start <= t <= end``; one (bucket, node) may have a row in several of
+    them, to be added up. Whole hours inside the window come from the hourly roll-up when
+    the step is a multiple of an hour; the edges (and other steps) from the raw summaries."""
     lo = math.ceil(start.timestamp())
     hi = math.floor(end.timestamp())
-    out: Sums = {}
-
-    def add(rows: Any) -> None:
-        for r in rows:
-            acc = out.setdefault((int(r[0]), int(r[1])), [0.0] * (len(columns) + 1))
-            for i, v in enumerate(r[2:]):
-                acc[i] += float(v or 0)
-
+    parts: list[Select[Any]] = []
     s = node_summaries
     raw_ranges = [(lo, hi)]
     if step % 3600 == 0:
@@ -231,36 +222,43 @@ def _aggregate(conn: Any, columns: tuple[str, ...], start: datetime, end: dateti
         if h_lo < h_hi:
             h = node_summaries_hourly
             bucket = (h.c.hour_epoch - h.c.hour_epoch % step).label("bucket")
-            stmt = (select(bucket, h.c.node_id, func.sum(h.c.samples),
-                           *[func.sum(h.c[f"sum_{c}"]) for c in columns])
+            stmt = (select(bucket, h.c.node_id.label("node_id"),
+                           func.sum(h.c.samples).label("samples"),
+                           *[func.sum(h.c[f"sum_{c}"]).label(c) for c in columns])
                     .where(h.c.hour_epoch >= h_lo, h.c.hour_epoch < h_hi)
                     .group_by(bucket, h.c.node_id))
             if node is not None:
                 stmt = stmt.join(nodes, nodes.c.id == h.c.node_id).where(nodes.c.name == node)
-            add(conn.execute(stmt))
+            parts.append(stmt)
             raw_ranges = [(lo, h_lo - 1), (h_hi, hi)]
     for a, b in raw_ranges:
         if a > b:
             continue
         bucket = (s.c.at_epoch - s.c.at_epoch % step).label("bucket")
-        stmt = (select(bucket, s.c.node_id, func.count(),
-                       *[func.sum(s.c[c]) for c in columns])
+        stmt = (select(bucket, s.c.node_id.label("node_id"), func.count().label("samples"),
+                       *[func.sum(s.c[c]).label(c) for c in columns])
                 .where(s.c.at_epoch >= a, s.c.at_epoch <= b)
                 .group_by(bucket, s.c.node_id))
         if node is not None:
             stmt = stmt.join(nodes, nodes.c.id == s.c.node_id).where(nodes.c.name == node)
-        add(conn.execute(stmt))
-    return out
+        parts.append(stmt)
+    return parts
 
 
 def summary(store: HistoryStore, node: str, start: datetime, end: datetime,
             step: int) -> dict[str, Any]:
     """The node's summaries in [start, end], averaged per ``step`` seconds."""
+    # One node: at most a few thousand (bucket) rows, added up here.
+    sums: dict[int, list[float]] = {}
     with store.read() as conn:
-        sums = _aggregate(conn, SUMMARY_COLUMNS, start, end, step, node)
+        for stmt in _partial_sums(SUMMARY_COLUMNS, start, end, step, node):
+            for r in conn.execute(stmt):
+                acc = sums.setdefault(int(r[0]), [0.0] * (len(SUMMARY_COLUMNS) + 1))
+                for i, v in enumerate(r[2:]):
+                    acc[i] += float(v or 0)
     index = {c: i + 1 for i, c in enumerate(SUMMARY_COLUMNS)}
     points = []
-    for (b, _node_id), acc in sorted(sums.items()):
+    for b, acc in sorted(sums.items()):
         n = acc[0]
         if not n:
             continue
@@ -285,24 +283,34 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
                 node: str | None = None) -> dict[str, Any]:
     """pod_shared to pod_exclusive CPUs summed over the fleet per step (each node's
     samples averaged within the step first, so nodes count equally)."""
+    # A fleet has (buckets x nodes) partial sums, tens of thousands of rows for 200 nodes:
+    # the database reduces them to one row per bucket.
+    columns = ("cpus_pod_shared", "cpus_pod_exclusive")
+    statements = _partial_sums(columns, start, end, step, node)
+    window = {"from": format_time(start), "to": format_time(end), "step": step}
+    if not statements:  # a window inside one second holds no whole second
+        return {**window, "points": []}
+    parts = union_all(*statements).subquery()
+    samples = func.sum(parts.c.samples)
+    per_node = (select(parts.c.bucket,
+                       (cast(func.sum(parts.c.cpus_pod_shared), Float) / samples)
+                       .label("shared"),
+                       (cast(func.sum(parts.c.cpus_pod_exclusive), Float) / samples)
+                       .label("exclusive"))
+                .group_by(parts.c.bucket, parts.c.node_id)
+                .having(samples > 0).subquery())
+    stmt = (select(per_node.c.bucket, func.count(), func.sum(per_node.c.shared),
+                   func.sum(per_node.c.exclusive))
+            .group_by(per_node.c.bucket).order_by(per_node.c.bucket))
     with store.read() as conn:
-        sums = _aggregate(conn, ("cpus_pod_shared", "cpus_pod_exclusive"), start, end, step,
-                          node)
-    buckets: dict[int, list[float]] = {}
-    for (b, _node_id), (n, shared, exclusive) in sums.items():
-        if not n:
-            continue
-        acc = buckets.setdefault(b, [0.0, 0.0, 0.0])
-        acc[0] += shared / n
-        acc[1] += exclusive / n
-        acc[2] += 1
+        rows = conn.execute(stmt).all()
     points = [{
-        "t": format_time(datetime.fromtimestamp(b, UTC)), "nodes": int(acc[2]),
-        "pod_shared_cpus": round(acc[0], 3), "pod_exclusive_cpus": round(acc[1], 3),
-        "ratio": round(acc[0] / acc[1], 6) if acc[1] else None,
-    } for b, acc in sorted(buckets.items())]
-    return {"from": format_time(start), "to": format_time(end), "step": step,
-            "points": points}
+        "t": format_time(datetime.fromtimestamp(int(b), UTC)), "nodes": int(count),
+        "pod_shared_cpus": round(float(shared), 3),
+        "pod_exclusive_cpus": round(float(exclusive), 3),
+        "ratio": round(float(shared) / float(exclusive), 6) if exclusive else None,
+    } for b, count, shared, exclusive in rows]
+    return {**window, "points": points}
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from conftest import create_database, drop_database
 from histsim import HOSTILE, SimNode
 from openapi_spec_validator import validate as validate_spec
 from sqlalchemy import create_engine
 
+from bench.pgcluster import create_database, drop_database
 from exporter.history import HistoryWriter, open_store
 from exporter.history.api import OPENAPI_EXTRA_KEY, ROUTES, add_routes, openapi_document
 from exporter.history.store import HistoryStore

@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import PgCluster
 from histsim import SimNode, actual_assignments, expected_assignments
 
+from bench.pgcluster import PgCluster
 from exporter.cli import build_parser, main
 from exporter.commands.api import serve_api
 from exporter.history import HistoryWriter, open_store

@@ -7,9 +7,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from conftest import PgCluster
 from sqlalchemy import create_engine, inspect
 
+from bench.pgcluster import PgCluster
 from exporter.errors import UserError
 from exporter.history import default_history_url, open_store
 from exporter.history.connect import Mode

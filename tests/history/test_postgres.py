@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PgCluster, create_database, drop_database
 from histsim import SimNode, actual_assignments, expected_assignments
 from sqlalchemy import func, select
 
+from bench.pgcluster import PgCluster, create_database, drop_database
 from exporter.history import HistoryWriter, open_store
 from exporter.history import queries as q
 from exporter.history.schema import assignment_intervals, node_summaries, nodes

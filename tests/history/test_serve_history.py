@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import PgCluster
 
+from bench.pgcluster import PgCluster
 from exporter.history import open_store
 from exporter.history import queries as q
 from exporter.history.store import count_rows
