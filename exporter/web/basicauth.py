@@ -20,12 +20,10 @@ import hashlib
 import hmac
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import bcrypt
-
-Check = Callable[[bytes, bytes], bool]
 
 
 class Verdict(enum.Enum):
@@ -61,11 +59,10 @@ class BasicAuth:
     """Checks ``Authorization`` headers against ``users`` (name → bcrypt hash)."""
 
     def __init__(self, users: Mapping[str, bytes], *, workers: int = 2, max_pending: int = 32,
-                 cache_size: int = 1024, check: Check = bcrypt.checkpw) -> None:
+                 cache_size: int = 1024) -> None:
         self._users = {user.encode(): hashed for user, hashed in users.items()}
         cost = max(bcrypt_cost(hashed) for hashed in users.values())
         self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=cost))
-        self._check = check
         self._key = secrets.token_bytes(32)
         self._verified: OrderedDict[bytes, None] = OrderedDict()
         self._cache_size = cache_size
@@ -107,9 +104,6 @@ class BasicAuth:
 
     def _check_hash(self, password: bytes, hashed: bytes) -> bool:
         try:
-            return self._check(password, hashed)
+            return bcrypt.checkpw(password, hashed)
         except ValueError:  # bcrypt refuses passwords with NUL bytes, among others
             return False
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
