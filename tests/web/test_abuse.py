@@ -10,6 +10,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -50,10 +51,12 @@ class CheckSpy:
         self.real = bcrypt.checkpw
         self.passwords: list[bytes] = []
         self.threads: set[int] = set()
+        self.niceness: set[int] = set()
 
     def __call__(self, password: bytes, hashed: bytes) -> bool:
         self.passwords.append(password)
         self.threads.add(threading.get_ident())
+        self.niceness.add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return self.real(password, hashed)
 
 
@@ -130,6 +133,8 @@ async def test_guessers_do_not_hold_up_a_scraper_and_bcrypt_runs_off_the_loop(
     # A guess is refused or, when the verification queue is full, told to come back.
     assert {status for statuses in results[1:] for status in statuses} <= {401, 503}
     assert loop_thread not in spy.threads
+    # ... at the lowest CPU priority: guessers get the CPU the event loop leaves.
+    assert spy.niceness == {19}
     # Ten scrapes with the same credentials: one bcrypt check, the rest from the cache.
     assert spy.passwords.count(b"s3cret") == 1
 
@@ -170,7 +175,7 @@ async def test_a_full_verification_queue_answers_busy(monkeypatch: pytest.Monkey
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", slow)
-    auth = BasicAuth({"prom": bcrypt_hash("s3cret")}, workers=1, max_pending=1)
+    auth = BasicAuth({"prom": bcrypt_hash("s3cret")}, max_pending=1, busy_wait=0.01)
     first = asyncio.ensure_future(auth.verify(basic("prom", "guess")))
     await asyncio.to_thread(entered.wait, 30)
     assert await auth.verify(basic("prom", "another guess")) is Verdict.BUSY
@@ -191,7 +196,7 @@ async def test_busy_is_a_503_with_retry_after(serve: Serve, monkeypatch: pytest.
             async with session.get(url, headers={"Authorization": basic("prom", str(n))}
                                    ) as response:
                 return response.status, response.headers.get("Retry-After")
-        # 40 guesses against a queue of 32: the excess is answered at once.
+        # 40 guesses against a queue of 32: the excess is told to come back.
         tasks = [asyncio.ensure_future(guess(n)) for n in range(40)]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         assert next(iter(done)).result() == (503, "1")
