@@ -192,15 +192,19 @@ def _headers(http: Any) -> dict[str, str]:
         raise UserError("web config: http_server_config.headers must map header names to "
                         "values")
     for name, value in headers.items():
-        if name not in _HEADERS:
-            raise UserError(f"web config: HTTP header {name!r} cannot be configured "
-                            f"(allowed: {', '.join(_HEADERS)})")
-        allowed = _HEADERS[name]
-        if not isinstance(value, str) or "\n" in value or "\r" in value or (
-                allowed is not None and value.lower() not in allowed):
-            expected = f"one of {', '.join(allowed)}" if allowed else "a one-line string"
-            raise UserError(f"web config: header {name} must be {expected}")
+        _check_header(name, value)
     return {str(name): str(value) for name, value in headers.items()}
+
+
+def _check_header(name: Any, value: Any) -> None:
+    if name not in _HEADERS:
+        raise UserError(f"web config: HTTP header {name!r} cannot be configured "
+                        f"(allowed: {', '.join(_HEADERS)})")
+    allowed = _HEADERS[name]
+    if not isinstance(value, str) or "\n" in value or "\r" in value or (
+            allowed is not None and value.lower() not in allowed):
+        expected = f"one of {', '.join(allowed)}" if allowed else "a one-line string"
+        raise UserError(f"web config: header {name} must be {expected}")
 
 
 def _users(users: Any) -> dict[str, bytes]:
