@@ -224,14 +224,19 @@ class Listener:
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        failing = False
         while True:
             try:
                 conn, _ = await loop.sock_accept(sock)
             except OSError as exc:
-                # Out of file descriptors and the like: back off rather than spin.
-                log.warning("cannot accept a connection", extra={"error": str(exc)})
+                # Out of file descriptors and the like: back off rather than spin, and say
+                # so once per spell rather than ten times a second.
+                (log.debug if failing else log.warning)(
+                    "cannot accept a connection", extra={"error": str(exc)})
+                failing = True
                 await asyncio.sleep(0.1)
                 continue
+            failing = False
             if self.stats.open >= self.options.max_connections:
                 self.stats.refused += 1
                 conn.close()

@@ -231,6 +231,17 @@ async def test_idle_tls_clients_that_never_handshake_are_closed(
     assert listening.connections.open == 0
 
 
+async def test_idle_plain_clients_that_never_send_are_closed(serve: Serve) -> None:
+    listening = await serve()
+    clients = [await asyncio.open_connection("127.0.0.1", listening.port) for _ in range(20)]
+    closed = await asyncio.gather(*(closed_by_server(reader) for reader, _ in clients))
+    assert all(closed)
+    for _, writer in clients:
+        writer.close()
+    assert listening.connections.timed_out == 20
+    assert listening.connections.open == 0
+
+
 @pytest.mark.parametrize("use_tls", [True, False], ids=["tls", "plain"])
 async def test_slow_headers_are_cut_off(serve: Serve, use_tls: bool,
                                         tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
