@@ -134,6 +134,19 @@ class WebOptions(FlagGroup):
     config_file: str | None = option(Flag(
         "--web.config.file", "exporter-toolkit web config: TLS and basic auth for every route",
         metavar="FILE"), None)
+    # Together these bound what idle, slow or abandoned clients can hold: each open TLS
+    # connection costs about a quarter of a megabyte.
+    read_header_timeout: float = option(Flag(
+        "--web.read-header-timeout", "time a new client has for the TLS handshake and its "
+        "request headers (and a kept-alive one from its next request's first byte)",
+        metavar="DURATION", type=duration(0.1, 3600.0)), 10.0)
+    idle_timeout: float = option(Flag(
+        "--web.idle-timeout", "how long a kept-alive connection may wait for its next "
+        "request, and a response may take to be read", metavar="DURATION",
+        type=duration(0.1, _DAY)), 120.0)
+    max_connections: int = option(Flag(
+        "--web.max-connections", "open connections beyond which new ones are closed at once",
+        metavar="N", type=positive_int), 128)
 
     def validate(self) -> None:
         self.bind()

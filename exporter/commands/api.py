@@ -47,7 +47,8 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
     app.router.add_get("/-/healthy", health)
     try:
         listening = await start_site(app, host, port, ssl_context=config.ssl_context,
-                                     address=web_options.listen_address)
+                                     address=web_options.listen_address,
+                                     options=web_options)
     except BaseException:
         store.close()
         raise

@@ -79,7 +79,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         history=writer)
     app = build_app(exporter, web_config, _history_routes(store))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
-                                 address=options.web.listen_address)
+                                 address=options.web.listen_address, options=options.web)
     log.info("listening", extra={"url": listening.url, "socket": sources.socket})
     stop = stop or asyncio.Event()
     stop_on_signals(stop, on_hup=exporter.wake)

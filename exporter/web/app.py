@@ -11,6 +11,7 @@ from aiohttp import web
 
 from exporter.metrics.compression import Encoding, choose_encoding
 from exporter.service import Exporter
+from exporter.web.basicauth import Verdict
 from exporter.web.webconfig import WebConfig
 
 STATIC = Path(__file__).with_name("static")
@@ -30,13 +31,32 @@ EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
 
 def auth_middleware(config: WebConfig) -> Any:
-    """Basic auth from the web config, on every route (a no-op without users)."""
-    @web.middleware
-    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not config.check(request.headers.get("Authorization")):
+    """Basic auth from the web config on every route (none without users), and the
+    config's extra response headers on every answer."""
+    checker = config.basic_auth()
+    extra = dict(config.headers)
+
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+        verdict = Verdict.ALLOWED if checker is None else \
+            await checker.verify(request.headers.get("Authorization"))
+        if verdict is Verdict.BUSY:
+            return web.Response(status=503, text="too many authentication attempts\n",
+                                headers={"Retry-After": "1"})
+        if verdict is Verdict.DENIED:
             return web.Response(status=401, text="Unauthorized\n",
                                 headers={"WWW-Authenticate": 'Basic realm="podres-exporter"'})
         return await handler(request)
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await answer(request, handler)
+        except web.HTTPException as exc:
+            exc.headers.update(extra)
+            raise
+        if not response.prepared:  # a streamed answer has sent its headers already
+            response.headers.update(extra)
+        return response
     return auth
 
 

@@ -1,12 +1,13 @@
 """Start-up and shutdown shared by every server the project runs (``serve``, ``api``, the
-simulated kubelet, ``sim``, ``demo``): an aiohttp site on ``[HOST]:PORT`` whose bound port
-is read from the runner's public ``addresses``, and SIGINT/SIGTERM (and optionally SIGHUP)
-handled on the running loop."""
+simulated kubelet, ``sim``, ``demo``): an aiohttp site on ``[HOST]:PORT`` with the
+connection cap and timeouts of ``exporter.web.connections``, and SIGINT/SIGTERM (and
+optionally SIGHUP) handled on the running loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import ssl
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from exporter.errors import UserError
+from exporter.options import WebOptions
+from exporter.web.connections import ConnectionStats, GuardedSite, ProtocolLog
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Listening:
     host: str | None
     port: int
     tls: bool
+    connections: ConnectionStats
 
     @property
     def url(self) -> str:
@@ -39,23 +43,28 @@ class Listening:
 
 async def start_site(app: web.Application, host: str | None, port: int, *,
                      ssl_context: ssl.SSLContext | None = None,
-                     shutdown_timeout: float = 60.0, address: str | None = None
-                     ) -> Listening:
-    """Serve ``app`` on ``host:port`` (port 0 picks a free one); a port in use or a host
-    that cannot be bound is one ``UserError`` line naming ``address`` (the operator's
-    spelling of it)."""
+                     shutdown_timeout: float = 60.0, address: str | None = None,
+                     options: WebOptions | None = None) -> Listening:
+    """Serve ``app`` on ``host:port`` (port 0 picks a free one) with the connection limits
+    and timeouts of ``options`` (the web flags; their defaults when None); a port in use or
+    a host that cannot be bound is one ``UserError`` line naming ``address`` (the
+    operator's spelling of it)."""
+    options = options or WebOptions()
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=shutdown_timeout)
+                           shutdown_timeout=shutdown_timeout,
+                           keepalive_timeout=options.idle_timeout,
+                           logger=ProtocolLog(logging.getLogger("podres.web.protocol")))
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
+    site = GuardedSite(runner, host, port, options=options, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         where = address or f"{host or ''}:{port}"
         raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    bound = next((int(a[1]) for a in runner.addresses if isinstance(a, tuple)), port)
-    return Listening(runner, host, bound, ssl_context is not None)
+    assert site.listener is not None
+    return Listening(runner, host, site.listener.port, ssl_context is not None,
+                     site.listener.stats)
 
 
 def stop_on_signals(stop: asyncio.Event, *, on_hup: Callable[[], None] | None = None

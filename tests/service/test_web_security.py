@@ -243,6 +243,13 @@ BAD_CONFIGS = {
     "users-not-a-mapping": "basic_auth_users: [alice]\n",
     "tls-not-a-mapping": "tls_server_config: yes\n",
     "key-not-matching": "tls_server_config:\n  cert_file: CERT\n  key_file: CERT\n",
+    # Typos refused, never ignored: ignored, the first one served without any client
+    # certificate check, the second one kept TLS 1.2.
+    "client-auth-typo": "tls_server_config:\n  cert_file: CERT\n  key_file: KEY\n"
+                        "  client_auth: RequireAndVerifyClientCert\n",
+    "min-version-typo": "tls_server_config:\n  cert_file: CERT\n  key_file: KEY\n"
+                        "  min_versoin: TLS13\n",
+    "http-server-config-typo": "http_server_config:\n  header:\n    X-Frame-Options: deny\n",
 }
 
 

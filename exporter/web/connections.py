@@ -1,0 +1,314 @@
+"""Connection hygiene for every server the project runs: a cap on open connections, one
+deadline for the TLS handshake plus the request headers, an idle timeout between requests
+(which also bounds how long a response may take to be read), and a client's malformed
+request logged as one rate-limited line instead of an error with a traceback.
+
+aiohttp 3.x offers a keep-alive timeout but no header deadline and no connection cap, and
+asyncio allocates a 256 KiB read buffer for each TLS connection as soon as it is accepted.
+So connections are accepted here: beyond the cap they are closed before any TLS state
+exists; the others are handed to asyncio (``connect_accepted_socket``, with a handshake
+timeout) and to aiohttp's protocol behind a thin guard that owns the timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestHandler
+
+from exporter.options import WebOptions
+
+log = logging.getLogger("podres.web")
+
+_REPORT_EVERY = 10.0  # seconds between two info lines about malformed requests
+
+
+class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger aiohttp's protocol reports to. A request the client got wrong (a bad
+    request line, oversized headers: a 4xx aiohttp answers itself) is the client's
+    problem, not the server's: one info line at most every ten seconds, with how many
+    were seen meanwhile, and debug lines for the others. Errors of our own handlers keep
+    their error level."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._last_report = -_REPORT_EVERY
+        self._unreported = 0
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True,
+                  **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if not (isinstance(exc, HttpProcessingError) and 400 <= exc.code < 500):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        remote = args[0] if args else "?"
+        detail = " ".join(str(exc.message or exc).split())[:200]
+        now = time.monotonic()
+        if now - self._last_report < _REPORT_EVERY:
+            self._unreported += 1
+            self.logger.debug("malformed request", extra={"remote": remote, "why": detail})
+            return
+        self.logger.info("malformed request", extra={
+            "remote": remote, "why": detail, "unreported": self._unreported})
+        self._last_report, self._unreported = now, 0
+
+
+@dataclass
+class ConnectionStats:
+    """Counts a test or a benchmark can read: connections open now, refused at the cap,
+    and closed by a timeout."""
+
+    open: int = 0
+    refused: int = 0
+    timed_out: int = 0
+
+
+class _Slot:
+    """One counted connection, released exactly once however it ends."""
+
+    __slots__ = ("_held", "_stats")
+
+    def __init__(self, stats: ConnectionStats) -> None:
+        self._stats = stats
+        self._held = True
+        stats.open += 1
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._stats.open -= 1
+
+
+class _Guard(asyncio.Protocol):
+    """Sits between a transport and aiohttp's protocol: forwards everything, and aborts
+    the connection when the current deadline passes while no request is being handled.
+
+    The header deadline runs from the accept (so it covers the TLS handshake) and, on a
+    kept-alive connection, from the first byte of the next request; the idle deadline
+    runs from the end of each request's handler."""
+
+    def __init__(self, inner: RequestHandler, listener: Listener, slot: _Slot,
+                 accepted_at: float) -> None:
+        self._inner = inner
+        self._listener = listener
+        self._slot = slot
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._busy = False
+        self._waiting_for_headers = True
+        self._arm(accepted_at + listener.options.read_header_timeout)
+
+    def _arm(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if not self._busy and self._transport is not None:
+            self._listener.stats.timed_out += 1
+            self._transport.abort()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._listener.guards[self._inner] = self
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy and not self._waiting_for_headers:
+            self._waiting_for_headers = True
+            self._arm(asyncio.get_running_loop().time()
+                      + self._listener.options.read_header_timeout)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> None:
+        self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport = None
+        self._listener.guards.pop(self._inner, None)
+        self._slot.release()
+        self._inner.connection_lost(exc)
+
+    def request_started(self) -> None:
+        self._busy = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def request_finished(self) -> None:
+        self._busy = False
+        self._waiting_for_headers = False
+        self._arm(asyncio.get_running_loop().time() + self._listener.options.idle_timeout)
+
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Listener:
+    """Listening sockets and their accept loops for one aiohttp ``Server``."""
+
+    server: web.Server
+    options: WebOptions
+    ssl_context: ssl.SSLContext | None
+    sockets: list[socket.socket] = field(default_factory=list)
+    stats: ConnectionStats = field(default_factory=ConnectionStats)
+    guards: dict[RequestHandler, _Guard] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        # Every request passes here first: the header deadline ends when its handler
+        # starts (aiohttp has parsed the headers), the idle one starts when it ends.
+        inner: Handler = self.server.request_handler
+        guards = self.guards
+
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            guard = guards.get(request.protocol)
+            if guard is not None:
+                guard.request_started()
+            try:
+                return await inner(request)
+            finally:
+                if guard is not None:
+                    guard.request_finished()
+        self.server.request_handler = handle
+
+    async def listen(self, host: str | None, port: int, backlog: int = 128) -> None:
+        """Bind ``host:port`` (every interface when ``host`` is None) and start accepting;
+        an address that cannot be bound raises ``OSError``, with nothing left bound."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(
+                    (i[0], i[1], i[2], i[3], i[4]) for i in infos):
+                if self.sockets and port == 0:  # one port for every interface
+                    address = (address[0], self.port, *address[2:])
+                self.sockets.append(_bound(family, kind, proto, address, backlog))
+        except OSError:
+            self.close()
+            raise
+        for sock in self.sockets:
+            self._spawn(self._accept(sock))
+
+    @property
+    def port(self) -> int:
+        return int(self.sockets[0].getsockname()[1])
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        failing = False
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:
+                # Out of file descriptors and the like: back off rather than spin, and say
+                # so once per spell rather than ten times a second.
+                (log.debug if failing else log.warning)(
+                    "cannot accept a connection", extra={"error": str(exc)})
+                failing = True
+                await asyncio.sleep(0.1)
+                continue
+            failing = False
+            if self.stats.open >= self.options.max_connections:
+                self.stats.refused += 1
+                conn.close()
+                continue
+            self._spawn(self._serve(conn, _Slot(self.stats), loop.time()))
+
+    async def _serve(self, conn: socket.socket, slot: _Slot, accepted_at: float) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: _Guard(self.server(), self, slot, accepted_at), conn,
+                ssl=self.ssl_context,
+                ssl_handshake_timeout=(self.options.read_header_timeout
+                                       if self.ssl_context is not None else None))
+        except BaseException as exc:
+            slot.release()
+            with contextlib.suppress(OSError):
+                conn.close()
+            if not isinstance(exc, Exception):  # cancelled: the server is stopping
+                raise
+            # A failed or abandoned TLS handshake: the client's doing.
+            log.debug("connection dropped before its first request",
+                      extra={"error": repr(exc)})
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _bound(family: int, kind: int, proto: int, address: Any, backlog: int) -> socket.socket:
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            # The IPv4 socket of the same port is bound separately.
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class GuardedSite(web.BaseSite):
+    """An aiohttp site served by a ``Listener``."""
+
+    __slots__ = ("_host", "_options", "_port", "listener")
+
+    def __init__(self, runner: web.BaseRunner, host: str | None, port: int, *,
+                 options: WebOptions, ssl_context: ssl.SSLContext | None = None) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._host, self._port, self._options = host, port, options
+        self.listener: Listener | None = None
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host or '0.0.0.0'}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        listener = Listener(server, self._options, self._ssl_context)
+        await listener.listen(self._host, self._port)
+        self.listener = listener
+
+    async def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        await super().stop()
