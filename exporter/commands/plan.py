@@ -34,10 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_flag(parser)
     add_flag(parser, "--suggest", action="store_true", default=False,
              help="propose a pod-level budget for templates that have none")
-    add_flag(parser, "--node", action="store_true", default=False,
+    add_flag(parser, "--node", nargs="?", const="", default=None, metavar="NAME",
              help="place the pods on a live node as it stands now (its free CPUs and "
              "memory, its kubelet configuration when /configz is read), read through the "
-             "sources flags or from --from DIR")
+             "sources flags or from --from DIR; NAME, when given, is the node's name as "
+             "--node-name sets it")
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="with --node: read a fixture directory instead of a live node")
     # --topology is the modelled node's flag already; with --node it names the live node's
@@ -180,7 +181,7 @@ def _read_node(args: argparse.Namespace) -> tuple[Any, Any]:
 
     from exporter.assemble import snapshot_from_raw
 
-    node_name = SourcesOptions.from_args(args).node_name
+    node_name = args.node or SourcesOptions.from_args(args).node_name
     if args.from_dir:
         from exporter.commands.snapshot import ledger_from_fixture
         from exporter.sources.fixture import load_fixture_dir
@@ -211,15 +212,16 @@ def run(args: argparse.Namespace) -> int:
     templates = load_templates(args.files)
     if not templates:
         raise UserError("no pod templates found in " + ", ".join(args.files))
-    if args.from_dir and not args.node:
+    on_node = args.node is not None
+    if args.from_dir and not on_node:
         raise UserError("--from DIR reads a node: it goes with --node")
     options = ModelOptions.from_args(args)
-    if args.node and options.shape:
+    if on_node and options.shape:
         raise UserError("--node places pods on the node as read: --topology.shape does not "
                         "apply")
-    topology, config = options.build() if not args.node else (None, options.build()[1])
+    topology, config = options.build() if not on_node else (None, options.build()[1])
     live = None
-    if args.node:
+    if on_node:
         live, name = _live_node(args, config)
     elif topology is None:
         # Without a node shape there is nothing to reserve from.

@@ -105,9 +105,10 @@ def test_plan_node_from_fixture_uses_configz(tmp_path: Path,
     directory = _fixture_dir(tmp_path, _busy_node())
     manifest = _manifest(tmp_path, ("needs-four", 4), ("five", 5))
     # The modelled-node flags say "none" but the node's /configz says single-numa-node.
-    assert main(["plan", "--node", "--from", str(directory), "--topology-policy", "none",
-                 "-f", str(manifest), "-o", "json"]) == 0
+    assert main(["plan", "--node", "worker-7", "--from", str(directory), "--topology-policy",
+                 "none", "-f", str(manifest), "-o", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["node"]["name"] == "worker-7"
     assert report["node"]["config"]["topologyManagerPolicy"] == "single-numa-node"
     pods = {p["name"]: p for p in report["pods"]}
     assert pods["needs-four"]["numa_nodes"] == [1]
