@@ -154,34 +154,37 @@ class PlacementChecks:
             return len(sockets) <= min_sockets
         return False
 
+    def _judged(self, view: PodView, subjects: Sequence[_Subject]
+                ) -> list[tuple[str | None, frozenset[int], int]]:
+        """(container, CPUs, CPUs the hint was sized for): each set under container scope,
+        the pod's CPUs together under pod scope."""
+        if not self.pod_scope:
+            return [(container, cpus, len(cpus)) for container, cpus in subjects]
+        union = frozenset().union(*(s for _, s in subjects))
+        if not union:
+            return []
+        spec_need = pod_guaranteed_cpus(view.spec) if view.spec is not None else 0
+        need = 1 if self.policy == "single-numa-node" else max(len(union), spec_need)
+        return [(None, union, need)]
+
     def _numa_policy(self, view: PodView, subjects: Sequence[_Subject]) -> list[Anomaly]:
         pod = view.alloc
-        memory_nodes = frozenset(n for b in (*pod.memory, *(m for c in pod.containers
-                                                              for m in c.memory))
-                                 for n in b.numa_nodes)
+        memory_nodes = _memory_nodes(view)
         if self.policy == "single-numa-node":
             if any(len({self.numa_of.get(c) for c in s} - {None}) > 1 for _, s in subjects):
                 return []  # numa_misaligned reports it
             memory_nodes = frozenset()
-        if self.pod_scope:
-            union = frozenset().union(*(s for _, s in subjects))
-            spec_need = pod_guaranteed_cpus(view.spec) if view.spec is not None else 0
-            need = 1 if self.policy == "single-numa-node" else max(len(union), spec_need)
-            judged: Sequence[_Subject] = [(None, union)] if union else []
-        else:
-            judged = subjects
-            need = 0
+        scope = "pod" if self.pod_scope else "container"
         found = []
-        for container, cpus in judged:
-            n = need or len(cpus)
+        for container, cpus, n in self._judged(view, subjects):
             if not self._allowed(cpus, n, memory_nodes):
                 nodes = {self.numa_of[c] for c in cpus if c in self.numa_of}
                 what = "the pod's CPUs" if self.pod_scope else "CPUs"
                 found.append(Anomaly(
                     "numa_policy_violation", pod.namespace, pod.name, container,
                     f"{what} {format_cpuset(cpus)} span NUMA nodes {_nodes(nodes)}; "
-                    f"{self.policy} with {'pod' if self.pod_scope else 'container'} scope "
-                    f"allows {max(self._width(n), len(memory_nodes))} for {n} CPUs"))
+                    f"{self.policy} with {scope} scope allows "
+                    f"{max(self._width(n), len(memory_nodes))} for {n} CPUs"))
         return found
 
     # ---- uncore caches -------------------------------------------------------------
@@ -220,6 +223,13 @@ def _subjects(view: PodView) -> list[_Subject]:
     out += [(c.name, s) for c, a, s in zip(pod.containers, view.assignments, view.sets,
                                            strict=True) if a in EXCLUSIVE and s]
     return out
+
+
+def _memory_nodes(view: PodView) -> frozenset[int]:
+    """The NUMA nodes the pod's reported memory lies on."""
+    pod = view.alloc
+    blocks = (*pod.memory, *(m for c in pod.containers for m in c.memory))
+    return frozenset(n for b in blocks for n in b.numa_nodes)
 
 
 def _node_exclusive(view: PodView, container: str) -> bool:
