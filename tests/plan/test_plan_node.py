@@ -61,6 +61,9 @@ async def test_plan_node_over_the_socket(short_tmp: Path, start_sim: Any,
     assert node["free_cpus_by_numa"] == [{"numa_node": 0, "cpus": 1},
                                          {"numa_node": 1, "cpus": 4}]
     assert node["free_cpus"] == "3-7"
+    # The busy pod's 1Gi is taken from NUMA node 0's memory.
+    free_mem = {m["numa_node"]: m["bytes"] for m in node["free_memory"]}
+    assert free_mem[1] - free_mem[0] == 2**30
     pods = {p["name"]: p for p in report["pods"]}
     # Fits only on the emptier NUMA node.
     assert pods["needs-four"]["admitted"] is True
