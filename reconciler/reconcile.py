@@ -20,6 +20,7 @@ from reconciler.ledger import ContainerEntry, Ledger, PodEntry
 from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
+from reconciler.placement_checks import PlacementChecks
 from reconciler.snapshot import NodeSnapshot, PodAlloc
 
 _CPU_IDS_OF = attrgetter("cpu_ids")
@@ -34,6 +35,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     containers: list[ContainerEntry] = []
     memory: list[PodMemory] = []
     specs = facts.specs
+    placement = PlacementChecks.for_node(facts)
     for index, pod in enumerate(snapshot.pods):
         spec = specs.get((pod.namespace, pod.name)) if specs else None
         # Inline rather than in a function: this runs for every pod of a busy node.
@@ -41,7 +43,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         mem = pod.memory or any(map(_MEMORY_OF, pod.containers))
         if cpus or mem:
             memory.append(_reconcile_pod(index, pod, spec, bool(cpus), bool(mem), facts,
-                                         ownership, log, containers, pods))
+                                         ownership, log, containers, pods, placement))
             continue
         # The common case: the pod reports nothing and owns nothing, so only its spec can
         # show something wrong.
@@ -49,6 +51,9 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
                                                 all_node_shared(len(pod.containers))[0]))
+    if placement is not None:
+        for index, found in placement.finish(ownership.owner):
+            log.extend(index, found)
     pools, by_numa, cells = cpu_pools(facts, ownership.owner)
     return Ledger(
         node_name=snapshot.node_name,
@@ -70,7 +75,8 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
 
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
-                   containers: list[ContainerEntry], pods: list[PodEntry]) -> PodMemory:
+                   containers: list[ContainerEntry], pods: list[PodEntry],
+                   placement: PlacementChecks | None) -> PodMemory:
     """A pod that reports CPUs or memory: appends its entries, logs its anomalies and
     returns its memory."""
     view = classify(pod, spec, facts.online) if cpus else cpu_less_view(pod, spec)
@@ -80,6 +86,8 @@ def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, 
     else:
         pod_mem, mem_found = no_memory(len(pod.containers)), []
     found = [*view.anomalies, *claimed, *pod_checks(view, claim, facts), *mem_found]
+    if placement is not None:
+        found += placement.check(index, view)
     if found:
         log.extend(index, found)
     pods.append(pod_entries(view, claim, pod_mem, containers))

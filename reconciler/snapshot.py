@@ -53,6 +53,8 @@ class CPUInfo:
     core: int
     socket: int
     numa_node: int
+    # The uncore (L3) cache the CPU shares; ``None`` when not read (docs/design.md#snapshot).
+    uncore: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

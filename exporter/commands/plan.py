@@ -4,18 +4,23 @@ For every pod template (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
 QoS, pod budget, each container's eligibility and exclusive CPUs, the legacy and pod-level
 reservations, the reclaimed cores and the kubelet's admission verdict; with a node
 (``--topology FILE`` or ``--topology.shape SxCxT``) the placement the allocator model
-predicts; with ``--suggest`` a pod budget for templates without one.
+predicts; with ``--node`` (a live node through the sources flags, or ``--from DIR``) the
+placement on that node as it stands now, seeded from its ledger; with ``--suggest`` a pod
+budget for templates without one (docs/plan.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
-from exporter.options import ModelOptions, add_output_flag
+from exporter.options import ModelOptions, SourcesOptions, add_output_flag
+
+if TYPE_CHECKING:
+    from reconciler.allocator.live import LiveNode
 
 HELP = "model pod budgets from manifests: legacy vs pod-level CPUs, admission, placement"
 
@@ -29,6 +34,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_flag(parser)
     add_flag(parser, "--suggest", action="store_true", default=False,
              help="propose a pod-level budget for templates that have none")
+    add_flag(parser, "--node", nargs="?", const="", default=None, metavar="NAME",
+             help="place the pods on a live node as it stands now (its free CPUs and "
+             "memory, its kubelet configuration when /configz is read), read through the "
+             "sources flags or from --from DIR; NAME, when given, is the node's name as "
+             "--node-name sets it")
+    add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
+             help="with --node: read a fixture directory instead of a live node")
+    # --topology is the modelled node's flag already; with --node it names the live node's
+    # topology.json as in the other commands.
+    SourcesOptions.add_flags(parser, only=_SOURCE_FLAGS)
+
+
+_SOURCE_FLAGS = ("socket", "timeout", "reprobe_interval", "max_receive_bytes", "kubelet_url",
+                 "token_file", "ca_file", "insecure_skip_verify", "metrics_interval",
+                 "root_dir", "sysfs", "node_name")
 
 
 def _fmt_cpus(cpus: frozenset[int] | None) -> str | None:
@@ -50,6 +70,19 @@ def suggestion_yaml(s: Any) -> str:
 
     return yaml.safe_dump({"spec": {"resources": s.resources()}}, sort_keys=False,
                           default_flow_style=False)
+
+
+def node_json(live: LiveNode, name: str) -> dict[str, Any]:
+    """The ``node`` object of ``plan --node``: what the placement started from."""
+    topo = live.model.topo
+    return {
+        "name": name,
+        "free_cpus": _fmt_cpus(live.free_cpus),
+        "free_cpus_by_numa": [{"numa_node": n, "cpus": len(live.free_cpus & cpus)}
+                              for n, cpus in topo.numa_cpus.items()],
+        "free_memory": [{"numa_node": n, "bytes": b} for n, b in live.free_memory],
+        "config": live.model.config.to_configz()["kubeletconfig"],
+    }
 
 
 def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> dict[str, Any]:
@@ -142,6 +175,36 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
     return "\n".join(lines)
 
 
+def _read_node(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(snapshot, ledger) of the live node or of ``--from DIR``."""
+    import asyncio
+
+    from exporter.assemble import snapshot_from_raw
+
+    node_name = args.node or SourcesOptions.from_args(args).node_name
+    if args.from_dir:
+        from exporter.commands.snapshot import ledger_from_fixture
+        from exporter.sources.fixture import load_fixture_dir
+
+        ledger = ledger_from_fixture(args.from_dir, node_name=node_name)
+        return snapshot_from_raw(load_fixture_dir(args.from_dir), node_name).snapshot, ledger
+    from exporter.commands.snapshot import read_live
+
+    reading = asyncio.run(read_live(args, "plan"))
+    return snapshot_from_raw(reading.raw, node_name).snapshot, reading.ledger
+
+
+def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
+    from reconciler.allocator.live import LiveNodeError, live_config, live_node
+    from reconciler.allocator.model import ModelError
+
+    snapshot, ledger = _read_node(args)
+    try:
+        return live_node(snapshot, ledger, live_config(snapshot, fallback)), ledger.node_name
+    except (LiveNodeError, ModelError) as exc:
+        raise UserError(f"--node: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from exporter.manifest_files import load_templates
     from reconciler.allocator.plan import plan_templates
@@ -149,18 +212,41 @@ def run(args: argparse.Namespace) -> int:
     templates = load_templates(args.files)
     if not templates:
         raise UserError("no pod templates found in " + ", ".join(args.files))
-    topology, config = ModelOptions.from_args(args).build()
-    if topology is None:
+    on_node = args.node is not None
+    if args.from_dir and not on_node:
+        raise UserError("--from DIR reads a node: it goes with --node")
+    options = ModelOptions.from_args(args)
+    if on_node and options.shape:
+        raise UserError("--node places pods on the node as read: --topology.shape does not "
+                        "apply")
+    topology, config = options.build() if not on_node else (None, options.build()[1])
+    live = None
+    if on_node:
+        live, name = _live_node(args, config)
+    elif topology is None:
         # Without a node shape there is nothing to reserve from.
         from dataclasses import replace
 
         config = replace(config, reserved_cpus=None)
     plans = plan_templates(templates, config, topology=topology,
-                           want_suggestion=args.suggest)
-    with_topology = topology is not None
+                           want_suggestion=args.suggest,
+                           node=live.model if live is not None else None)
+    with_topology = topology is not None or live is not None
     if args.output == "json":
-        print(json.dumps(to_json(plans, with_topology=with_topology,
-                                 with_suggestion=args.suggest), indent=2))
+        out = to_json(plans, with_topology=with_topology, with_suggestion=args.suggest)
+        if live is not None:
+            out["node"] = node_json(live, name)
+        print(json.dumps(out, indent=2))
     else:
+        if live is not None:
+            print(_node_line(live, name))
         print(render_table(plans, with_topology=with_topology, with_suggestion=args.suggest))
     return 0
+
+
+def _node_line(live: LiveNode, name: str) -> str:
+    topo = live.model.topo
+    per_numa = ", ".join(f"NUMA {n}: {len(live.free_cpus & cpus)}"
+                         for n, cpus in topo.numa_cpus.items())
+    return (f"node {name}: free CPUs {_fmt_cpus(live.free_cpus) or '-'} ({per_numa}); "
+            "pods placed on it as it stands now\n")

@@ -14,6 +14,7 @@ from exporter.flags import add_flag
 from exporter.options import SourcesOptions, add_output_flag
 
 if TYPE_CHECKING:
+    from exporter.reader import Reading
     from reconciler.ledger import Ledger
 
 HELP = "reconcile a node once and print the ledger (table or JSON)"
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         ledger = ledger_from_fixture(args.from_dir,
                                      node_name=SourcesOptions.from_args(args).node_name)
     else:
-        ledger = asyncio.run(_live(args))
+        ledger = asyncio.run(read_live(args, "snapshot")).ledger
     if args.output == "json":
         json.dump(ledger.to_json(), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -60,7 +61,8 @@ def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
     return reconcile(assembled.snapshot)
 
 
-async def _live(args: argparse.Namespace) -> Ledger:
+async def read_live(args: argparse.Namespace, command: str) -> Reading:
+    """One reading of the live node of the sources flags; what failed is a warning."""
     from exporter.commands._sources import source_options
     from exporter.reader import NodeReader
 
@@ -70,6 +72,5 @@ async def _live(args: argparse.Namespace) -> Ledger:
     finally:
         await reader.close()
     for message in reading.errors.values():
-        print(f"podres-exporter snapshot: warning: {message}", file=sys.stderr)
-    return reading.ledger
-
+        print(f"podres-exporter {command}: warning: {message}", file=sys.stderr)
+    return reading

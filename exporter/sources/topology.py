@@ -70,8 +70,19 @@ def read_sysfs_topology(root: str | Path = "/sys") -> Topology:
             socket = int(_read(topo / "physical_package_id"))
         except (OSError, ValueError) as exc:
             raise SourceError("sysfs", "read", f"{topo}: {exc}") from None
-        cpus.append(CPUInfo(cpu, core, socket, numa_of.get(cpu, 0)))
+        cpus.append(CPUInfo(cpu, core, socket, numa_of.get(cpu, 0),
+                            _uncore_id(cpu_dir / f"cpu{cpu}")))
     return Topology(tuple(cpus), tuple(memory))
+
+
+def _uncore_id(cpu_path: Path) -> int | None:
+    """The id of the CPU's L3 (uncore) cache, ``cache/index3/id``; ``None`` where the
+    kernel does not expose one (no L3, older kernels, some VMs): the CPU manager then puts
+    every CPU in one cache."""
+    try:
+        return int(_read(cpu_path / "cache" / "index3" / "id"))
+    except (OSError, ValueError):
+        return None
 
 
 def _safe_iterdir(path: Path) -> list[Path]:
@@ -89,8 +100,10 @@ def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
     seen: set[int] = set()
     for item in obj["cpus"]:
         try:
+            uncore = item.get("uncore")
             cpu = CPUInfo(int(item["id"]), int(item.get("core", item["id"])),
-                          int(item.get("socket", 0)), int(item.get("numa_node", 0)))
+                          int(item.get("socket", 0)), int(item.get("numa_node", 0)),
+                          None if uncore is None else int(uncore))
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             raise SourceError("topology", "parse",
                               f"{origin}: bad CPU entry {_short(item)}") from None
@@ -116,10 +129,17 @@ def _short(item: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def cpu_to_json(c: CPUInfo) -> dict[str, int]:
+    """One CPU of ``topology.json``; ``uncore`` only when known, so files stay as before."""
+    out = {"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
+    if c.uncore is not None:
+        out["uncore"] = c.uncore
+    return out
+
+
 def topology_to_json(topology: Topology) -> dict[str, Any]:
     return {
-        "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
-                 for c in topology.cpus],
+        "cpus": [cpu_to_json(c) for c in topology.cpus],
         "memory": [{"numa_node": n, "bytes": b} for n, b in topology.memory],
     }
 

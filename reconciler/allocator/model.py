@@ -206,6 +206,14 @@ class NodeModel:
             return got
         return frozenset()
 
+    def seed(self, free: Iterable[int], mem_free: Mapping[int, int]) -> None:
+        """Start from a node already in use: only ``free`` (less the reserved CPUs) may be
+        handed out, and ``mem_free`` bytes are left per NUMA node. Pods placed before the
+        seed are not known to the model, so nothing of theirs can be released."""
+        self.free = (set(free) & set(self.topo.online)) - self.reserved \
+            if self.config.static else set()
+        self.mem_free = {n: max(0, mem_free.get(n, 0)) for n in self.topo.numa_nodes}
+
     # ---- views -------------------------------------------------------------------------
 
     @property

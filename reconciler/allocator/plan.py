@@ -192,11 +192,15 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
 
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,
-                   topology: CPUTopology | None = None, want_suggestion: bool = False
-                   ) -> list[PodPlan]:
+                   topology: CPUTopology | None = None, want_suggestion: bool = False,
+                   node: NodeModel | None = None) -> list[PodPlan]:
     """One :class:`PodPlan` per template. With a ``topology`` the templates are placed on
-    one node of that shape, in order (one pod each), as the kubelet would."""
-    node = NodeModel(topology, config) if topology is not None else None
+    one empty node of that shape, with a ``node`` on that node as it stands (a live node,
+    see :mod:`reconciler.allocator.live`); in order, one pod each, as the kubelet would."""
+    if node is not None:
+        topology, config = node.topo, node.config
+    elif topology is not None:
+        node = NodeModel(topology, config)
     plans = []
     for i, t in enumerate(templates):
         pod = t.pod

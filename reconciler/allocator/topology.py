@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from reconciler.snapshot import CPUInfo, Topology
 
@@ -96,20 +96,30 @@ class CPUTopology:
         return frozenset(out)
 
     def to_snapshot(self) -> Topology:
-        return Topology(cpus=self.cpus, memory=self.memory)
+        """The snapshot form; each CPU carries its uncore cache id when the model has any."""
+        cpus = self.cpus
+        if self.uncore:
+            cpus = tuple(replace(c, uncore=self.uncore_of[c.id]) for c in cpus)
+        return Topology(cpus=tuple(sorted(cpus, key=lambda c: c.id)), memory=self.memory)
 
     def to_json(self) -> dict[str, object]:
         """The ``topology.json`` form of a fixture directory (docs/design.md#sources)."""
-        return {
-            "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
-                     for c in sorted(self.cpus, key=lambda c: c.id)],
-            "memory": [{"numa_node": n, "bytes": b} for n, b in self.memory],
-        }
+        out: list[dict[str, int]] = []
+        for c in self.to_snapshot().cpus:
+            cpu = {"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node}
+            if c.uncore is not None:
+                cpu["uncore"] = c.uncore
+            out.append(cpu)
+        return {"cpus": out, "memory": [{"numa_node": n, "bytes": b} for n, b in self.memory]}
 
 
 def from_snapshot(topology: Topology) -> CPUTopology:
-    return CPUTopology(cpus=tuple(sorted(topology.cpus, key=lambda c: c.id)),
-                       memory=topology.memory)
+    """The model's topology; CPUs whose uncore cache is unknown share cache 0, as in the
+    kubelet."""
+    cpus = tuple(sorted((replace(c, uncore=None) for c in topology.cpus), key=lambda c: c.id))
+    uncore = tuple((c.id, c.uncore) for c in sorted(topology.cpus, key=lambda c: c.id)
+                   if c.uncore is not None)
+    return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore)
 
 
 def from_spec(spec: str, numa_per_socket: int = 1,

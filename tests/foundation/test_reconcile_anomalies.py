@@ -3,6 +3,7 @@ hand-built node, and a near miss that is not; and the order anomalies are listed
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -23,6 +24,7 @@ from reconciler.anomalies import POD_ORDER, REPORT_ORDER, AnomalyKind, AnomalyLo
 from reconciler.kube import KubeletConfig
 from reconciler.ledger import ANOMALY_KINDS, Anomaly
 from reconciler.reconcile import reconcile
+from reconciler.snapshot import Topology
 
 TOPO = topology(8)  # CPUs 0-7, one NUMA node
 TWO_NUMA = topology(8, numa=2, sockets=2)  # 0-3 on node 0, 4-7 on node 1
@@ -239,6 +241,99 @@ def test_numa_misaligned_near_miss() -> None:
     relaxed = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="best-effort")
     spanning = pod("b", ctr("app", [1, 5]))
     assert kinds(run(spanning, topo=TWO_NUMA, config=relaxed)) == []
+
+
+# -- full_pcpus_violation -----------------------------------------------------------------
+
+SMT = topology(8, smt=2)  # cores 0-3; CPU c and c+4 are siblings
+
+
+def _options(*opts: str, policy: str = "none", scope: str = "container",
+             value: str = "true") -> KubeletConfig:
+    return KubeletConfig(cpu_manager_policy="static", topology_manager_policy=policy,
+                         topology_manager_scope=scope,
+                         cpu_manager_policy_options=tuple((o, value) for o in opts))
+
+
+def test_full_pcpus_violation_raised() -> None:
+    ledger = run(pod("a", ctr("app", [0, 1])), pod("b", ctr("app", [2, 6]), cpus=[2, 6, 3]),
+                 topo=SMT, config=_options("full-pcpus-only"))
+    found = {(a.pod, a.container) for a in ledger.anomalies if a.kind == "full_pcpus_violation"}
+    assert found == {("a", "app"), ("b", None)}
+    detail = next(a.detail for a in ledger.anomalies if a.pod == "a")
+    assert "threads 0-1,4-5" in detail
+
+
+def test_full_pcpus_violation_near_miss() -> None:
+    whole = (pod("a", ctr("app", [0, 4])), pod("b", ctr("app", [2, 6]), cpus=[2, 6, 3, 7]))
+    assert kinds(run(*whole, topo=SMT, config=_options("full-pcpus-only"))) == []
+    halves = pod("a", ctr("app", [0, 1]))
+    # The option off, or set to false, allows half cores.
+    assert kinds(run(halves, topo=SMT, config=_options())) == []
+    assert kinds(run(halves, topo=SMT, config=_options("full-pcpus-only", value="false"))) == []
+
+
+# -- numa_policy_violation ----------------------------------------------------------------
+
+def test_numa_policy_violation_raised() -> None:
+    # restricted, container scope: 2 CPUs fit one node but span two.
+    ledger = run(pod("a", ctr("app", [1, 5])), topo=TWO_NUMA,
+                 config=_options(policy="restricted"))
+    assert kinds(ledger) == ["numa_policy_violation"]
+    assert ledger.anomalies[0].container == "app"
+    assert "allows 1 for 2 CPUs" in ledger.anomalies[0].detail
+    # single-numa-node, pod scope: each set on one node, the pod on two.
+    ledger = run(pod("b", ctr("app", [1]), ctr("side", [5])), topo=TWO_NUMA, config=STATIC)
+    assert kinds(ledger) == ["numa_policy_violation"]
+    assert (ledger.anomalies[0].pod, ledger.anomalies[0].container) == ("b", None)
+
+
+def test_numa_policy_violation_near_miss() -> None:
+    restricted = _options(policy="restricted")
+    # 5 CPUs need two nodes of 4.
+    assert kinds(run(pod("a", ctr("app", [0, 1, 2, 3, 4])), topo=TWO_NUMA,
+                     config=restricted)) == []
+    # Memory on both nodes widens the merged hint.
+    both = mem(GI, "memory", 0, 1)
+    assert kinds(run(pod("a", ctr("app", [1, 5], [both])), topo=TWO_NUMA,
+                     config=restricted)) == []
+    # Under single-numa-node one set across nodes is numa_misaligned, reported once.
+    assert kinds(run(pod("a", ctr("app", [1, 5])), topo=TWO_NUMA,
+                     config=STATIC)) == ["numa_misaligned"]
+    # Container scope judges containers one by one; best-effort allows any spread.
+    apart = pod("b", ctr("app", [1]), ctr("side", [5]))
+    assert kinds(run(apart, topo=TWO_NUMA, config=restricted)) == []
+    assert kinds(run(pod("a", ctr("app", [1, 5])), topo=TWO_NUMA,
+                     config=_options(policy="best-effort"))) == []
+
+
+# -- uncore_split -------------------------------------------------------------------------
+
+UNCORE = Topology(tuple(replace(c, uncore=c.id // 4) for c in TOPO.cpus), TOPO.memory)
+UNCORE_ON = _options("prefer-align-cpus-by-uncorecache")
+
+
+def test_uncore_split_raised() -> None:
+    ledger = run(pod("a", ctr("app", [2, 3, 4, 5])), topo=UNCORE, config=UNCORE_ON)
+    assert kinds(ledger) == ["uncore_split"]
+    assert ledger.anomalies[0].container == "app"
+    assert "caches 0,1 although cache 0 (0-3)" in ledger.anomalies[0].detail
+    # A pod block is judged too.
+    ledger = run(pod("b", ctr("app", [2]), cpus=[2, 3, 4]), topo=UNCORE, config=UNCORE_ON)
+    assert [(a.kind, a.container) for a in ledger.anomalies] == [("uncore_split", None)]
+
+
+def test_uncore_split_near_miss() -> None:
+    split = pod("a", ctr("app", [2, 3, 4, 5]))
+    # Another pod holds a CPU of each cache: the split was the only way.
+    others = pod("b", ctr("app", [0]), ctr("side", [7]))
+    assert kinds(run(split, others, topo=UNCORE, config=UNCORE_ON)) == []
+    # A whole cache and the rest in one other cache is aligned.
+    assert kinds(run(pod("a", ctr("app", [0, 1, 2, 3, 4, 5])), topo=UNCORE,
+                     config=UNCORE_ON)) == []
+    # The option off, or unknown cache ids: nothing to judge.
+    assert kinds(run(split, topo=UNCORE, config=_options())) == []
+    assert kinds(run(split, topo=TOPO, config=UNCORE_ON)) == []
 
 
 # -- memory_over_budget -------------------------------------------------------------------

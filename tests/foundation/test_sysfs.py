@@ -41,6 +41,31 @@ def test_smt_two_socket_tree() -> None:
     assert sorted(siblings.values()) == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
+def test_uncore_cache_ids() -> None:
+    """``cache/index3/id`` gives each CPU its L3 cache; an unreadable id is unknown."""
+    topo = read_sysfs_topology(SYSFS / "uncore")
+    assert [(c.id, c.uncore) for c in topo.cpus] == [
+        (0, 0), (1, 1), (2, 2), (3, 3), (4, 0), (5, 1), (6, 2), (7, None)]
+    # Trees without cache directories leave every id unknown.
+    assert {c.uncore for c in read_sysfs_topology(SYSFS / "smt-2socket").cpus} == {None}
+    # topology.json carries the ids, and the model groups CPUs by them (unknown: cache 0).
+    assert topology_from_json(json.loads(json.dumps(topology_to_json(topo)))) == topo
+    assert "uncore" not in topology_to_json(topo)["cpus"][7]
+    from reconciler.allocator import from_snapshot
+
+    model = from_snapshot(topo)
+    assert model.uncore_cpus == {0: frozenset({0, 4, 7}), 1: frozenset({1, 5}),
+                                 2: frozenset({2, 6}), 3: frozenset({3})}
+    assert from_snapshot(model.to_snapshot()).uncore_cpus == model.uncore_cpus
+
+
+def test_bad_uncore_in_topology_json() -> None:
+    with pytest.raises(SourceError, match="bad CPU entry"):
+        topology_from_json({"cpus": [{"id": 0, "uncore": "x"}]})
+    topo = topology_from_json({"cpus": [{"id": 0, "uncore": 5}, {"id": 1}]})
+    assert [c.uncore for c in topo.cpus] == [5, None]
+
+
 def test_offline_cpus_are_left_out() -> None:
     topo = read_sysfs_topology(SYSFS / "offline-cpus")
     assert topo.online == frozenset({0, 1, 2, 4, 5, 7})
@@ -96,10 +121,10 @@ def test_topology_json_round_trip() -> None:
 
 
 @given(st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 64), st.integers(0, 3),
-                          st.integers(0, 7)), unique_by=lambda t: t[0], min_size=1,
-                 max_size=40),
+                          st.integers(0, 7), st.none() | st.integers(0, 255)),
+                unique_by=lambda t: t[0], min_size=1, max_size=40),
        st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2**50)), max_size=4))
-def test_topology_json_round_trip_property(cpus: list[tuple[int, int, int, int]],
+def test_topology_json_round_trip_property(cpus: list[tuple[int, int, int, int, int | None]],
                                            memory: list[tuple[int, int]]) -> None:
     topo = Topology(tuple(sorted((CPUInfo(*c) for c in cpus), key=lambda c: c.id)),
                     tuple(memory))

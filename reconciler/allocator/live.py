@@ -1,0 +1,84 @@
+"""The model seeded from a live node (docs/design.md#allocator): the CPUs its ledger shows
+free and the memory its reports leave, so ``plan --node`` places pods on the node as it is
+now rather than on an empty one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from reconciler.allocator.config import ModelConfig
+from reconciler.allocator.model import NodeModel
+from reconciler.allocator.topology import CPUTopology, from_snapshot
+from reconciler.ledger import Ledger
+from reconciler.snapshot import MemoryBlock, NodeSnapshot
+
+
+class LiveNodeError(ValueError):
+    """The live node lacks what the model needs (its CPU topology)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveNode:
+    """A model of the node as observed, and what it was seeded with."""
+
+    model: NodeModel
+    free_cpus: frozenset[int]
+    free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes); empty without Static
+
+
+def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
+    """Bytes of ``memory`` the pods hold per NUMA node: the pod block where reported (its
+    containers' blocks lie inside it), else the containers' own; a block over several nodes
+    counts evenly on each."""
+    used: dict[int, int] = {}
+
+    def add(blocks: Iterable[MemoryBlock]) -> None:
+        for b in blocks:
+            if b.memory_type != "memory" or not b.numa_nodes:
+                continue
+            share = b.size // len(b.numa_nodes)
+            for n in b.numa_nodes:
+                used[n] = used.get(n, 0) + share
+
+    for pod in snapshot.pods:
+        if pod.memory:
+            add(pod.memory)
+        else:
+            for c in pod.containers:
+                add(c.memory)
+    return used
+
+
+def _memory_capacity(snapshot: NodeSnapshot, topo: CPUTopology) -> dict[int, int]:
+    """Allocatable ``memory`` per NUMA node as the kubelet reports it, else the topology's."""
+    capacity: dict[int, int] = {}
+    if snapshot.allocatable is not None:
+        for b in snapshot.allocatable.memory:
+            if b.memory_type == "memory" and len(b.numa_nodes) == 1:
+                n = b.numa_nodes[0]
+                capacity[n] = capacity.get(n, 0) + b.size
+    return capacity or {n: topo.memory_of(n) for n in topo.numa_nodes}
+
+
+def live_config(snapshot: NodeSnapshot, fallback: ModelConfig) -> ModelConfig:
+    """The kubelet's own configuration when ``/configz`` was read, else ``fallback``."""
+    cfg = snapshot.kubelet_config
+    return fallback if cfg is None else ModelConfig.from_kubelet_config(cfg)
+
+
+def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> LiveNode:
+    """The model of ``snapshot``'s node under ``config``, its free CPUs those the ledger
+    puts in the node shared pool (reserved CPUs and every pod's CPUs are taken) and its free
+    memory what the pods' reports leave of the allocatable memory."""
+    if snapshot.topology is None:
+        raise LiveNodeError("the node's CPU topology is unknown (sysfs or --topology)")
+    topo = from_snapshot(snapshot.topology)
+    model = NodeModel(topo, config)
+    free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
+    used = _memory_in_use(snapshot)
+    capacity = _memory_capacity(snapshot, topo)
+    mem_free = {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+    model.seed(free, mem_free)
+    shown = tuple(sorted(mem_free.items())) if model.memory_enabled else ()
+    return LiveNode(model, frozenset(model.free), shown)

@@ -1,0 +1,135 @@
+"""plan --node: pods placed on a live node as it stands, read over the real socket of the
+simulated kubelet (and from a fixture directory)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.cli import main
+from exporter.sim.model_driven import ModelDrivenNode
+from reconciler.allocator import ModelConfig, PodPlacement, from_spec
+from tests.allocator.helpers import ctr, pod
+
+
+def _manifest(tmp: Path, *pods: tuple[str, int]) -> Path:
+    docs = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"namespace": "default", "name": name},
+             "spec": {"containers": [{"name": "app", "resources": {
+                 "requests": {"cpu": str(cpus), "memory": "1Gi"},
+                 "limits": {"cpu": str(cpus), "memory": "1Gi"}}}]}}
+            for name, cpus in pods]
+    path = tmp / "pods.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def _busy_node() -> ModelDrivenNode:
+    """2 NUMA nodes of 4 CPUs (0-3, 4-7), CPU 0 reserved, a 2-CPU pod on NUMA node 0: node 0
+    has 1 CPU free, node 1 has 4."""
+    config = ModelConfig(topology_policy="single-numa-node", scope="container",
+                         reserved_cpus=frozenset({0}))
+    node = ModelDrivenNode(from_spec("2x4x1"), config)
+    placed = node.add(pod("busy", ctr("app", "2")))
+    assert isinstance(placed, PodPlacement)
+    assert placed.held <= {1, 2, 3}
+    return node
+
+
+async def _plan_live(tmp: Path, start_sim: Any, *args: str) -> None:
+    node = _busy_node()
+    sim = await start_sim(node.state())
+    topology = tmp / "topology.json"
+    topology.write_text(json.dumps(node.topology_json()))
+    argv = ["plan", "--node", "--podresources.socket", sim.socket_path, "--topology",
+            str(topology), "--topology-policy", "single-numa-node", "--scope", "container",
+            "--reserved", "0", "--output", "json", *args]
+    assert await asyncio.to_thread(main, argv) == 0
+
+
+async def test_plan_node_over_the_socket(short_tmp: Path, start_sim: Any,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = _manifest(short_tmp, ("needs-four", 4), ("also-four", 4), ("one", 1))
+    await _plan_live(short_tmp, start_sim, "-f", str(manifest))
+    report = json.loads(capsys.readouterr().out)
+    node = report["node"]
+    assert node["free_cpus_by_numa"] == [{"numa_node": 0, "cpus": 1},
+                                         {"numa_node": 1, "cpus": 4}]
+    assert node["free_cpus"] == "3-7"
+    # The busy pod's 1Gi is taken from NUMA node 0's memory.
+    free_mem = {m["numa_node"]: m["bytes"] for m in node["free_memory"]}
+    assert free_mem[1] - free_mem[0] == 2**30
+    pods = {p["name"]: p for p in report["pods"]}
+    # Fits only on the emptier NUMA node.
+    assert pods["needs-four"]["admitted"] is True
+    assert pods["needs-four"]["cpus"] == "4-7"
+    assert pods["needs-four"]["numa_nodes"] == [1]
+    # Would fit an empty node, fits nowhere now.
+    assert pods["also-four"]["admitted"] is False
+    assert "topology affinity" in pods["also-four"]["reason"]
+    assert pods["also-four"]["cpus"] is None
+    # What is left still takes a small pod.
+    assert pods["one"]["admitted"] is True
+    assert pods["one"]["cpus"] == "3"
+
+
+async def test_plan_node_table(short_tmp: Path, start_sim: Any,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = _manifest(short_tmp, ("needs-four", 4))
+    node = _busy_node()
+    sim = await start_sim(node.state())
+    topology = short_tmp / "topology.json"
+    topology.write_text(json.dumps(node.topology_json()))
+    code = await asyncio.to_thread(main, [
+        "plan", "--node", "--podresources.socket", sim.socket_path, "--topology",
+        str(topology), "--scope", "container", "-f", str(manifest)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("node ")
+    assert "free CPUs 3-7 (NUMA 0: 1, NUMA 1: 4)" in out
+    assert "4-7" in out.split("\n", 2)[2]
+
+
+def _fixture_dir(tmp: Path, node: ModelDrivenNode) -> Path:
+    from exporter.sources.fixture import write_fixture_dir
+
+    out = tmp / "node"
+    write_fixture_dir(out, node.state().raw(node.model.topo.to_snapshot()))
+    return out
+
+
+def test_plan_node_from_fixture_uses_configz(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    directory = _fixture_dir(tmp_path, _busy_node())
+    manifest = _manifest(tmp_path, ("needs-four", 4), ("five", 5))
+    # The modelled-node flags say "none" but the node's /configz says single-numa-node.
+    assert main(["plan", "--node", "worker-7", "--from", str(directory), "--topology-policy",
+                 "none", "-f", str(manifest), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["node"]["name"] == "worker-7"
+    assert report["node"]["config"]["topologyManagerPolicy"] == "single-numa-node"
+    pods = {p["name"]: p for p in report["pods"]}
+    assert pods["needs-four"]["numa_nodes"] == [1]
+    assert pods["five"]["admitted"] is False
+
+
+def test_plan_node_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = _manifest(tmp_path, ("one", 1))
+    assert main(["plan", "--from", str(tmp_path), "-f", str(manifest)]) == 2
+    assert "--from DIR reads a node" in capsys.readouterr().err
+    assert main(["plan", "--node", "--topology.shape", "1x4x1", "--from", str(tmp_path),
+                 "-f", str(manifest)]) == 2
+    assert "--topology.shape does not apply" in capsys.readouterr().err
+    # A node whose topology is unknown cannot be modelled.
+    node = _busy_node()
+    directory = tmp_path / "notopo"
+    from exporter.sources.fixture import write_fixture_dir
+
+    write_fixture_dir(directory, node.state().raw(None))
+    assert main(["plan", "--node", "--from", str(directory), "-f", str(manifest)]) == 2
+    assert "topology is unknown" in capsys.readouterr().err
