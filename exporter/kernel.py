@@ -86,6 +86,13 @@ class KernelObserver:
         self._holders_of: Ledger | None = None
         self._usage: UsageCounters | None = None
 
+    @property
+    def sources(self) -> frozenset[str]:
+        """The kernel sources configured, as errors and health report them."""
+        return frozenset(name for name, on in (("cgroup", self.cgroup is not None),
+                                               ("procstat", bool(self.options.proc_root)))
+                         if on)
+
     def poll(self, ledger: Ledger, pod_list: Any, configz: Any, now: float) -> KernelReport:
         """``pod_list`` and ``configz``: the parsed ``/pods`` and ``/configz`` bodies (``None``
         when not read); ``now``: a monotonic time in seconds."""

@@ -23,7 +23,7 @@ AnomalyKind = Literal[
 ANOMALY_KINDS: tuple[AnomalyKind, ...] = (
     "exclusive_overlap", "container_outside_pod", "unknown_cpu", "reserved_cpu_assigned",
     "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
-    "numa_misaligned", "memory_over_budget",
+    "numa_misaligned", "memory_over_budget", "cpuset_drift",
 )
 
 
