@@ -26,13 +26,12 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from exporter import __version__
-from exporter.kernel import KernelObserver, KernelReport
+from exporter.kernel import KernelObserver, KernelReport, add_enforced
 from exporter.metrics.catalogue import KernelFacts, NodeFacts, SelfState
 from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, Reading
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
-from reconciler.cpuset import format_cpuset
 from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
@@ -89,7 +88,7 @@ class Published:
     def ledger_json(self) -> bytes:
         body = self.ledger.to_json()
         if self.enforced is not None:
-            _add_enforced(body, self.enforced)
+            add_enforced(body, self.enforced)
         return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
     @functools.cached_property
@@ -353,18 +352,6 @@ def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str,
             cell["enforced"] = on_cpu.get(c.id, [])
         cells.append(cell)
     return {"node": ledger.node_name, "cpus": cells}
-
-
-def _add_enforced(body: dict[str, Any], enforced: EnforcedCpusets) -> None:
-    """``enforced_cpus`` beside each container's ``cpus`` (and each pod's, for pods whose
-    cgroup sets a cpuset): what the kernel enforces, ``null`` when it could not be read."""
-    for entry in body["containers"]:
-        cpus = enforced.containers.get((entry["namespace"], entry["pod"], entry["name"]))
-        entry["enforced_cpus"] = None if cpus is None else format_cpuset(cpus)
-    for entry in body["pods"]:
-        cpus = enforced.pods.get((entry["namespace"], entry["name"]))
-        if cpus is not None:
-            entry["enforced_cpus"] = format_cpuset(cpus)
 
 
 class _ParsedBodies:
