@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.errors import SourceError
+from exporter.options import KernelSourcesOptions
 from exporter.sources.cgroup import (
     CgroupSource,
     CgroupUnavailable,
@@ -51,6 +52,10 @@ class KernelOptions:
     cgroup_driver: str = "auto"
     proc_root: str | None = "/proc"
     user_hz: int | None = None  # None: the system's USER_HZ
+
+    @classmethod
+    def from_flags(cls, flags: KernelSourcesOptions) -> KernelOptions:
+        return cls(flags.cgroup_root or None, flags.cgroup_driver, flags.proc_root or None)
 
 
 @dataclass(frozen=True, slots=True)

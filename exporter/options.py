@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 from exporter.errors import UserError
 from exporter.flags import add_flag, duration, env_name, format_duration, positive_int
-from exporter.kernel import KernelOptions
 from exporter.sources.cgroup import DRIVERS as CGROUP_DRIVERS
 from exporter.sources.kubelet import DEFAULT_TOKEN_FILE
 from exporter.sources.podresources import DEFAULT_MAX_RECV, DEFAULT_SOCKET
@@ -323,10 +322,6 @@ class KernelSourcesOptions(FlagGroup):
     proc_root: str = option(Flag(
         "--proc.root", "the host's procfs, read-only, for busy time per CPU from stat ('' "
         "turns the source off)", metavar="DIR"), "/proc")
-
-    def kernel_options(self) -> KernelOptions:
-        return KernelOptions(self.cgroup_root or None, self.cgroup_driver,
-                             self.proc_root or None)
 
 
 # ---- the modelled node (plan, sim) ----------------------------------------------------

@@ -47,15 +47,15 @@ def _record_kernel(args: argparse.Namespace, pods: bytes | None) -> list[str]:
     """``cgroup/`` and ``proc_stat`` (docs/kernel.md), beside the kubelet's answers."""
     import json
 
-    from exporter.kernel import capture_kernel_files
+    from exporter.kernel import KernelOptions, capture_kernel_files
 
     try:
         pod_list = json.loads(pods) if pods is not None else None
     except ValueError:
         pod_list = None  # reported with the poll's warnings
+    options = KernelOptions.from_flags(KernelSourcesOptions.from_args(args))
     try:
-        written, warnings = capture_kernel_files(
-            KernelSourcesOptions.from_args(args).kernel_options(), pod_list, args.directory)
+        written, warnings = capture_kernel_files(options, pod_list, args.directory)
     except OSError as exc:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for message in warnings:

@@ -68,7 +68,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     """Run until SIGINT/SIGTERM (or ``stop``); ``on_ready`` gets the base URL once
     listening."""
     from exporter.commands._sources import source_options
-    from exporter.kernel import KernelObserver
+    from exporter.kernel import KernelObserver, KernelOptions
     from exporter.reader import NodeReader
     from exporter.runtime import tune_gc
     from exporter.service import Exporter, ServiceOptions
@@ -87,7 +87,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         ServiceOptions(poll_interval=poll.interval, staleness=poll.staleness,
                        pods_collector=poll.pods_collector,
                        pods_max_series=poll.pods_max_series),
-        history=writer, kernel=KernelObserver(options.kernel.kernel_options()))
+        history=writer, kernel=KernelObserver(KernelOptions.from_flags(options.kernel)))
     app = build_app(exporter, web_config, _history_routes(store))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
                                  address=options.web.listen_address)

@@ -77,6 +77,10 @@ async def test_drift_after_the_window_cleared_when_fixed_and_usage_per_pool(
     assert entry["enforced_cpus"] == format_cpuset(wrong) != entry["cpus"]
     assert next(a for a in ledger["anomalies"] if a["kind"] == "cpuset_drift")["container"] \
         == victim[2]
+    status, body = await served.get("/api/v1/cpumap")
+    assert status == 200
+    cells = {c["id"]: c for c in json.loads(body)["cpus"]}
+    assert all("/".join(victim) in cells[cpu]["enforced"] for cpu in wrong)
 
     kernel.drift = {}
     kernel.sync()
@@ -100,3 +104,31 @@ async def test_drift_after_the_window_cleared_when_fixed_and_usage_per_pool(
             (pool, rate, load, cpus[pool])
     per_pod = series(await served.metrics(), "podres_pod_cpu_busy_seconds_total")
     assert per_pod and all(v >= 0 for v in per_pod.values())
+
+
+async def test_sources_off_or_failing_leave_the_ledger_as_before(
+        tmp_path: Path, start_sim: StartSim, run_serve: RunServe) -> None:
+    """No kubepods hierarchy under --cgroup.root: the source is off, the ledger JSON is
+    plain podres.ledger/v1. No stat under --proc.root: a counted procstat error, the
+    counters published at 0, the rest of the node unaffected."""
+    node = place("1.37", "pod", 1)
+    state = node.state()
+    sim = await start_sim(state, http=True)
+    (tmp_path / "cg").mkdir()
+    (tmp_path / "proc").mkdir()
+    served = await run_serve(sim, "--poll.interval", "0.1s",
+                             "--cgroup.root", str(tmp_path / "cg"),
+                             "--proc.root", str(tmp_path / "proc"))
+    samples = await served.wait_for(
+        lambda s: (value(s, "podres_source_errors_total", source="procstat",
+                         operation="read") or 0) >= 2, what="procstat errors counted")
+    assert value(samples, "podres_up") == 1.0
+    assert value(samples, "podres_source_up", source="procstat") == 0.0
+    assert set(pool_seconds(samples).values()) == {0.0}
+    assert sum(series(samples, "podres_cpuset_drift").values()) == 0.0
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 200
+    ledger = json.loads(body)
+    assert ledger["containers"] and not any("enforced_cpus" in c for c in ledger["containers"])
+    status, body = await served.get("/api/v1/cpumap")
+    assert status == 200 and not any("enforced" in c for c in json.loads(body)["cpus"])
