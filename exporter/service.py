@@ -3,7 +3,9 @@
 Data flows one way: ``NodeReader`` (sources → raw node → snapshot → reconcile) →
 ``Exporter`` state (the ledger, its pre-rendered exposition and JSON) → web handlers and
 the history writer. A scrape never waits on a source: it reads bytes rendered when the
-ledger last changed, plus a few live self-metrics.
+ledger last changed, plus a few live self-metrics. The kernel sources (docs/kernel.md), when
+configured, are read after each poll's ledger in a worker thread: their ``cpuset_drift``
+anomalies join the ledger's, and their counters are rendered apart, after every poll.
 
 Source health (docs/design.md#metrics): every configured source is read in every poll
 (the kubelet's ``/metrics`` every read period, its last outcome standing in between), so
