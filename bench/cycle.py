@@ -7,7 +7,12 @@ In one run it measures:
 - cold: ``NodeReader.read()`` on a fresh reader (every pod new): fetch, decode, assemble
   and reconcile (the reader's socket connected and its topology.json read beforehand:
   once-per-process setup, not per-pod work);
-- steady: ``NodeReader.read()`` again with nothing changed.
+- steady: ``NodeReader.read()`` again with nothing changed;
+- kernel: the kernel sources of the same steady poll (docs/kernel.md): every container's
+  cpuset from a cgroup tree matching the ledger and ``/proc/stat``, through
+  ``KernelObserver.poll`` as ``serve`` calls it (``/pods`` unchanged, so the match of pods
+  to cgroups is not redone); reported as ``kernel_ms``, its ratio to the floor, and
+  ``steady_with_kernel_ratio``.
 
 The headline figures use the floor's sources (PodResources), so the ratios are the
 exporter's own cost over the unavoidable fetch. Unless ``--no-kubelet``, the same cycle is
@@ -37,9 +42,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.kernel_read import write_tree
 from bench.synth import SyntheticNode, generate
+from exporter.kernel import KernelObserver, KernelOptions
 from exporter.reader import NodeReader, SourceOptions
 from exporter.runtime import tune_gc
+from exporter.sim.cgroupfs import ProcStatWriter, decorate_pod_list
 from exporter.sim.server import SimKubelet
 from exporter.sources.podresources import (
     PodResourcesClient,
@@ -66,8 +74,36 @@ def _spread(values: list[float]) -> list[float]:
     return [round(min(values), 3), round(max(values), 3)]
 
 
+class _Kernel:
+    """The kernel files of the synthetic node and the observer ``serve`` would run."""
+
+    def __init__(self, node: SyntheticNode, workdir: Path) -> None:
+        assert node.state.pod_list is not None
+        self.pod_list = decorate_pod_list(node.state.pod_list)
+        self.configz = node.state.configz
+        self.workdir = workdir
+        self.stat: ProcStatWriter | None = None
+        self.observer = KernelObserver(KernelOptions(
+            str(workdir / "cgroup"), "auto", str(workdir / "proc"), user_hz=100))
+
+    def poll(self, ledger: Any) -> float:
+        """One poll's kernel reads and checks, in ms; the tree is written on first use."""
+        if self.stat is None:
+            write_tree(self.workdir / "cgroup", ledger, self.pod_list)
+            self.stat = ProcStatWriter(self.workdir / "proc" / "stat",
+                                       range(len(ledger.cpu_map)), user_hz=100)
+        self.stat.advance(1.0, dict.fromkeys(self.stat.cpus, 0.5))
+        start = time.perf_counter()
+        report = self.observer.poll(ledger, self.pod_list, self.configz, time.monotonic())
+        elapsed = (time.perf_counter() - start) * 1000.0
+        assert not report.errors and report.cgroup_off is None, (report.errors,
+                                                                 report.cgroup_off)
+        return elapsed
+
+
 async def _cycles(options: SourceOptions, rounds: int,
-                  floor_once: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+                  floor_once: Callable[[], Awaitable[None]],
+                  kernel: _Kernel | None = None) -> dict[str, Any]:
     """Cold and steady ``NodeReader.read()`` figures for one set of sources, with the floor
     measured in the same rounds (interleaved, so that a machine busy with something else
     for a while weighs on both sides of the ratio alike)."""
@@ -79,6 +115,7 @@ async def _cycles(options: SourceOptions, rounds: int,
     floor: list[float] = []
     cold: list[float] = []
     steady: list[float] = []
+    kernel_ms: list[float] = []
     unchanged = True
     ledger = None
     for _ in range(rounds):
@@ -103,11 +140,14 @@ async def _cycles(options: SourceOptions, rounds: int,
                 reading = await reader.read()
                 steady.append((time.perf_counter() - start) * 1000.0)
                 unchanged = unchanged and not reading.changed
+                if kernel is not None:
+                    kernel_ms.append(kernel.poll(reading.ledger))
             ledger = reading.ledger
         finally:
             await reader.close()
     assert ledger is not None
-    return {"floor": floor, "cold": cold, "steady": steady, "unchanged": unchanged,
+    return {"floor": floor, "cold": cold, "steady": steady, "kernel": kernel_ms,
+            "unchanged": unchanged,
             "ledger_pods": len(ledger.pods), "ledger_containers": len(ledger.containers)}
 
 
@@ -132,7 +172,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
             await floor_once()
         base = SourceOptions(socket=socket_path, token_file=None, sysfs=None,
                              topology_file=str(topology_file), node_name="bench")
-        main = await _cycles(base, rounds, floor_once)
+        main = await _cycles(base, rounds, floor_once, _Kernel(node, workdir))
         extra = None
         if kubelet:
             extra = await _cycles(replace(base, kubelet_url=sim.http_url,
@@ -152,6 +192,10 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         "cold_ms": _median(main["cold"]),
         "steady_ratio": round(_median(main["steady"]) / floor_ms, 2),
         "cold_ratio": round(_median(main["cold"]) / floor_ms, 2),
+        "kernel_ms": _median(main["kernel"]),
+        "kernel_ratio": round(_median(main["kernel"]) / floor_ms, 2),
+        "steady_with_kernel_ratio": round(
+            (_median(main["steady"]) + _median(main["kernel"])) / floor_ms, 2),
         "rounds": rounds,
         "list_bytes": len(node.state.list_response.SerializeToString()),
         "steady_unchanged": main["unchanged"],
@@ -159,7 +203,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         "ledger_containers": main["ledger_containers"],
         "kinds": node.kinds,
         "spread_ms": {"floor": _spread(floor), "steady": _spread(main["steady"]),
-                      "cold": _spread(main["cold"])},
+                      "cold": _spread(main["cold"]), "kernel": _spread(main["kernel"])},
     }
     if extra is not None:
         extra_floor = _median(extra["floor"])
@@ -188,6 +232,7 @@ def _table(result: dict[str, Any]) -> str:
         ("floor", result, "floor", None),
         ("steady", result, "steady", STEADY_TARGET),
         ("cold", result, "cold", COLD_TARGET),
+        ("kernel (cgroup, stat)", result, "kernel", None),
     ]
     if "with_kubelet" in result:
         rows += [("steady +kubelet HTTPS", result["with_kubelet"], "steady", None),

@@ -98,21 +98,26 @@ def _node(pods: int, cpus: int, per_pod: int) -> tuple[Ledger, dict[str, Any]]:
     return ledger, {"kind": "PodList", "items": items}
 
 
-def _write(root: Path, ledger: Ledger, pod_list: dict[str, Any]) -> list[str]:
-    """The tree matching the ledger; returns the files the cgroup source reads."""
+def write_tree(root: Path, ledger: Ledger, pod_list: dict[str, Any]) -> list[str]:
+    """The cgroup tree matching the ledger for the running containers of ``pod_list`` (as
+    ``decorate_pod_list`` or a kubelet lists them); returns the files the cgroup source
+    reads. Also used by bench.cycle."""
     expectations = expected_cpusets(ledger, EnforcementOptions())
     tree: list[TreePod] = []
     files: list[str] = []
     for item in pod_list["items"]:
         meta, status = item["metadata"], item["status"]
-        uid, name = meta["uid"], meta["name"]
+        ns, uid, name = meta["namespace"], meta["uid"], meta["name"]
+        qos = status.get("qosClass", "Burstable")
+        statuses = [*status.get("initContainerStatuses", ()),
+                    *status.get("containerStatuses", ())]
         containers = tuple(
             TreeContainer(container_id(uid, s["name"]),
-                          expectations.containers[("bench", name, s["name"])][1])
-            for s in status["containerStatuses"])
-        tree.append(TreePod(uid, status["qosClass"],
-                            expectations.pods.get(("bench", name), frozenset()), containers))
-        pod_dir = root / pod_slice(uid, status["qosClass"])
+                          expectations.containers[(ns, name, s["name"])][1])
+            for s in statuses if (ns, name, s["name"]) in expectations.containers)
+        tree.append(TreePod(uid, qos, expectations.pods.get((ns, name), frozenset()),
+                            containers))
+        pod_dir = root / pod_slice(uid, qos)
         files.append(str(pod_dir / "cpuset.cpus"))
         files += [str(pod_dir / f"cri-containerd-{c.id}.scope" / "cpuset.cpus.effective")
                   for c in containers]
@@ -138,7 +143,7 @@ def _timed(fn: Callable[[], object]) -> float:
 def measure(pods: int, cpus: int, per_pod: int, rounds: int, workdir: Path) -> dict[str, Any]:
     ledger, pod_list = _node(pods, cpus, per_pod)
     root = workdir / "cgroup"
-    files = [*_write(root, ledger, pod_list), str(workdir / "proc" / "stat")]
+    files = [*write_tree(root, ledger, pod_list), str(workdir / "proc" / "stat")]
     writer = ProcStatWriter(workdir / "proc" / "stat", range(cpus), user_hz=100)
     source = CgroupSource(str(root))
     options = EnforcementOptions()

@@ -10,19 +10,26 @@ the ledger in force since then, the usage counters) and hands back one
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.errors import SourceError
+from exporter.options import KernelSourcesOptions
 from exporter.sources.cgroup import (
     CgroupSource,
+    CgroupUnavailable,
     EntryError,
     PodRef,
+    capture_tree,
     cpu_manager_reconcile_period,
+    detect_layout,
     pod_refs_from_pod_list,
 )
-from exporter.sources.procstat import ProcStat, read_proc_stat
+from exporter.sources.kernel_files import read_kernel_file
+from exporter.sources.procstat import MAX_PROC_STAT_BYTES, ProcStat, read_proc_stat
+from reconciler.cpuset import format_cpuset
 from reconciler.enforcement import (
     Drift,
     DriftState,
@@ -45,6 +52,10 @@ class KernelOptions:
     cgroup_driver: str = "auto"
     proc_root: str | None = "/proc"
     user_hz: int | None = None  # None: the system's USER_HZ
+
+    @classmethod
+    def from_flags(cls, flags: KernelSourcesOptions) -> KernelOptions:
+        return cls(flags.cgroup_root or None, flags.cgroup_driver, flags.proc_root or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,13 @@ class KernelObserver:
         self._holders: dict[int, CPUHolder] = {}
         self._holders_of: Ledger | None = None
         self._usage: UsageCounters | None = None
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The kernel sources configured, as errors and health report them."""
+        return frozenset(name for name, on in (("cgroup", self.cgroup is not None),
+                                               ("procstat", bool(self.options.proc_root)))
+                         if on)
 
     def poll(self, ledger: Ledger, pod_list: Any, configz: Any, now: float) -> KernelReport:
         """``pod_list`` and ``configz``: the parsed ``/pods`` and ``/configz`` bodies (``None``
@@ -135,3 +153,62 @@ class KernelObserver:
         if ledger is not self._holders_of:  # the reader reuses an unchanged ledger
             self._holders, self._holders_of = cpu_holders(ledger), ledger
         return self._usage
+
+
+# -- fixture directories (record, snapshot --from) -----------------------------------------
+
+FIXTURE_CGROUP = "cgroup"  # a minimal tree of the files read, usable as --cgroup.root
+FIXTURE_PROC_STAT = "proc_stat"
+
+
+def capture_kernel_files(options: KernelOptions, pod_list: Any, directory: str,
+                         ) -> tuple[list[str], list[str]]:
+    """Copy what the kernel sources read into a fixture directory: the cgroup files of the
+    pods in ``pod_list`` under ``cgroup/`` and ``/proc/stat`` as ``proc_stat``. Returns
+    the paths written and, for a source that could not be captured, why (a warning: the
+    rest of the fixture stands)."""
+    written: list[str] = []
+    warnings: list[str] = []
+    if options.cgroup_root and pod_list is not None:
+        try:
+            layout = detect_layout(options.cgroup_root, options.cgroup_driver)
+        except CgroupUnavailable as exc:
+            warnings.append(f"cgroup/ not captured: {exc}")
+        else:
+            dest = os.path.join(directory, FIXTURE_CGROUP)
+            capture_tree(options.cgroup_root, layout, pod_refs_from_pod_list(pod_list), dest)
+            written.append(dest)
+    if options.proc_root:
+        source = os.path.join(options.proc_root, "stat")
+        try:
+            data = read_kernel_file(source, MAX_PROC_STAT_BYTES, truncate=True)
+        except OSError as exc:
+            warnings.append(f"proc_stat not captured: {source}: {exc.strerror or exc}")
+        else:
+            dest = os.path.join(directory, FIXTURE_PROC_STAT)
+            with open(dest, "wb") as f:
+                f.write(data)
+            written.append(dest)
+    return written, warnings
+
+
+def fixture_enforced(directory: str, pod_list: Any) -> EnforcedCpusets | None:
+    """The enforced cpusets of a fixture directory's ``cgroup/``; None without one."""
+    root = os.path.join(directory, FIXTURE_CGROUP)
+    if pod_list is None or not os.path.isdir(root):
+        return None
+    reading = CgroupSource(root).read(pod_refs_from_pod_list(pod_list))
+    return reading.enforced if reading.off is None else None
+
+
+def add_enforced(body: dict[str, Any], enforced: EnforcedCpusets) -> None:
+    """``enforced_cpus`` beside each container's ``cpus`` in a ledger's JSON (and each
+    pod's, for pods whose cgroup sets a cpuset): what the kernel enforces, ``null`` when it
+    could not be read. Additive: podres.ledger/v1 readers ignore it."""
+    for entry in body["containers"]:
+        cpus = enforced.containers.get((entry["namespace"], entry["pod"], entry["name"]))
+        entry["enforced_cpus"] = None if cpus is None else format_cpuset(cpus)
+    for entry in body["pods"]:
+        cpus = enforced.pods.get((entry["namespace"], entry["name"]))
+        if cpus is not None:
+            entry["enforced_cpus"] = format_cpuset(cpus)

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from exporter.errors import UserError
 from exporter.flags import add_flag, duration, env_name, format_duration, positive_int
+from exporter.sources.cgroup import DRIVERS as CGROUP_DRIVERS
 from exporter.sources.kubelet import DEFAULT_TOKEN_FILE
 from exporter.sources.podresources import DEFAULT_MAX_RECV, DEFAULT_SOCKET
 from reconciler.allocator.config import KNOWN_OPTIONS
@@ -313,6 +314,27 @@ class SourcesOptions(FlagGroup):
         if self.topology and not Path(self.topology).is_file():
             raise UserError(f"--topology {self.topology}: file does not exist (a "
                             "topology.json as record writes it)")
+
+
+# ---- kernel sources ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelSourcesOptions(FlagGroup):
+    """The host's cgroup tree and ``/proc``, read for enforced cpusets and busy time per
+    CPU (docs/kernel.md); an empty root turns that source off."""
+
+    TITLE = "kernel sources"
+
+    cgroup_root: str = option(Flag(
+        "--cgroup.root", "the host's cgroup filesystem, read-only, for each container's "
+        "enforced cpuset ('' turns the source off)", metavar="DIR"), "/sys/fs/cgroup")
+    cgroup_driver: str = option(Flag(
+        "--cgroup.driver", "the kubelet's cgroup driver (auto: from the kubepods directory "
+        "found)", choices=CGROUP_DRIVERS), "auto")
+    proc_root: str = option(Flag(
+        "--proc.root", "the host's procfs, read-only, for busy time per CPU from stat ('' "
+        "turns the source off)", metavar="DIR"), "/proc")
 
 
 # ---- the modelled node (plan, sim) ----------------------------------------------------

@@ -3,7 +3,9 @@
 Data flows one way: ``NodeReader`` (sources → raw node → snapshot → reconcile) →
 ``Exporter`` state (the ledger, its pre-rendered exposition and JSON) → web handlers and
 the history writer. A scrape never waits on a source: it reads bytes rendered when the
-ledger last changed, plus a few live self-metrics.
+ledger last changed, plus a few live self-metrics. The kernel sources (docs/kernel.md), when
+configured, are read after each poll's ledger in a worker thread: their ``cpuset_drift``
+anomalies join the ledger's, and their counters are rendered apart, after every poll.
 
 Source health (docs/design.md#metrics): every configured source is read in every poll
 (the kubelet's ``/metrics`` every read period, its last outcome standing in between), so
@@ -21,16 +23,18 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from exporter import __version__
-from exporter.metrics.catalogue import NodeFacts, SelfState
+from exporter.kernel import KernelObserver, KernelReport, add_enforced
+from exporter.metrics.catalogue import KernelFacts, NodeFacts, SelfState
 from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
-from exporter.metrics.exposition import render_ledger, render_self
+from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, Reading
-from exporter.sources import checkpoint, kubelet, podresources, topology
+from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
+from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
 log = logging.getLogger("podres.exporter")
@@ -39,7 +43,8 @@ log = logging.getLogger("podres.exporter")
 # failure: published at 0 from the first scrape, so that increase() counts a first failure.
 SOURCE_OPERATIONS: dict[str, tuple[str, ...]] = {
     **podresources.OPERATIONS, **kubelet.OPERATIONS, **topology.OPERATIONS,
-    **checkpoint.OPERATIONS, "exporter": ("poll",)}
+    **checkpoint.OPERATIONS, **cgroup.OPERATIONS, **procstat.OPERATIONS,
+    "exporter": ("poll",)}
 
 
 class HistorySink(Protocol):
@@ -72,6 +77,10 @@ class Published:
 
     ledger: Ledger
     exposition: bytes
+    # What the kernel enforces (docs/kernel.md); None: the cgroup source is off, and the
+    # JSON bodies are exactly the ledger's.
+    enforced: EnforcedCpusets | None = None
+    pods_series_left: int | None = None  # of the per-pod cap, for the kernel's pod series
 
     @functools.cached_property
     def exposition_gzip(self) -> GzipPrefix:
@@ -79,11 +88,15 @@ class Published:
 
     @functools.cached_property
     def ledger_json(self) -> bytes:
-        return json.dumps(self.ledger.to_json(), ensure_ascii=False).encode("utf-8")
+        body = self.ledger.to_json()
+        if self.enforced is not None:
+            add_enforced(body, self.enforced)
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
     @functools.cached_property
     def cpumap_json(self) -> bytes:
-        return json.dumps(cpumap(self.ledger), ensure_ascii=False).encode("utf-8")
+        return json.dumps(cpumap(self.ledger, self.enforced),
+                          ensure_ascii=False).encode("utf-8")
 
     @functools.cached_property
     def _ledger_json_gzip(self) -> bytes:
@@ -102,9 +115,12 @@ class Published:
 
 class Exporter:
     def __init__(self, reader: NodeReader, options: ServiceOptions | None = None, *,
-                 history: HistorySink | None = None,
+                 history: HistorySink | None = None, kernel: KernelObserver | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.reader = reader
+        self.kernel = kernel
+        self.kernel_exposition = b""  # the kernel families, rendered after every poll
+        self._kernel_bodies = _ParsedBodies()
         self.options = options or ServiceOptions()
         self.history = history
         self.clock = clock
@@ -123,7 +139,7 @@ class Exporter:
         # The last scrape body per encoding, reused while neither the ledger nor the
         # self-metrics changed: concatenating a ~0.5 MB exposition on every scrape cost ~30%
         # of scrape latency.
-        self._bodies: dict[Encoding, tuple[Published | None, SelfState, bytes]] = {}
+        self._bodies: dict[Encoding, tuple[Published | None, bytes, SelfState, bytes]] = {}
 
     # -- polling ------------------------------------------------------------------------
 
@@ -151,32 +167,85 @@ class Exporter:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
+    @property
+    def sources(self) -> frozenset[str]:
+        """The configured sources: the reader's and the kernel's."""
+        if self.kernel is None:
+            return self.reader.sources
+        return self.reader.sources | self.kernel.sources
+
     async def poll_once(self) -> bool:
         started = time.perf_counter()
         poll = await self.reader.poll()
-        self.last_duration = time.perf_counter() - started
-        self._account_errors(poll.errors, poll.observed)
         reading = poll.reading
+        report = None
+        if reading is not None and self.kernel is not None:
+            report = await self._observe_kernel(self.kernel, reading)
+        self.last_duration = time.perf_counter() - started
+        errors, observed = poll.errors, poll.observed
+        if report is not None and report.errors:
+            errors, observed = {**errors, **report.errors}, observed | set(report.errors)
+        self._account_errors(errors, observed)
         if reading is None:
             self.up = False
             return False
         self.up = True
         self.last_success = self.clock()
-        if reading.changed or self.published is None:
-            self._publish(reading.ledger)
-        self._record_history(reading)
+        ledger, changed = reading.ledger, reading.changed or self.published is None
+        if report is not None:
+            ledger = replace(ledger, anomalies=ledger.anomalies + report.anomalies)
+            changed = changed or self._kernel_changed(ledger, report)
+        if changed:
+            self._publish(ledger, None if report is None or report.cgroup_off
+                          else report.enforced)
+        if report is not None:
+            self._publish_kernel(report)
+        self._record_history(ledger, changed)
         return True
 
-    def _record_history(self, reading: Reading) -> None:
+    async def _observe_kernel(self, kernel: KernelObserver, reading: Reading) -> KernelReport:
+        """The kernel sources once, in a thread: a thousand pods are some five thousand
+        file reads, which must not hold up scrapes."""
+        pods = self._kernel_bodies.parsed("pods", reading.raw.pods)
+        configz = self._kernel_bodies.parsed("configz", reading.raw.configz)
+        return await asyncio.to_thread(kernel.poll, reading.ledger, pods, configz,
+                                       time.monotonic())
+
+    def _kernel_changed(self, ledger: Ledger, report: KernelReport) -> bool:
+        """Whether the kernel changed what the ledger's forms show: its anomalies or the
+        enforced sets (usage alone does not: it is rendered apart)."""
+        published = self.published
+        if published is None:
+            return True
+        enforced = None if report.cgroup_off else report.enforced
+        return (ledger.anomalies != published.ledger.anomalies
+                or enforced != published.enforced)
+
+    def _publish_kernel(self, report: KernelReport) -> None:
+        usage = report.usage
+        kernel = self.kernel
+        facts = KernelFacts(
+            None if kernel is None or not kernel.options.proc_root
+            else usage.pool_seconds() if usage is not None else {},
+            usage.pod_seconds() if usage is not None else {},
+            None if kernel is None or kernel.cgroup is None else report.drift_counts)
+        published = self.published
+        rendered = render_kernel(facts, pods_series_left=None if published is None
+                                 else published.pods_series_left)
+        self.kernel_exposition = rendered.text.encode("utf-8")
+        if rendered.dropped:
+            self.pods_dropped_total += rendered.dropped
+
+    def _record_history(self, ledger: Ledger, changed: bool) -> None:
         """Hand the ledger to the history writer when it changed, or when a node summary is
         due; an unchanged node then costs the writer nothing on most polls."""
         if self.history is None or self.last_success is None:
             return
         due = (self._history_at is None
                or self.last_success - self._history_at >= self.history.summary_interval)
-        if reading.changed or due:
+        if changed or due:
             self._history_at = self.last_success
-            self.history.submit(reading.ledger, datetime.fromtimestamp(self.last_success, UTC))
+            self.history.submit(ledger, datetime.fromtimestamp(self.last_success, UTC))
 
     def _account_errors(self, errors: Mapping[tuple[str, str], str],
                         observed: frozenset[tuple[str, str]]) -> None:
@@ -186,7 +255,7 @@ class Exporter:
         for key in observed:
             self.errors_total[key] += 1
         failing = {source for source, _ in errors}
-        self.source_up = {s: s not in failing for s in sorted(self.reader.sources | failing)}
+        self.source_up = {s: s not in failing for s in sorted(self.sources | failing)}
         for key, message in errors.items():
             if self._logged_errors.get(key) != message:
                 log.warning("source failing", extra={"source": key[0], "operation": key[1],
@@ -195,13 +264,13 @@ class Exporter:
             log.info("source recovered", extra={"source": key[0], "operation": key[1]})
         self._logged_errors = dict(errors)
 
-    def _publish(self, ledger: Ledger) -> None:
+    def _publish(self, ledger: Ledger, enforced: EnforcedCpusets | None = None) -> None:
         current = {(a.kind, a.namespace, a.pod, a.container, a.detail) for a in ledger.anomalies}
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
         facts = ledger.checkpoints
-        text, dropped = render_ledger(
+        text, dropped, series_left = render_ledger(
             NodeFacts(ledger, dict(facts.formats) if facts else {},
                       facts.downgrade_unsafe if facts else None),
             pods_max_series=self.options.pods_max_series if self.options.pods_collector
@@ -210,7 +279,8 @@ class Exporter:
             self.pods_dropped_total += dropped
             log.warning("per-pod series capped", extra={
                 "dropped": dropped, "max_series": self.options.pods_max_series})
-        self.published = Published(ledger=ledger, exposition=text.encode("utf-8"))
+        self.published = Published(ledger=ledger, exposition=text.encode("utf-8"),
+                                   enforced=enforced, pods_series_left=series_left)
 
     # -- reading state ------------------------------------------------------------------
 
@@ -238,7 +308,7 @@ class Exporter:
             source_up=dict(self.source_up), source_errors=dict(self.errors_total),
             source_operations=tuple(
                 (source, operation)
-                for source in sorted(self.reader.sources | {"exporter"})
+                for source in sorted(self.sources | {"exporter"})
                 for operation in SOURCE_OPERATIONS.get(source, ())),
             anomalies_observed=dict(self.anomalies_observed),
             pods_dropped_total=self.pods_dropped_total,
@@ -253,22 +323,56 @@ class Exporter:
         published = self.current()
         state = self.self_state()
         cached = self._bodies.get(encoding)
-        if cached is not None and cached[0] is published and cached[1] == state:
-            return cached[2]
-        live = render_self(state).encode("utf-8")
+        kernel = self.kernel_exposition if published is not None else b""
+        if (cached is not None and cached[0] is published and cached[1] is kernel
+                and cached[2] == state):
+            return cached[3]
+        live = kernel + render_self(state).encode("utf-8")
         if published is None:
             body = gzip_bytes(live) if encoding == "gzip" else live
         elif encoding == "gzip":
             body = published.exposition_gzip.finish(live)
         else:
             body = published.exposition + live
-        self._bodies[encoding] = (published, state, body)
+        self._bodies[encoding] = (published, kernel, state, body)
         return body
 
 
-def cpumap(ledger: Ledger) -> dict[str, Any]:
-    return {
-        "node": ledger.node_name,
-        "cpus": [{"id": c.id, "core": c.core, "socket": c.socket, "numa_node": c.numa_node,
-                  "pool": c.pool, "owner": c.owner} for c in ledger.cpu_map],
-    }
+def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str, Any]:
+    """The CPU map; with the cgroup source on, each CPU also lists the containers the
+    kernel lets run on it (``enforced``: ``namespace/pod/container``), beside its owner."""
+    on_cpu: dict[int, list[str]] = {}
+    if enforced is not None:
+        for (namespace, pod, container), cpus in sorted(enforced.containers.items()):
+            for cpu in cpus:
+                on_cpu.setdefault(cpu, []).append(f"{namespace}/{pod}/{container}")
+    cells = []
+    for c in ledger.cpu_map:
+        cell: dict[str, Any] = {"id": c.id, "core": c.core, "socket": c.socket,
+                                "numa_node": c.numa_node, "pool": c.pool, "owner": c.owner}
+        if enforced is not None:
+            cell["enforced"] = on_cpu.get(c.id, [])
+        cells.append(cell)
+    return {"node": ledger.node_name, "cpus": cells}
+
+
+class _ParsedBodies:
+    """The kubelet's JSON bodies the kernel observer reads, parsed again only when their
+    bytes change: the observer skips matching ``/pods`` to cgroups while it gets the same
+    object."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[bytes, Any]] = {}
+
+    def parsed(self, name: str, body: bytes | None) -> Any:
+        if body is None:
+            return None
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] == body:
+            return cached[1]
+        try:
+            value = json.loads(body)
+        except ValueError:
+            value = None  # the poll reports a malformed body already
+        self._cache[name] = (body, value)
+        return value

@@ -24,7 +24,7 @@ ANOMALY_KINDS: tuple[AnomalyKind, ...] = (
     "exclusive_overlap", "container_outside_pod", "unknown_cpu", "reserved_cpu_assigned",
     "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
     "numa_misaligned", "memory_over_budget",
-    "full_pcpus_violation", "numa_policy_violation", "uncore_split",
+    "full_pcpus_violation", "numa_policy_violation", "uncore_split", "cpuset_drift",
 )
 
 

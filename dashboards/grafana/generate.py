@@ -81,6 +81,16 @@ class Layout:
         self.row_h = max(self.row_h, h)
 
 
+# Exclusive CPUs of a pod busy under 10 % of the time over an hour (docs/kernel.md).
+STRANDED = (
+    'sum by (cluster, node, namespace, pod, pool) (rate(podres_pod_cpu_busy_seconds_total{{{sel}, '
+    'pool=~"pod_exclusive|node_exclusive"}}[1h]))\n'
+    "/ on (cluster, node, namespace, pod, pool)\n"
+    "(sum by (cluster, node, namespace, pod, pool) (podres_pod_cpus{{{sel}, "
+    'pool=~"pod_exclusive|node_exclusive"}}) > 0)\n'
+    "< 0.1")
+
+
 def prom_target(expr: str, ref: str = "A", legend: str = "", *, instant: bool = False,
                 table: bool = False) -> dict[str, Any]:
     t: dict[str, Any] = {"datasource": PROM, "refId": ref, "expr": expr, "editorMode": "code",
@@ -412,6 +422,22 @@ def node_dashboard() -> dict[str, Any]:
                     "was throttled. Should be empty: the kubelet turns the quota off for "
                     "exclusive CPUs."), 12, 9)
 
+    lay.row("Busy time per pool (/proc/stat, docs/kernel.md)")
+    lay.add(timeseries("Pool saturation", [prom_target(
+        f"sum by (pool) (rate(podres_cpu_pool_busy_seconds_total{{{N}}}[$__rate_interval]))\n"
+        f"/ on (pool) (sum by (pool) (podres_cpus{{{N}}}) > 0)",
+        legend="{{pool}}")], unit="percentunit", threshold=SATURATION_THRESHOLD,
+        description="Busy fraction of each pool's CPUs, from the kernel's per-CPU busy time "
+                    "attributed to the pool holding each CPU (no cAdvisor needed). A pegged "
+                    "pod_shared pool beside idle pod_exclusive CPUs is a budget to rebalance.",
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 9)
+    lay.add(table("Stranded cores", [prom_target(
+        STRANDED.format(sel=N), instant=True, table=True)],
+        description="Exclusive cores whose pod kept them under 10 % busy over the last "
+                    "hour: capacity pinned and unused (docs/kernel.md).",
+        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        unit="percentunit"), 12, 9)
+
     lay.row("Kubelet and exporter")
     lay.add(table("Kubelet configuration", [prom_target(
         f"max by (cpu_manager_policy, memory_manager_policy, topology_manager_policy, "
@@ -583,6 +609,27 @@ def fleet_dashboard() -> dict[str, Any]:
         instant=True, table=True)], {"Value": "count"},
         description="Current anomalies per node and kind, legacy_shared_report (the 1.36 "
                     "reporting pattern, not alerted) included."), 8, 10)
+
+    lay.row("Busy time per pool (/proc/stat, docs/kernel.md)")
+    lay.add(timeseries("Pool saturation across the fleet", [prom_target(
+        f"sum by (pool) (rate(podres_cpu_pool_busy_seconds_total{{{F}}}[$__rate_interval]))\n"
+        f"/ on (pool) (sum by (pool) (podres_cpus{{{F}}}) > 0)",
+        legend="{{pool}}")], unit="percentunit", threshold=SATURATION_THRESHOLD,
+        description="Busy fraction of each pool's CPUs over every node.",
+        overrides=color_overrides(ASSIGNMENT_COLORS)), 8, 9)
+    lay.add(timeseries("Pod shared pool saturation per node", [prom_target(
+        "sum by (cluster, node) (rate(podres_cpu_pool_busy_seconds_total"
+        f'{{{F}, pool="pod_shared"}}[$__rate_interval]))\n'
+        f'/ on (cluster, node) (sum by (cluster, node) (podres_cpus{{{F}, pool="pod_shared"}})'
+        " > 0)",
+        legend="{{node}}")], unit="percentunit", threshold=SATURATION_THRESHOLD,
+        description="Busy fraction of the pod shared pools of each node."), 8, 9)
+    lay.add(table("Stranded cores", [prom_target(
+        STRANDED.format(sel=F), instant=True, table=True)],
+        description="Exclusive cores whose pod kept them under 10 % busy over the last "
+                    "hour, on every node.",
+        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        unit="percentunit"), 8, 9)
 
     lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")
     lay.add(timeseries("Kubelet allocation errors", [prom_target(

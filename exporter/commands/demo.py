@@ -1,8 +1,10 @@
 """``podres-exporter demo``: the whole system on a laptop.
 
 Starts a simulated kubelet (the allocator model placing a mixed workload on a 2-socket SMT
-node, exporter/demo/workload.yaml), runs ``serve`` against it with the
-history store in a temporary directory, prints the URLs, and removes everything on Ctrl-C.
+node, exporter/demo/workload.yaml) with the kernel files its placements imply (a cgroup tree
+with one drifting container, a ``/proc/stat`` busy at exporter.demo.node.DEMO_LOAD), runs
+``serve`` against them with the history store in a temporary directory, prints the URLs,
+and removes everything on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve_options(args: argparse.Namespace, web: WebOptions, sim: DemoNode, workdir: Path
                    ) -> ServeOptions:
     from exporter.commands.serve import ServeOptions
-    from exporter.options import HistoryOptions, SourcesOptions
+    from exporter.options import HistoryOptions, KernelSourcesOptions, SourcesOptions
 
     return ServeOptions(
         web=web,
@@ -67,7 +69,8 @@ def _serve_options(args: argparse.Namespace, web: WebOptions, sim: DemoNode, wor
                                summary_interval=10.0),
         sources=SourcesOptions(socket=sim.socket_path, kubelet_url=sim.http_url,
                                ca_file=str(sim.cert_path), token_file="",
-                               topology=str(sim.topology_file), node_name="demo-node"))
+                               topology=str(sim.topology_file), node_name="demo-node"),
+        kernel=KernelSourcesOptions(cgroup_root=sim.cgroup_root, proc_root=sim.proc_root))
 
 
 def _print_urls(description: str) -> Callable[[str], None]:

@@ -11,7 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.options import HistoryOptions, LogOptions, PollOptions, SourcesOptions, WebOptions
+from exporter.options import (
+    HistoryOptions,
+    KernelSourcesOptions,
+    LogOptions,
+    PollOptions,
+    SourcesOptions,
+    WebOptions,
+)
 
 HELP = "poll the kubelet, reconcile, and serve /metrics, the ledger API and history"
 
@@ -26,11 +33,13 @@ class ServeOptions:
     poll: PollOptions
     history: HistoryOptions
     sources: SourcesOptions
+    kernel: KernelSourcesOptions
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeOptions:
         return cls(WebOptions.from_args(args), PollOptions.from_args(args),
-                   HistoryOptions.from_args(args), SourcesOptions.from_args(args))
+                   HistoryOptions.from_args(args), SourcesOptions.from_args(args),
+                   KernelSourcesOptions.from_args(args))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     HistoryOptions.add_flags(parser)
     LogOptions.add_flags(parser)
     SourcesOptions.add_flags(parser)
+    KernelSourcesOptions.add_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +68,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     """Run until SIGINT/SIGTERM (or ``stop``); ``on_ready`` gets the base URL once
     listening."""
     from exporter.commands._sources import source_options
+    from exporter.kernel import KernelObserver, KernelOptions
     from exporter.reader import NodeReader
     from exporter.runtime import tune_gc
     from exporter.service import Exporter, ServiceOptions
@@ -76,7 +87,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         ServiceOptions(poll_interval=poll.interval, staleness=poll.staleness,
                        pods_collector=poll.pods_collector,
                        pods_max_series=poll.pods_max_series),
-        history=writer)
+        history=writer, kernel=KernelObserver(KernelOptions.from_flags(options.kernel)))
     app = build_app(exporter, web_config, _history_routes(store))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
                                  address=options.web.listen_address, options=options.web)

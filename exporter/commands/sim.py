@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from exporter.options import ModelOptions
 from reconciler.allocator.report import STYLES
 
 if TYPE_CHECKING:
+    from exporter.sim.cgroupfs import SimKernel
     from exporter.sim.model_driven import ChangeReport, ModelDrivenNode
     from exporter.sim.server import SimKubelet
 
@@ -50,6 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(driven, "--manifests-poll", default="1s", type=duration(0.01, 3600.0),
              metavar="DURATION",
              help="how often the manifests path is checked for changes (default: %(default)s)")
+    add_flag(driven, "--cgroup-dir", default=None, metavar="DIR",
+             help="also write the cgroup tree a kernel would show for these placements here "
+             "(the exporter's --cgroup.root; with --proc-dir)")
+    add_flag(driven, "--proc-dir", default=None, metavar="DIR",
+             help="also keep a stat file here whose CPUs are busy at --load (the exporter's "
+             "--proc.root; with --cgroup-dir)")
+    add_flag(driven, "--load", default="", metavar="POOL=FRACTION[,...]",
+             help="busy fraction of each pool's CPUs in --proc-dir/stat, e.g. "
+             "pod_shared=0.9,node_shared=0.3 (default: idle)")
+    add_flag(driven, "--drift", default="", metavar="NS/POD/CONTAINER=CPUSET[;...]",
+             help="containers whose cgroup in --cgroup-dir runs them on other CPUs than "
+             "placed (cpuset_drift)")
     add_flag(driven, "--topology-file", default=None, metavar="FILE",
              help="also write the modelled node's topology.json here (for the exporter's "
              "--topology)")
@@ -222,23 +236,55 @@ def _model_node(args: argparse.Namespace, model: ModelOptions) -> ModelDrivenNod
     return node
 
 
+def _sim_kernel(args: argparse.Namespace, node: ModelDrivenNode) -> SimKernel | None:
+    """The kernel files of ``--cgroup-dir`` / ``--proc-dir`` (docs/kernel.md), if asked."""
+    from exporter.sim.cgroupfs import SimKernel, parse_drift, parse_pool_loads
+
+    if not (args.cgroup_dir or args.proc_dir):
+        if args.load or args.drift:
+            raise UserError("--load and --drift need --cgroup-dir and --proc-dir")
+        return None
+    if not (args.cgroup_dir and args.proc_dir):
+        raise UserError("--cgroup-dir and --proc-dir go together")
+    kernel = SimKernel(node.model, args.cgroup_dir, Path(args.proc_dir, "stat"),
+                       load_by_pool=parse_pool_loads(args.load), drift=parse_drift(args.drift))
+    print(f"sim: kernel files: exporter flags --cgroup.root {os.path.abspath(args.cgroup_dir)}"
+          f" --proc.root {os.path.abspath(args.proc_dir)}", flush=True)
+    return kernel
+
+
+def _state(node: ModelDrivenNode, kernel: SimKernel | None) -> Any:
+    """The kubelet's answers; with kernel files, ``/pods`` carries the container ids their
+    cgroups are named after."""
+    from exporter.sim.cgroupfs import decorate_pod_list
+
+    state = node.state()
+    if kernel is None or state.pod_list is None:
+        return state
+    kernel.sync()
+    return replace(state, pod_list=decorate_pod_list(state.pod_list))
+
+
 async def _serve_model(args: argparse.Namespace, model: ModelOptions) -> int:
     from exporter.sim.model_driven import desired_pods
 
     node = _model_node(args, model)
-    sim = _simulator(node.state(), args)
+    kernel = _sim_kernel(args, node)
+    sim = _simulator(_state(node, kernel), args)
 
     def reload() -> None:
         _print_changes(node.sync(desired_pods(args.manifests)))
-        sim.set_state(node.state())
+        sim.set_state(_state(node, kernel))
 
-    task = asyncio.create_task(_watch_manifests(Path(args.manifests), args.manifests_poll,
-                                                reload)) if args.manifests else None
+    tasks = [asyncio.create_task(_watch_manifests(Path(args.manifests), args.manifests_poll,
+                                                  reload))] if args.manifests else []
+    if kernel is not None:
+        tasks.append(asyncio.create_task(kernel.run()))
     try:
         await serve_until_stopped(sim, reload,
                                   topology_file=args.topology_file or model.topology_file)
     finally:
-        if task is not None:
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

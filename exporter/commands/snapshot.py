@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="read a fixture directory (list.json, allocatable.json, pods.json, "
              "configz.json, topology.json) instead of a live node")
-    add_output_flag(parser, "output format; json is the podres.ledger/v1 object")
+    add_output_flag(parser, "output format; json is the podres.ledger/v1 object (with "
+                    "enforced_cpus when the fixture has a cgroup/ tree)")
     SourcesOptions.add_flags(parser)
 
 
@@ -36,13 +37,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         ledger = asyncio.run(read_live(args, "snapshot")).ledger
     if args.output == "json":
-        json.dump(ledger.to_json(), sys.stdout, indent=2, ensure_ascii=False)
+        body = ledger.to_json()
+        if args.from_dir:
+            _add_fixture_enforced(body, args.from_dir)
+        json.dump(body, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
         from exporter.render import render_ledger
 
         sys.stdout.write(render_ledger(ledger))
     return 0
+
+
+def _add_fixture_enforced(body: dict[str, object], directory: str) -> None:
+    """A fixture with a ``cgroup/`` tree shows what the kernel enforced beside the ledger's
+    sets (``enforced_cpus``); one reading has no persistence window, so no drift is
+    judged."""
+    from exporter.kernel import add_enforced, fixture_enforced
+    from exporter.sources.fixture import load_fixture_dir
+
+    enforced = fixture_enforced(directory, load_fixture_dir(directory).kubelet.pod_list)
+    if enforced is not None:
+        add_enforced(body, enforced)
 
 
 def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:

@@ -12,12 +12,18 @@ from pathlib import Path
 
 from exporter.errors import UserError
 from exporter.manifest_files import load_templates
+from exporter.rawnode import KubeletState
+from exporter.sim.cgroupfs import SimKernel, decorate_pod_list
 from exporter.sim.model_driven import ModelDrivenNode, pods_from_templates
 from exporter.sim.server import SimKubelet
 from reconciler.allocator import ModelConfig, ModelError, TopologyError, from_spec
 from reconciler.kube import PodSpec
 
 WORKLOAD = Path(__file__).with_name("workload.yaml")
+# How busy each pool's CPUs are in the demo's /proc/stat: a pegged pod shared pool beside
+# exclusive cores that mostly idle is what the busy-time panels are for.
+DEMO_LOAD = {"reserved": 0.15, "node_shared": 0.35, "node_exclusive": 0.6,
+             "pod_exclusive": 0.05, "pod_shared": 0.95, "pod_idle": 0.0}
 
 
 def demo_pods() -> list[PodSpec]:
@@ -49,14 +55,46 @@ def _cores(topo: object) -> list[set[int]]:
     return list(cores.values())
 
 
-class DemoNode:
-    """A started simulated kubelet plus the churn task."""
+def demo_drift(node: ModelDrivenNode) -> dict[tuple[str, str, str], frozenset[int]]:
+    """One container with CPUs of its own, in a pod without a block, made to run on the
+    node's shared pool too: the demo's ``cpuset_drift``."""
+    shared = frozenset(node.model.default_set)
+    for _, placement in sorted(node.model.pods.items()):
+        for c in placement.containers:
+            if c.exclusive and not placement.block and shared:
+                return {(placement.namespace, placement.name, c.name): c.exclusive | shared}
+    return {}
 
-    def __init__(self, node: ModelDrivenNode, sim: SimKubelet, topology_file: Path) -> None:
+
+def kubelet_state(node: ModelDrivenNode, kernel: SimKernel) -> KubeletState:
+    """The kubelet's answers, ``/pods`` with the container ids the cgroup tree is named
+    after; the tree rewritten for the current placements."""
+    kernel.sync()
+    state = node.state()
+    if state.pod_list is None:
+        return state
+    return replace(state, pod_list=decorate_pod_list(state.pod_list))
+
+
+class DemoNode:
+    """A started simulated kubelet, its kernel files, plus the churn task."""
+
+    def __init__(self, node: ModelDrivenNode, sim: SimKubelet, topology_file: Path,
+                 kernel: SimKernel) -> None:
         self.node = node
         self.sim = sim
         self.topology_file = topology_file
+        self.kernel = kernel
         self._task: asyncio.Task[None] | None = None
+        self._clock = asyncio.create_task(kernel.run())
+
+    @property
+    def cgroup_root(self) -> str:
+        return str(self.kernel.cgroup_root)
+
+    @property
+    def proc_root(self) -> str:
+        return str(self.kernel.writer.path.parent)
 
     @property
     def socket_path(self) -> str:
@@ -87,13 +125,14 @@ class DemoNode:
                 extra.append(replace(template, name=f"{template.name}-churn-{serial}",
                                      uid=f"churn-{serial}"))
             self.node.sync(base + extra)
-            self.sim.set_state(self.node.state())
+            self.sim.set_state(kubelet_state(self.node, self.kernel))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._clock):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.sim.stop()
 
 
@@ -102,10 +141,12 @@ async def start_demo_node(workdir: Path, topology: str, *, churn: float | None =
     node = build_node(topology, policy_options)
     topology_file = workdir / "topology.json"
     topology_file.write_text(json.dumps(node.topology_json()), encoding="utf-8")
-    sim = SimKubelet(node.state(), socket_path=str(workdir / "kubelet.sock"),
+    kernel = SimKernel(node.model, workdir / "cgroup", workdir / "proc" / "stat",
+                       load_by_pool=DEMO_LOAD, drift=demo_drift(node))
+    sim = SimKubelet(kubelet_state(node, kernel), socket_path=str(workdir / "kubelet.sock"),
                      http_listen="127.0.0.1:0")
     await sim.start()
-    demo = DemoNode(node, sim, topology_file)
+    demo = DemoNode(node, sim, topology_file, kernel)
     if churn:
         demo.start_churn(churn)
     return demo, node.summary()

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from reconciler.enforcement import DRIFT_KINDS
 from reconciler.ledger import (
     ANOMALY_KINDS,
     ASSIGNMENTS,
+    CPU_POOLS,
     MEMORY_POOLS,
     ContainerEntry,
     Ledger,
@@ -39,6 +41,16 @@ class NodeFacts:
     ledger: Ledger
     checkpoints: Mapping[str, str]  # file → format
     downgrade_unsafe: bool | None  # None: no checkpoint file was read
+
+
+@dataclass(frozen=True, slots=True)
+class KernelFacts:
+    """What the kernel families read (docs/kernel.md), taken after each poll: they change
+    every poll, so they are rendered apart from the ledger's families."""
+
+    pool_seconds: Mapping[str, float] | None  # None: --proc.root unset
+    pod_seconds: Mapping[tuple[str, str, str], float]  # (namespace, pod, pool) → seconds
+    drift_counts: Mapping[str, int] | None  # None: --cgroup.root unset
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,13 @@ class ContainerFamily(Family[ContainerEntry]):
     __slots__ = ()
 
 
+class KernelFamily(Family[KernelFacts]):
+    """Rendered after every poll with a kernel source on; group ``pods`` families are
+    within the per-pod series cap, after the ledger's."""
+
+    __slots__ = ()
+
+
 class SelfFamily(Family[SelfState]):
     """Live: rendered at a scrape when the exporter's state changed since the last one."""
 
@@ -132,6 +151,18 @@ def _pod_cpus(p: PodEntry) -> list[Sample]:
             for pool, n in (("pod_exclusive", p.pod_exclusive_cpus),
                             ("pod_shared", p.pod_shared_cpus), ("pod_idle", p.pod_idle_cpus),
                             ("node_exclusive", p.node_exclusive_cpus)) if n]
+
+
+def _pool_busy(k: KernelFacts) -> list[Sample] | None:
+    if k.pool_seconds is None:
+        return None
+    return [((pool,), k.pool_seconds.get(pool, 0.0)) for pool in CPU_POOLS]
+
+
+def _drift(k: KernelFacts) -> list[Sample] | None:
+    if k.drift_counts is None:
+        return None
+    return [((kind,), float(k.drift_counts.get(kind, 0))) for kind in DRIFT_KINDS]
 
 
 def _anomalies_observed(s: SelfState) -> list[Sample]:
@@ -223,6 +254,22 @@ FAMILIES: tuple[Family[Any], ...] = (
     SelfFamily("podres_pods_series_dropped_total", "counter",
                "Per-pod series left out because --collector.pods.max-series was reached.",
                (), "self", lambda s: [((), float(s.pods_dropped_total))]),
+    # -- kernel (docs/kernel.md) ----------------------------------------------------------
+    KernelFamily("podres_cpu_pool_busy_seconds_total", "counter",
+                 "CPU time spent busy on the CPUs of each pool (reserved, node_shared, "
+                 "node_exclusive, pod_exclusive, pod_shared, pod_idle), attributed per poll "
+                 "interval by the ledger in force; from /proc/stat. rate() divided by "
+                 "podres_cpus is the pool's saturation.", ("pool",), "node", _pool_busy),
+    KernelFamily("podres_pod_cpu_busy_seconds_total", "counter",
+                 "The same, per pod, for the CPUs it holds (pod_exclusive, pod_shared, "
+                 "pod_idle, node_exclusive); series of deleted pods disappear.",
+                 ("namespace", "pod", "pool"), "pods",
+                 lambda k: None if k.pool_seconds is None
+                 else [(key, seconds) for key, seconds in k.pod_seconds.items()]),
+    KernelFamily("podres_cpuset_drift", "gauge",
+                 "Containers (kind = their assignment) and pod cgroups (kind pod) whose "
+                 "enforced cpuset has differed from the ledger's for at least one CPU manager "
+                 "reconcile period." + _FROM_POLL, ("kind",), "node", _drift),
     # -- self --------------------------------------------------------------------------
     SelfFamily("podres_up", "gauge",
                "1 when the last poll of the PodResources API succeeded, else 0.", (), "self",

@@ -8,12 +8,14 @@ any pod or container name is valid exposition.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from exporter.metrics.catalogue import (
     FAMILIES,
     ContainerFamily,
     Family,
+    KernelFacts,
+    KernelFamily,
     NodeFacts,
     NodeFamily,
     PodFamily,
@@ -25,6 +27,13 @@ from reconciler.ledger import Ledger
 
 _PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
 _SELF = tuple(f for f in FAMILIES if isinstance(f, SelfFamily))
+_KERNEL = tuple(f for f in FAMILIES if isinstance(f, KernelFamily))
+
+
+class Rendered(NamedTuple):
+    text: str
+    dropped: int  # series the per-pod cap left out
+    pods_series_left: int | None  # what is left of the cap; None: collector pods off
 
 
 def escape_label(value: str) -> str:
@@ -61,15 +70,15 @@ def render_family(family: Family[Any], samples: Iterable[Sample], out: list[str]
         out.append(f'{name}{{{pairs}"}} {format_value(value)}\n')
 
 
-def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> tuple[str, int]:
+def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     """The ledger's families in catalogue order: the node-level ones and, unless
     ``pods_max_series`` is None (collector ``pods`` off), the per-pod and per-container
-    ones capped at that many series. Returns the text and how many series the cap left
-    out."""
+    ones capped at that many series."""
     per_pod: dict[str, list[Sample]] = {}
     dropped = 0
+    left = None
     if pods_max_series is not None:
-        per_pod, dropped = _per_pod_samples(facts.ledger, pods_max_series)
+        per_pod, dropped, left = _per_pod_samples(facts.ledger, pods_max_series)
     out: list[str] = []
     for family in FAMILIES:
         rows: Iterable[Sample] | None = None
@@ -79,7 +88,26 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> tuple[str
             rows = per_pod[family.name]
         if rows is not None:
             render_family(family, rows, out)
-    return "".join(out), dropped
+    return Rendered("".join(out), dropped, left)
+
+
+def render_kernel(facts: KernelFacts, *, pods_series_left: int | None) -> Rendered:
+    """The kernel families in catalogue order; the per-pod ones take at most
+    ``pods_series_left`` series (None: collector ``pods`` off, left out)."""
+    out: list[str] = []
+    dropped = 0
+    left = pods_series_left
+    for family in _KERNEL:
+        rows = family.samples(facts)
+        if rows is not None and family.group == "pods":
+            if left is None:
+                continue
+            rows = list(rows)
+            dropped += max(0, len(rows) - left)
+            rows, left = rows[:left], max(0, left - len(rows))
+        if rows is not None:
+            render_family(family, rows, out)
+    return Rendered("".join(out), dropped, left)
 
 
 def render_self(state: SelfState) -> str:
@@ -92,10 +120,12 @@ def render_self(state: SelfState) -> str:
     return "".join(out)
 
 
-def _per_pod_samples(ledger: Ledger, max_series: int) -> tuple[dict[str, list[Sample]], int]:
+def _per_pod_samples(ledger: Ledger, max_series: int,
+                     ) -> tuple[dict[str, list[Sample]], int, int]:
     """Samples of the per-pod and per-container families by family name, at most
     ``max_series`` in all, pod by pod (then container by container) so that a capped
-    exposition keeps whole pods; and how many series were left out."""
+    exposition keeps whole pods; how many series were left out, and what is left of the
+    cap."""
     rows: dict[str, list[Sample]] = {f.name: [] for f in _PER_POD}
     budget = max_series
     dropped = 0
@@ -125,7 +155,8 @@ def _per_pod_samples(ledger: Ledger, max_series: int) -> tuple[dict[str, list[Sa
     for container in ledger.containers:
         for container_family in containers:
             add(container_family, container_family.samples(container))
-    return rows, dropped
+    return rows, dropped, budget
 
 
-__all__ = ["escape_label", "render_family", "render_ledger", "render_self"]
+__all__ = ["Rendered", "escape_label", "render_family", "render_kernel", "render_ledger",
+           "render_self"]

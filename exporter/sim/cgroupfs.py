@@ -9,9 +9,11 @@ are replaced atomically, so a reader never sees a half-written cpuset.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -261,3 +263,12 @@ class SimKernel:
 
     def tick(self, seconds: float) -> None:
         self.writer.advance(seconds, self._load)
+
+    async def run(self, interval: float = 1.0) -> None:
+        """Advance ``/proc/stat`` as real time passes, until cancelled."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            self.tick(now - last)
+            last = now

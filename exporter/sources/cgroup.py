@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from exporter.errors import UserError
 from exporter.flags import parse_duration
@@ -38,6 +38,7 @@ from reconciler.enforcement import DEFAULT_RECONCILE_PERIOD, EnforcedCpusets
 log = logging.getLogger("podres.cgroup")
 
 DRIVERS = ("auto", "systemd", "cgroupfs")
+OPERATIONS: Final = {"cgroup": ("read",)}  # what a poll reads (a source off is no error)
 
 # A cpuset line for 8192 CPUs written as singletons is about 40 KiB.
 MAX_CPUSET_BYTES = 64 << 10

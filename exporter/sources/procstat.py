@@ -14,9 +14,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from exporter.errors import SourceError
 from exporter.sources.kernel_files import read_kernel_file
+
+OPERATIONS: Final = {"procstat": ("read",)}  # what a poll reads
 
 # The cpu lines come first; the long lines (intr, softirq) after them are not needed, so a
 # bound that is reached only truncates what is not read anyway.

@@ -177,6 +177,8 @@ def _start_exporter(node: Node, sim: Any, workdir: Path, address: str) -> subpro
             "--topology", str(topology), "--node-name", node.name,
             "--poll.interval", "1s", "--podresources.staleness", "3s",
             "--history.url", f"sqlite:///{workdir / 'history.db'}",
+            # Not this machine's kernel: the fleet's nodes are simulated.
+            "--cgroup.root", "", "--proc.root", "",
             "--log.level", "warn"]
     if node.checkpoint is not None:
         root = workdir / "kubelet"
@@ -308,6 +310,8 @@ NODE_EMPTY_ALWAYS = {
     "Memory pools",
     # no kubelet root mounted (only node-a4 has checkpoints)
     "Checkpoints", "Checkpoint downgrade unsafe",
+    # the kernel sources are off (no simulated cgroup tree or /proc/stat in this fleet)
+    "Pool saturation", "Stranded cores",
 }
 NODE_EMPTY = {
     "node-a1": NODE_EMPTY_ALWAYS,
@@ -322,7 +326,7 @@ NODE_EMPTY = {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},
     # legacy_shared_report is a current anomaly; checkpoints are mounted; no cAdvisor usage
     "node-a4": {"Memory pools", "Pod shared pool saturation",
-                "CFS throttling of exclusive containers"},
+                "CFS throttling of exclusive containers", "Pool saturation", "Stranded cores"},
     "node-b1": NODE_EMPTY_ALWAYS,
     "node-b2": NODE_EMPTY_ALWAYS | {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},
@@ -330,7 +334,10 @@ NODE_EMPTY = {
 # Fleet panels without data in a cluster (None: on cluster a's server, all clusters).
 FLEET_EMPTY = {
     # "older" kubelet metrics are not published by these kubelets
-    "always": {"Older kubelet manager errors", "Kubelet container assignment events"},
+    "always": {"Older kubelet manager errors", "Kubelet container assignment events",
+               # the kernel sources are off in this fleet
+               "Pool saturation across the fleet", "Pod shared pool saturation per node",
+               "Stranded cores"},
     "b": {"Kubelet allocation errors", "Kubelet allocations", "Exporters down",
           "Nodes with anomalies"},
 }

@@ -259,6 +259,7 @@ def test_rendered_variations_are_valid_and_wired() -> None:
     objects = rendered_objects({"history": {"existingSecret": "podres-db",
                                             "storage": {"type": "hostPath"}},
                                 "kubeletRoot": {"enabled": False},
+                                "kernel": {"enabled": False},
                                 "kubelet": {"insecureSkipVerify": True}})
     ds = one(objects, "DaemonSet")
     validate_builtin(ds)
@@ -272,6 +273,9 @@ def test_rendered_variations_are_valid_and_wired() -> None:
     volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
     assert "kubelet-root" not in volumes
     assert volumes["history"]["hostPath"]["type"] == "DirectoryOrCreate"
+    # Kernel sources off: no host mount, and serve told so (not left reading its own /proc).
+    assert "cgroup" not in volumes and "proc" not in volumes
+    assert {"--cgroup.root=", "--proc.root="} <= set(container["args"])
 
 
 def test_yamllint_on_plain_and_rendered_output(tmp_path: Path) -> None:
@@ -403,6 +407,11 @@ def test_daemonset_mounts_the_pod_resources_directory(source: str, ds: dict[str,
         if "hostPath" in volume:
             assert mounts[name].get("readOnly") is True, f"host path {name} must be read-only"
     assert f"--sysfs={mounts['sys']['mountPath']}" in args
+    # The kernel sources (docs/kernel.md): the cgroup filesystem and procfs, read-only.
+    assert volumes["cgroup"]["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
+    assert volumes["proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
+    assert f"--cgroup.root={mounts['cgroup']['mountPath']}" in args
+    assert f"--proc.root={mounts['proc']['mountPath']}" in args
     assert f"--kubelet.root-dir={mounts['kubelet-root']['mountPath']}" in args
     # The history store is writable (the root filesystem is not).
     assert "emptyDir" in volumes["history"]
@@ -524,6 +533,8 @@ def test_daemonset_args_and_env_are_flags_of_serve(values: dict[str, Any]) -> No
         assert options["podresources.socket"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
         assert options["kubelet.url"] == "https://10.0.0.7:10250"
         assert options["sysfs"] == "/host/sys"
+        assert (options["cgroup.root"], options["proc.root"]) == \
+            ("/host/sys/fs/cgroup", "/host/proc")
         flags = _env_flags("serve")
         for env in container["env"]:
             if env["name"].startswith("PODRES_"):

@@ -47,7 +47,8 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert {"pods", "cpus", "floor_ms", "steady_ms", "cold_ms", "steady_ratio",
-            "cold_ratio"} <= set(result)
+            "cold_ratio", "kernel_ms", "kernel_ratio", "steady_with_kernel_ratio"} <= set(result)
+    assert result["steady_with_kernel_ratio"] >= result["steady_ratio"]
     assert result["pods"] == 20 and result["cpus"] == 16
     assert result["steady_unchanged"] is True
     assert result["with_kubelet"]["steady_unchanged"] is True

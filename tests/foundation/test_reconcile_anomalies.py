@@ -411,3 +411,30 @@ def test_the_log_orders_whatever_order_checks_report_in() -> None:
         ("p", "second"), ("p", "third"), ("p", "cpuset_drift"),
         ("q", "exclusive_overlap"), ("q", "memory_over_budget")]
     assert AnomalyLog().ordered() == ()
+
+
+# -- cpuset_drift ---------------------------------------------------------------------------
+# Raised against the kernel, not by reconcile() alone: the ledger's expectations compared
+# with enforced cpusets over the persistence window (reconciler/enforcement.py).
+
+def _drifts(enforced_app: frozenset[int]) -> list[Anomaly]:
+    from reconciler.enforcement import DriftState, EnforcedCpusets, EnforcementOptions, observe
+
+    ledger = run(pod("a", ctr("app", [2, 3]), ctr("proxy"), cpus=[2, 3, 4]), topo=TOPO)
+    enforced = EnforcedCpusets({("default", "a", "app"): enforced_app,
+                                ("default", "a", "proxy"): frozenset({4})})
+    options = EnforcementOptions(reconcile_period=10.0)
+    state, first = observe(DriftState(), ledger, enforced, options, 0.0)
+    assert first == ()  # never on the first sight: the kubelet may still be catching up
+    _, second = observe(state, ledger, enforced, options, 10.0)
+    return [d.anomaly() for d in second]
+
+
+def test_cpuset_drift_raised() -> None:
+    found = _drifts(frozenset({2, 3, 4}))
+    assert [a[:4] for a in found] == [("cpuset_drift", "default", "a", "app")]
+    assert "4" in found[0].detail
+
+
+def test_cpuset_drift_near_miss() -> None:
+    assert _drifts(frozenset({2, 3})) == []

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from allocator.strategies import random_pod
+
+from exporter.sim.model_driven import ModelDrivenNode
+from reconciler.allocator import ModelConfig, from_spec
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
 from reconciler.snapshot import (
@@ -132,3 +137,17 @@ def small_ledger(*, reserved: tuple[int, ...] = (0,)) -> Ledger:
     allocatable = Allocatable(tuple(i for i in range(8) if i not in reserved))
     return reconcile(NodeSnapshot(pods=pods, allocatable=allocatable,
                                   topology=flat_topology(8)))
+
+
+def place(style: str, scope: str, seed: int, options: frozenset[str] = frozenset(),
+          ) -> ModelDrivenNode:
+    config = ModelConfig(scope=scope, topology_policy="single-numa-node",
+                         reserved_cpu_m=2000, options=options)
+    node = ModelDrivenNode(from_spec("2x8x2", numa_per_socket=2), config, style)
+    rng = random.Random(seed)
+    for i in range(20):
+        node.add(random_pod(rng, f"p{i}", min_shared=2 if style == "1.36" else 0,
+                            namespace=rng.choice(["shop", "db"])))
+        if node.model.pods and rng.random() < 0.15:
+            node.delete(*rng.choice(sorted(node.model.pods)))
+    return node

@@ -4,11 +4,9 @@ the ledger's expectations, and exactly one drift (after the window) when one is 
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-from allocator.strategies import random_pod
 
 from exporter.errors import UserError
 from exporter.sim.cgroupfs import (
@@ -26,7 +24,7 @@ from exporter.sim.cgroupfs import (
 from exporter.sim.model_driven import ModelDrivenNode
 from exporter.sources.cgroup import CgroupSource, pod_refs_from_pod_list
 from exporter.sources.procstat import read_proc_stat
-from reconciler.allocator import ModelConfig, from_spec
+from kernel.helpers import place
 from reconciler.allocator.report import report_allocatable, report_pods
 from reconciler.enforcement import (
     DriftState,
@@ -40,20 +38,6 @@ from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
 from reconciler.snapshot import NodeSnapshot
 from reconciler.usage import UsageCounters, attribute, cpu_holders
-
-
-def place(style: str, scope: str, seed: int, options: frozenset[str] = frozenset(),
-          ) -> ModelDrivenNode:
-    config = ModelConfig(scope=scope, topology_policy="single-numa-node",
-                         reserved_cpu_m=2000, options=options)
-    node = ModelDrivenNode(from_spec("2x8x2", numa_per_socket=2), config, style)
-    rng = random.Random(seed)
-    for i in range(20):
-        node.add(random_pod(rng, f"p{i}", min_shared=2 if style == "1.36" else 0,
-                            namespace=rng.choice(["shop", "db"])))
-        if node.model.pods and rng.random() < 0.15:
-            node.delete(*rng.choice(sorted(node.model.pods)))
-    return node
 
 
 def ledger_of(node: ModelDrivenNode) -> tuple[Ledger, EnforcementOptions]:

@@ -161,7 +161,8 @@ async def run_serve(short_tmp: Path) -> AsyncIterator[RunServe]:
                     client_ssl: ssl.SSLContext | bool | None = None,
                     auth: str | None = None) -> Served:
         argv = ["serve", "--web.listen-address", listen, "--history.url", "off",
-                "--node-name", "test-node", "--sysfs", "/nonexistent-sysfs"]
+                "--node-name", "test-node", "--sysfs", "/nonexistent-sysfs",
+                "--cgroup.root", "", "--proc.root", ""]  # not this machine's kernel
         if sim is not None:
             argv += sim_flags(sim, token_file)
         argv += list(flags)

@@ -16,13 +16,14 @@ from exporter.metrics.catalogue import (
     BY_NAME,
     FAMILIES,
     Family,
+    KernelFacts,
     NodeFacts,
     NodeFamily,
     SelfFamily,
     SelfState,
     _checked,
 )
-from exporter.metrics.exposition import render_ledger, render_self
+from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, SourceOptions
 from exporter.service import SOURCE_OPERATIONS, Exporter
 from reconciler.ledger import ANOMALY_KINDS
@@ -35,14 +36,19 @@ STATE = SelfState(
     pods_dropped_total=0, history_pending=3, history_dropped_total=0, version="1.2.3")
 
 
+KERNEL = KernelFacts({"pod_shared": 1.5}, {("default", "a", "pod_shared"): 1.5,
+                                           ("default", "b", "pod_exclusive"): 2.0},
+                     {"pod_shared": 1})
+
+
 def facts() -> NodeFacts:
     ledger = ledger_from_fixture(str(scenario_root() / "sidecar-hybrid"))
     return NodeFacts(ledger, {"cpu_manager_state": "v3"}, downgrade_unsafe=True)
 
 
 def test_every_family_is_produced_with_its_declared_labels() -> None:
-    text, dropped = render_ledger(facts(), pods_max_series=1000)
-    text += render_self(STATE)
+    text, dropped, left = render_ledger(facts(), pods_max_series=1000)
+    text += render_kernel(KERNEL, pods_series_left=left).text + render_self(STATE)
     assert dropped == 0
     samples = parse_exposition(text)  # the official parser; also refuses repeated series
     for family in FAMILIES:
@@ -58,7 +64,8 @@ def test_every_family_is_produced_with_its_declared_labels() -> None:
 
 
 def test_families_render_in_catalogue_order() -> None:
-    text = render_ledger(facts(), pods_max_series=1000)[0] + render_self(STATE)
+    text = (render_ledger(facts(), pods_max_series=1000)[0]
+            + render_kernel(KERNEL, pods_series_left=1000)[0] + render_self(STATE))
     typed = [line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ")]
     ledger_part = [f.name for f in FAMILIES if not isinstance(f, SelfFamily)]
     self_part = [f.name for f in FAMILIES if isinstance(f, SelfFamily)]
@@ -80,10 +87,24 @@ def test_absent_facts_leave_their_families_out() -> None:
 def test_the_series_cap_keeps_whole_pods_first() -> None:
     full = parse_exposition(render_ledger(facts(), pods_max_series=1000)[0])
     per_pod = {k for k in full if BY_NAME[k[0]].group == "pods"}
-    text, dropped = render_ledger(facts(), pods_max_series=2)
+    text, dropped, _ = render_ledger(facts(), pods_max_series=2)
     capped = {k for k in parse_exposition(text) if BY_NAME[k[0]].group == "pods"}
     assert len(capped) == 2 and dropped == len(per_pod) - 2
     assert {name for name, _ in capped} == {"podres_pod_cpus"}  # the pod's own series first
+
+
+def test_kernel_families_take_what_the_ledger_left_of_the_cap() -> None:
+    capped = render_kernel(KERNEL, pods_series_left=1)
+    assert capped.dropped == 1 and capped.pods_series_left == 0
+    assert len(series(parse_exposition(capped.text), "podres_pod_cpu_busy_seconds_total")) == 1
+    samples = parse_exposition(render_kernel(KERNEL, pods_series_left=None).text)
+    assert not series(samples, "podres_pod_cpu_busy_seconds_total")  # collector pods off
+    # Every pool and every drift kind from the start, so that rate() and increase() work.
+    assert value(samples, "podres_cpu_pool_busy_seconds_total", pool="reserved") == 0.0
+    assert value(samples, "podres_cpuset_drift", kind="pod_shared") == 1.0
+    assert value(samples, "podres_cpuset_drift", kind="pod") == 0.0
+    off = render_kernel(KernelFacts(None, {}, None), pods_series_left=10)
+    assert off.text == ""  # both kernel sources off: no family at all
 
 
 def test_labelled_counters_start_at_zero() -> None:
