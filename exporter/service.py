@@ -163,7 +163,7 @@ class Exporter:
         self.up = True
         self.last_success = self.clock()
         if reading.changed or self.published is None:
-            self._publish(reading.ledger)
+            await self._publish(reading.ledger)
         self._record_history(reading)
         return True
 
@@ -195,22 +195,23 @@ class Exporter:
             log.info("source recovered", extra={"source": key[0], "operation": key[1]})
         self._logged_errors = dict(errors)
 
-    def _publish(self, ledger: Ledger) -> None:
+    async def _publish(self, ledger: Ledger) -> None:
         current = {(a.kind, a.namespace, a.pod, a.container, a.detail) for a in ledger.anomalies}
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
         facts = ledger.checkpoints
-        text, dropped = render_ledger(
-            NodeFacts(ledger, dict(facts.formats) if facts else {},
-                      facts.downgrade_unsafe if facts else None),
-            pods_max_series=self.options.pods_max_series if self.options.pods_collector
-            else None)
+        # Rendered in a worker thread, like the reconcile before it: scrapes keep being
+        # answered (from the previous exposition) while a large ledger is rendered.
+        exposition, dropped = await asyncio.to_thread(
+            _render, NodeFacts(ledger, dict(facts.formats) if facts else {},
+                               facts.downgrade_unsafe if facts else None),
+            self.options.pods_max_series if self.options.pods_collector else None)
         if dropped:
             self.pods_dropped_total += dropped
             log.warning("per-pod series capped", extra={
                 "dropped": dropped, "max_series": self.options.pods_max_series})
-        self.published = Published(ledger=ledger, exposition=text.encode("utf-8"))
+        self.published = Published(ledger=ledger, exposition=exposition)
 
     # -- reading state ------------------------------------------------------------------
 
@@ -264,6 +265,12 @@ class Exporter:
             body = published.exposition + live
         self._bodies[encoding] = (published, state, body)
         return body
+
+
+def _render(facts: NodeFacts, pods_max_series: int | None) -> tuple[bytes, int]:
+    """The node's exposition, encoded, and how many per-pod series the cap dropped."""
+    text, dropped = render_ledger(facts, pods_max_series=pods_max_series)
+    return text.encode("utf-8"), dropped
 
 
 def cpumap(ledger: Ledger) -> dict[str, Any]:
