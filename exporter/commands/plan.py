@@ -4,16 +4,17 @@ For every pod template (Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job
 QoS, pod budget, each container's eligibility and exclusive CPUs, the legacy and pod-level
 reservations, the reclaimed cores and the kubelet's admission verdict; with a node
 (``--topology FILE`` or ``--topology.shape SxCxT``) the placement the allocator model
-predicts; with ``--suggest`` a pod budget for templates without one.
+predicts; with ``--suggest`` a pod budget for templates without one. Objects of other kinds
+are skipped, counted by kind in one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from exporter.errors import UserError
 from exporter.flags import add_flag
 from exporter.options import ModelOptions, add_output_flag
 
@@ -143,12 +144,13 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.manifest_files import load_templates
+    from exporter.manifest_files import load_workloads, skipped_summary
     from reconciler.allocator.plan import plan_templates
 
-    templates = load_templates(args.files)
-    if not templates:
-        raise UserError("no pod templates found in " + ", ".join(args.files))
+    found = load_workloads(args.files)
+    if found.skipped:
+        print(f"podres-exporter plan: {skipped_summary(found.skipped)}", file=sys.stderr)
+    templates = list(found.templates)
     topology, config = ModelOptions.from_args(args).build()
     if topology is None:
         # Without a node shape there is nothing to reserve from.
