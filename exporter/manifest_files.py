@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
 from exporter.files import read_text_file
+
+if TYPE_CHECKING:
+    from reconciler.manifests import Workloads
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_BYTES = 32 << 20
@@ -63,15 +67,38 @@ def load_documents(name: str) -> list[Any]:
 
 def load_templates(names: Iterable[str]) -> list[Any]:
     """Every pod template in the given files and directories ('-' is stdin)."""
-    from reconciler.manifests import ManifestError, templates_from_manifest
+    return list(load_workloads(names).templates)
 
-    templates: list[Any] = []
+
+def load_workloads(names: Iterable[str]) -> Workloads:
+    """Every pod template in the given files and directories ('-' is stdin), and the kinds
+    of the objects skipped as not workloads; finding no template at all is an error."""
+    from reconciler.manifests import ManifestError, Workloads, workloads_in_manifest
+
+    names = list(names)
+    found = Workloads()
     for name in _manifest_paths(names):
         label = "stdin" if name == "-" else name
         for i, doc in enumerate(load_documents(name)):
             source = label if i == 0 else f"{label} document {i + 1}"
             try:
-                templates.extend(templates_from_manifest(doc, source))
+                found += workloads_in_manifest(doc, source)
             except ManifestError as exc:
                 raise UserError(str(exc)) from None
-    return templates
+    if not found.templates:
+        skipped = skipped_summary(found.skipped)
+        raise UserError("no pod templates found in " + ", ".join(names)
+                        + (f" ({skipped})" if skipped else ""))
+    return found
+
+
+def skipped_summary(kinds: Iterable[str]) -> str:
+    """One line for the objects that are not workloads, by kind: "skipped 3 objects that
+    are not workloads: ConfigMap ×2, Service" (empty when none was skipped)."""
+    counts = Counter(kinds)
+    total = sum(counts.values())
+    if not total:
+        return ""
+    what = "object that is not a workload" if total == 1 else "objects that are not workloads"
+    parts = (kind if n == 1 else f"{kind} ×{n}" for kind, n in sorted(counts.items()))
+    return f"skipped {total} {what}: {', '.join(parts)}"

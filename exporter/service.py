@@ -196,7 +196,7 @@ class Exporter:
             ledger = replace(ledger, anomalies=ledger.anomalies + report.anomalies)
             changed = changed or self._kernel_changed(ledger, report)
         if changed:
-            self._publish(ledger, None if report is None or report.cgroup_off
+            await self._publish(ledger, None if report is None or report.cgroup_off
                           else report.enforced)
         if report is not None:
             self._publish_kernel(report)
@@ -264,22 +264,23 @@ class Exporter:
             log.info("source recovered", extra={"source": key[0], "operation": key[1]})
         self._logged_errors = dict(errors)
 
-    def _publish(self, ledger: Ledger, enforced: EnforcedCpusets | None = None) -> None:
+    async def _publish(self, ledger: Ledger, enforced: EnforcedCpusets | None = None) -> None:
         current = {(a.kind, a.namespace, a.pod, a.container, a.detail) for a in ledger.anomalies}
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
         facts = ledger.checkpoints
-        text, dropped, series_left = render_ledger(
-            NodeFacts(ledger, dict(facts.formats) if facts else {},
-                      facts.downgrade_unsafe if facts else None),
-            pods_max_series=self.options.pods_max_series if self.options.pods_collector
-            else None)
+        # Rendered in a worker thread, like the reconcile before it: scrapes keep being
+        # answered (from the previous exposition) while a large ledger is rendered.
+        exposition, dropped, series_left = await asyncio.to_thread(
+            _render, NodeFacts(ledger, dict(facts.formats) if facts else {},
+                               facts.downgrade_unsafe if facts else None),
+            self.options.pods_max_series if self.options.pods_collector else None)
         if dropped:
             self.pods_dropped_total += dropped
             log.warning("per-pod series capped", extra={
                 "dropped": dropped, "max_series": self.options.pods_max_series})
-        self.published = Published(ledger=ledger, exposition=text.encode("utf-8"),
+        self.published = Published(ledger=ledger, exposition=exposition,
                                    enforced=enforced, pods_series_left=series_left)
 
     # -- reading state ------------------------------------------------------------------
@@ -336,6 +337,13 @@ class Exporter:
             body = published.exposition + live
         self._bodies[encoding] = (published, kernel, state, body)
         return body
+
+
+def _render(facts: NodeFacts, pods_max_series: int | None) -> tuple[bytes, int, int | None]:
+    """The node's exposition, encoded; how many per-pod series the cap dropped, and how many
+    it leaves for the kernel's per-pod series."""
+    text, dropped, series_left = render_ledger(facts, pods_max_series=pods_max_series)
+    return text.encode("utf-8"), dropped, series_left
 
 
 def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str, Any]:

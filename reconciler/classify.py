@@ -2,8 +2,9 @@
 listed pod are exclusive or shared, at pod or node level, and what the pod's block is.
 
 Classification reads what ``List`` reported; it decides nothing about ownership. It finds
-two anomalies, both about the report itself: ids that are not online (``unknown_cpu``) and
-the 1.36 reporting pattern (``legacy_shared_report``).
+two anomalies, both about the report itself: ids that are not online (``unknown_cpu``, also
+for the node's allocatable and reserved lists) and the 1.36 reporting pattern
+(``legacy_shared_report``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import NamedTuple
 from reconciler.anomalies import Anomaly
 from reconciler.kube import PodSpec
 from reconciler.pools import Assignment
-from reconciler.snapshot import PodAlloc
+from reconciler.snapshot import NodeSnapshot, PodAlloc
 
 EMPTY: frozenset[int] = frozenset()
 _NO_ANOMALIES: tuple[Anomaly, ...] = ()
@@ -92,6 +93,24 @@ def _known(ids: Iterable[int], online: frozenset[int], pod: PodAlloc, container:
         found.append(Anomaly("unknown_cpu", pod.namespace, pod.name, container,
                              f"reported CPU ids not online on this node: {shown}"))
     return known
+
+
+def node_unknown_cpus(snapshot: NodeSnapshot, online: frozenset[int]) -> list[Anomaly]:
+    """``unknown_cpu`` for the node's own CPU lists, with no pod named: allocatable ids and
+    ``reservedSystemCPUs`` that are not online. The kubelet takes both from the CPUs it
+    found at start-up, so an id past any CPU (or negative) is a broken answer; one CPU
+    taken offline since is the other way to get here."""
+    found = []
+    lists = (("allocatable CPU ids", snapshot.allocatable and snapshot.allocatable.cpu_ids),
+             ("reservedSystemCPUs", snapshot.kubelet_config
+              and snapshot.kubelet_config.reserved_system_cpus))
+    for what, ids in lists:
+        bad = sorted(frozenset(ids or ()) - online)
+        if bad:
+            shown = ",".join(str(i) for i in bad[:16]) + (",…" if len(bad) > 16 else "")
+            found.append(Anomaly("unknown_cpu", None, None, None,
+                                 f"{what} not online on this node: {shown}"))
+    return found
 
 
 def _legacy_shared(raw: list[frozenset[int]], spec: PodSpec | None) -> set[int]:

@@ -324,6 +324,34 @@ def _pairs(obj: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in obj.items()))
 
 
+def _reserved_quantities(name: str, obj: object) -> tuple[tuple[str, str], ...]:
+    """``kubeReserved`` / ``systemReserved``: resource name → quantity. The kubelet refuses
+    to start with anything else, so anything else is not a configuration it runs with."""
+    if obj is None:
+        return ()
+    if not isinstance(obj, Mapping):
+        raise SpecError(f"{name}: expected a map of resource quantities, got {obj!r:.60}")
+    for key, value in obj.items():
+        try:
+            parse_quantity(value)
+        except SpecError as exc:
+            raise SpecError(f"{name}.{key}: {exc}") from None
+    return _pairs(obj)
+
+
+def _reserved_system_cpus(value: object) -> frozenset[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        # configz renders it as a string; a number here is not a CPU list the kubelet took.
+        raise SpecError(f"reservedSystemCPUs: expected a CPU list such as \"0-1\", "
+                        f"got {value!r:.60}")
+    try:
+        return parse_cpuset(value) or None
+    except CPUSetError as exc:
+        raise SpecError(f"reservedSystemCPUs: {exc}") from None
+
+
 def kubelet_config_from_json(obj: object) -> KubeletConfig:
     """The body of the kubelet's ``/configz`` (``{"kubeletconfig": {...}}``) or the bare
     configuration object."""
@@ -338,11 +366,6 @@ def kubelet_config_from_json(obj: object) -> KubeletConfig:
     def get(name: str, default: Any = None) -> Any:
         return loose.get(name.lower(), default)
 
-    reserved_text = get("reservedSystemCPUs")
-    try:
-        reserved = parse_cpuset(reserved_text) if isinstance(reserved_text, str) else None
-    except CPUSetError as exc:
-        raise SpecError(f"reservedSystemCPUs: {exc}") from None
     gates_obj = get("featureGates") or {}
     gates = tuple(sorted((str(k), bool(v)) for k, v in gates_obj.items())) \
         if isinstance(gates_obj, Mapping) else ()
@@ -350,12 +373,12 @@ def kubelet_config_from_json(obj: object) -> KubeletConfig:
     return KubeletConfig(
         cpu_manager_policy=str(get("cpuManagerPolicy") or "none"),
         cpu_manager_policy_options=_pairs(get("cpuManagerPolicyOptions")),
-        reserved_system_cpus=reserved if reserved else None,
+        reserved_system_cpus=_reserved_system_cpus(get("reservedSystemCPUs")),
         memory_manager_policy=str(get("memoryManagerPolicy") or "None"),
         topology_manager_policy=str(get("topologyManagerPolicy") or "none"),
         topology_manager_scope=str(get("topologyManagerScope") or "container"),
         feature_gates=gates,
-        kube_reserved=_pairs(get("kubeReserved")),
-        system_reserved=_pairs(get("systemReserved")),
+        kube_reserved=_reserved_quantities("kubeReserved", get("kubeReserved")),
+        system_reserved=_reserved_quantities("systemReserved", get("systemReserved")),
         reserved_memory=tuple(reserved_memory) if isinstance(reserved_memory, list) else (),
     )

@@ -1,11 +1,17 @@
 """Kubernetes workload manifests (already-decoded YAML/JSON) → pod templates.
 
 Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job and CronJob, plus ``List`` wrappers.
+Every other kind (Services, ConfigMaps, custom resources such as a PrometheusRule) sits
+beside workloads in real manifests and holds no pod template this tool models: it is
+skipped and reported, so that a directory of manifests can be planned as it is. A kind one
+typo away from a workload kind ("Deploymnet") is an error instead: skipping it would
+silently leave a workload out of the plan.
 Pure: reading files belongs to ``exporter``.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,15 +19,6 @@ from typing import Any
 from reconciler.kube import PodSpec, SpecError, pod_spec_from_json
 
 KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
-# Kinds that often sit beside workloads in one manifest and hold no pod template: skipped.
-# Anything else (a typo such as "Deploymnet", a custom resource) is an error.
-NON_WORKLOAD_KINDS = frozenset({
-    "Service", "ConfigMap", "Secret", "ServiceAccount", "Namespace", "Ingress",
-    "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "Role", "RoleBinding",
-    "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "PersistentVolume",
-    "StorageClass", "LimitRange", "ResourceQuota", "PriorityClass", "Endpoints",
-    "EndpointSlice", "CustomResourceDefinition", "RuntimeClass", "IngressClass",
-})
 
 
 class ManifestError(ValueError):
@@ -71,26 +68,40 @@ def _replicas(kind: str, obj: Mapping[str, Any], where: str) -> int:
     return value
 
 
-def templates_from_manifest(doc: object, source: str = "manifest") -> list[PodTemplate]:
-    """The pod templates of one decoded YAML document (``None`` documents give none)."""
+@dataclass(frozen=True, slots=True)
+class Workloads:
+    """What one decoded document holds: its pod templates, and the kind of every object
+    skipped because it is not a workload (one entry per object)."""
+
+    templates: tuple[PodTemplate, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    def __add__(self, other: Workloads) -> Workloads:
+        return Workloads(self.templates + other.templates, self.skipped + other.skipped)
+
+
+def workloads_in_manifest(doc: object, source: str = "manifest") -> Workloads:
+    """The pod templates of one decoded YAML document (``None`` documents give none) and
+    the kinds it skipped."""
     if doc is None:
-        return []
+        return Workloads()
     if not isinstance(doc, Mapping):
         raise ManifestError(f"{source}: not a Kubernetes object (expected a mapping)")
     kind = doc.get("kind")
     if not isinstance(kind, str) or not kind:
         raise ManifestError(f"{source}: no 'kind'")
     if kind.endswith("List") and isinstance(doc.get("items"), list):
-        out: list[PodTemplate] = []
+        out = Workloads()
         for i, item in enumerate(doc["items"]):
-            out.extend(templates_from_manifest(item, f"{source} item {i}"))
+            out += workloads_in_manifest(item, f"{source} item {i}")
         return out
-    if kind in NON_WORKLOAD_KINDS:
-        return []
-    if kind not in KINDS:
-        raise ManifestError(f"{source}: unsupported kind {kind!r} "
-                            f"(supported: {', '.join(KINDS)})")
-    return [_workload_template(kind, doc, source)]
+    if kind in KINDS:
+        return Workloads(templates=(_workload_template(kind, doc, source),))
+    near = difflib.get_close_matches(kind, KINDS, n=1, cutoff=0.8)
+    if near:
+        raise ManifestError(f"{source}: unsupported kind {kind!r} (did you mean {near[0]!r}? "
+                            f"supported: {', '.join(KINDS)})")
+    return Workloads(skipped=(kind,))
 
 
 def _workload_template(kind: str, doc: Mapping[str, Any], source: str) -> PodTemplate:

@@ -13,7 +13,7 @@ from operator import attrgetter
 
 from reconciler.anomalies import AnomalyLog
 from reconciler.checks import missing_exclusive, pod_checks
-from reconciler.classify import all_node_shared, classify, cpu_less_view
+from reconciler.classify import all_node_shared, classify, cpu_less_view, node_unknown_cpus
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
 from reconciler.ledger import ContainerEntry, Ledger, PodEntry
@@ -31,6 +31,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     facts = node_facts(snapshot)
     ownership = Ownership(snapshot.pods)
     log = AnomalyLog()
+    log.extend(-1, node_unknown_cpus(snapshot, facts.online))  # node-level: before any pod
     pods: list[PodEntry] = []
     containers: list[ContainerEntry] = []
     memory: list[PodMemory] = []

@@ -6,13 +6,15 @@ reservations, the reclaimed cores and the kubelet's admission verdict; with a no
 (``--topology FILE`` or ``--topology.shape SxCxT``) the placement the allocator model
 predicts; with ``--node`` (a live node through the sources flags, or ``--from DIR``) the
 placement on that node as it stands now, seeded from its ledger; with ``--suggest`` a pod
-budget for templates without one (docs/plan.md).
+budget for templates without one (docs/plan.md). Objects of other kinds are skipped, counted
+by kind in one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
@@ -206,12 +208,13 @@ def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.manifest_files import load_templates
+    from exporter.manifest_files import load_workloads, skipped_summary
     from reconciler.allocator.plan import plan_templates
 
-    templates = load_templates(args.files)
-    if not templates:
-        raise UserError("no pod templates found in " + ", ".join(args.files))
+    found = load_workloads(args.files)
+    if found.skipped:
+        print(f"podres-exporter plan: {skipped_summary(found.skipped)}", file=sys.stderr)
+    templates = list(found.templates)
     on_node = args.node is not None
     if args.from_dir and not on_node:
         raise UserError("--from DIR reads a node: it goes with --node")

@@ -260,7 +260,9 @@ def _handler(store: HistoryStore, route: Route) -> Handler:
             # Validation that needs no database is done; the query runs in a thread.
             if route.handler_name in ("summary", "fleet_ratio"):
                 _series_window(params)
-            body = await asyncio.to_thread(_run, store, route.handler_name, params)
+            # The query and the JSON encoding of its answer (a summary can be megabytes)
+            # both run in a worker thread, so that scrapes are answered meanwhile.
+            body = await asyncio.to_thread(_answer, store, route.handler_name, params)
         except ParamError as exc:
             return error_response(400, str(exc))
         except SQLAlchemyError as exc:
@@ -270,8 +272,12 @@ def _handler(store: HistoryStore, route: Route) -> Handler:
         except Exception:  # a bug: logged with its traceback, answered without one
             log.exception("history API request failed", extra={"route": route.path})
             return error_response(500, "internal error")
-        return web.json_response(body, dumps=_dumps)
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
     return handle
+
+
+def _answer(store: HistoryStore, name: str, p: dict[str, Any]) -> bytes:
+    return _dumps(_run(store, name, p)).encode("utf-8")
 
 
 def _dumps(obj: Any) -> str:

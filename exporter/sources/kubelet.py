@@ -8,6 +8,7 @@ the caller can skip parsing when nothing changed.
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from pathlib import Path
@@ -105,6 +106,10 @@ class KubeletClient:
             raise SourceError(SOURCE, operation, f"TLS verification of {self.url} failed "
                               f"({exc.certificate_error}); pass --kubelet.ca-file, or "
                               "--kubelet.insecure-skip-verify") from None
+        except aiohttp.ClientConnectorError as exc:
+            # Its own text ends in the repr of the SSL context: say what failed instead.
+            raise SourceError(SOURCE, operation,
+                              f"cannot connect to {self.url}: {_os_reason(exc)}") from None
         except aiohttp.ClientError as exc:
             raise SourceError(SOURCE, operation, f"{self.url}: {exc}") from None
 
@@ -112,3 +117,12 @@ class KubeletClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _os_reason(exc: aiohttp.ClientConnectorError) -> str:
+    """The operating system's reason ("Connection refused"), not the connector's repr."""
+    error = exc.os_error
+    if error.errno is not None and error.errno > 0:
+        # asyncio words a refused connect as "Connect call failed (...)": the number says why.
+        return os.strerror(error.errno)
+    return error.strerror or str(error) or type(error).__name__  # e.g. a failed lookup

@@ -106,7 +106,7 @@ def test_sim_bad_manifest_is_one_line(short_tmp: Path,
     assert main(["sim", "--socket", str(short_tmp / "k.sock"), "--topology", "1x4x1",
                  "--manifests", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unsupported kind 'Gadget'" in err[0], err
+    assert len(err) == 1 and "no pod templates" in err[0] and "Gadget" in err[0], err
 
 
 def test_sim_metrics_count_assignments_and_errors() -> None:
@@ -115,14 +115,14 @@ def test_sim_metrics_count_assignments_and_errors() -> None:
     from exporter.sim.model_driven import ModelDrivenNode
     from exporter.sources.kubelet import parse_feature_metrics
     from reconciler.allocator import ModelConfig, from_spec
-    from reconciler.manifests import templates_from_manifest
+    from reconciler.manifests import workloads_in_manifest
 
     node = ModelDrivenNode(from_spec("1x4x1"),
                            ModelConfig(scope="pod", reserved_cpus=frozenset({0})), "1.37")
     doc = yaml.safe_load((PLAN_DATA / "motivating.yaml").read_text())
     from exporter.sim.model_driven import pods_from_templates
 
-    pods = pods_from_templates(templates_from_manifest(doc))
+    pods = pods_from_templates(workloads_in_manifest(doc).templates)
     assert [p.name for p in pods] == ["web-0", "web-1"]
     for pod in pods:
         node.add(pod)

@@ -258,7 +258,6 @@ def test_helm_lint_and_render_reject_bad_values() -> None:
 def test_rendered_variations_are_valid_and_wired() -> None:
     objects = rendered_objects({"history": {"existingSecret": "podres-db",
                                             "storage": {"type": "hostPath"}},
-                                "kubeletRoot": {"enabled": False},
                                 "kernel": {"enabled": False},
                                 "kubelet": {"insecureSkipVerify": True}})
     ds = one(objects, "DaemonSet")
@@ -400,9 +399,8 @@ def test_daemonset_mounts_the_pod_resources_directory(source: str, ds: dict[str,
     assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
     args = pod["containers"][0]["args"]
     assert "--podresources.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
-    # /sys and the kubelet root read-only; every host path mount is read-only except none.
+    # /sys read-only; every host path mount is read-only.
     assert volumes["sys"]["hostPath"]["path"] == "/sys"
-    assert volumes["kubelet-root"]["hostPath"]["path"] == "/var/lib/kubelet"
     for name, volume in volumes.items():
         if "hostPath" in volume:
             assert mounts[name].get("readOnly") is True, f"host path {name} must be read-only"
@@ -412,12 +410,65 @@ def test_daemonset_mounts_the_pod_resources_directory(source: str, ds: dict[str,
     assert volumes["proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
     assert f"--cgroup.root={mounts['cgroup']['mountPath']}" in args
     assert f"--proc.root={mounts['proc']['mountPath']}" in args
-    assert f"--kubelet.root-dir={mounts['kubelet-root']['mountPath']}" in args
     # The history store is writable (the root filesystem is not).
     assert "emptyDir" in volumes["history"]
     assert not mounts["history"].get("readOnly")
     assert "--history.url=sqlite:////var/lib/podres-exporter/history.db" in args
     assert mounts["history"]["mountPath"] == "/var/lib/podres-exporter"
+
+
+# What the default install may read on the host: the PodResources socket's directory and the
+# read-only system trees the topology and kernel readings come from. Not the kubelet root:
+# it holds every pod's Secret, projected and service-account-token volumes.
+DEFAULT_HOST_PATHS = {"/var/lib/kubelet/pod-resources", "/sys", "/sys/fs/cgroup", "/proc"}
+
+
+@pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
+def test_default_install_mounts_nothing_beyond_what_it_reads(source: str,
+                                                              ds: dict[str, Any]) -> None:
+    pod = ds["spec"]["template"]["spec"]
+    host_paths = {v["name"]: v["hostPath"]["path"].rstrip("/") or "/"
+                  for v in pod["volumes"] if "hostPath" in v}
+    assert set(host_paths.values()) <= DEFAULT_HOST_PATHS, host_paths
+    assert "/var/lib/kubelet/pod-resources" in host_paths.values()
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    for name in host_paths:
+        assert mounts[name].get("readOnly") is True, f"host path {name} must be read-only"
+    # Nothing else reaches the host either: every other volume is the pod's own.
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= {"hostPath", "emptyDir"}, volume
+    assert not [a for a in pod["containers"][0]["args"] if a.startswith("--kubelet.root-dir")]
+
+
+def json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 ``add`` to the end of an array (``/-``): the only operation the deploy
+    patches use; anything else fails the test rather than being misapplied."""
+    obj = copy.deepcopy(obj)
+    for op in ops:
+        assert op["op"] == "add" and op["path"].endswith("/-"), op
+        target: Any = obj
+        for part in op["path"].split("/")[1:-1]:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        assert isinstance(target, list), op
+        target.append(copy.deepcopy(op["value"]))
+    return obj
+
+
+def test_checkpoint_patch_is_the_charts_opt_in() -> None:
+    """The plain manifests' opt-in (patches/checkpoints.yaml) yields the DaemonSet the chart
+    renders with kubeletRoot.enabled=true, and wires the read-only mount to the flag."""
+    (ops,) = load_docs(MANIFESTS / "patches" / "checkpoints.yaml")
+    patched = json_patch(one(plain_objects(), "DaemonSet"), ops)
+    validate_builtin(patched)
+    rendered = one(rendered_objects({"kubeletRoot": {"enabled": True}}), "DaemonSet")
+    assert normalize(rendered) == normalize(patched)
+    pod = patched["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes["kubelet-root"]["hostPath"]["path"] == "/var/lib/kubelet"
+    assert mounts["kubelet-root"]["readOnly"] is True
+    assert (f"--kubelet.root-dir={mounts['kubelet-root']['mountPath']}"
+            in pod["containers"][0]["args"])
 
 
 @pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])

@@ -80,3 +80,17 @@ def test_live_unready_node(short_tmp: Path, sims: list[subprocess.Popen[str]]) -
 def test_live_unreachable_kubelet(short_tmp: Path) -> None:
     code, checks = _doctor("https://127.0.0.1:1", str(short_tmp / "none.sock"), short_tmp)
     assert code == 2 and checks == {}
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("https://127.0.0.1:1", "Connection refused"),  # nothing listens on port 1
+    ("https://nonexistent.invalid:10250", ""),  # a name that never resolves
+])
+def test_unreachable_kubelet_is_named_in_words(url: str, reason: str) -> None:
+    """The connector's own text ended in "ssl:<ssl.SSLContext object at 0x…>"."""
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "doctor", "--kubelet.url", url],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"cannot connect to {url}: {reason}" in line
+    assert "object at 0x" not in line and "SSLContext" not in line

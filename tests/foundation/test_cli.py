@@ -39,6 +39,14 @@ def fixture_copy(short_tmp: Path) -> Path:
     ("topology.json", "[1, 2]", "'cpus' list"),
     ("configz.json", '{"kubeletconfig": {"reservedSystemCPUs": "0-x"}}', "reservedSystemCPUs"),
     ("configz.json", "[]", "expected a JSON object"),
+    # Values the kubelet refuses to start with: it never serves them.
+    ("configz.json", '{"kubeletconfig": {"kubeReserved": {"cpu": "abc"}}}',
+     "kubeReserved.cpu: not a quantity: 'abc'"),
+    ("configz.json", '{"kubeletconfig": {"systemReserved": "2"}}', "systemReserved"),
+    ("configz.json", '{"kubeletconfig": {"reservedSystemCPUs": 5000}}',
+     'reservedSystemCPUs: expected a CPU list such as "0-1", got 5000'),
+    ("configz.json", '{"kubeletconfig": {"reservedSystemCPUs": "9223372036854775807"}}',
+     "reservedSystemCPUs"),
     ("pods.json", '{"items": [{"metadata": {}, "spec": {"containers": [{}]}}]}',
      "container without a name"),
     ("pods.json", '{"items": [{"spec": {"containers": [{"name": "a", "resources": '

@@ -161,7 +161,10 @@ def test_kubelet_config_defaults_and_loose_keys() -> None:
 
 
 @pytest.mark.parametrize("obj", [[], "x", {"kubeletconfig": []},
-                                 {"reservedSystemCPUs": "3-1"}])
+                                 {"reservedSystemCPUs": "3-1"}, {"reservedSystemCPUs": 5000},
+                                 {"kubeReserved": {"cpu": "abc"}},
+                                 {"systemReserved": {"memory": "-1Gi"}},
+                                 {"kubeReserved": ["cpu"]}])
 def test_kubelet_config_errors(obj: object) -> None:
     with pytest.raises(SpecError):
         kubelet_config_from_json(obj)

@@ -83,7 +83,7 @@ def test_container_outside_pod_near_miss() -> None:
 # -- unknown_cpu --------------------------------------------------------------------------
 
 def test_unknown_cpu_raised_for_offline_and_negative_ids() -> None:
-    ledger = run(pod("a", ctr("app", [2, 99]), ctr("b", [-1])), topo=TOPO)
+    ledger = run(pod("a", ctr("app", [2, 99]), ctr("b", [-1, (1 << 63) - 1])), topo=TOPO)
     found = [a for a in ledger.anomalies if a.kind == "unknown_cpu"]
     assert {a.container for a in found} == {"app", "b"}
     assert ledger.online_cpus == 8
@@ -95,8 +95,27 @@ def test_unknown_cpu_raised_for_pod_block() -> None:
     assert [a.container for a in ledger.anomalies if a.kind == "unknown_cpu"] == [None]
 
 
+def test_unknown_cpu_raised_for_the_nodes_own_lists() -> None:
+    """Allocatable ids and reservedSystemCPUs the kubelet could not have (2^63-1,
+    negative, past the machine): one node-level anomaly per list, no pod named, and no
+    set as large as the ids (the ledger is built at once)."""
+    huge = (1 << 63) - 1
+    ledger = run(pod("a", ctr("app", [2])), topo=TOPO,
+                 allocatable=[1, 2, 3, 4, 5, 6, 7, huge, -5],
+                 config=KubeletConfig(cpu_manager_policy="static",
+                                      reserved_system_cpus=frozenset({0, 5000})))
+    found = [a for a in ledger.anomalies if a.kind == "unknown_cpu"]
+    assert [(a.namespace, a.pod, a.container) for a in found] == [(None, None, None)] * 2
+    assert found[0].detail == f"allocatable CPU ids not online on this node: -5,{huge}"
+    assert found[1].detail == "reservedSystemCPUs not online on this node: 5000"
+    assert ledger.anomalies[:2] == tuple(found)  # node-level anomalies come first
+    assert ledger.online_cpus == 8
+    assert ledger.cpu_pools.reserved == 1  # CPU 0: online and not allocatable
+
+
 def test_unknown_cpu_near_miss() -> None:
-    ledger = run(pod("a", ctr("app", [0, 7])), topo=TOPO)
+    ledger = run(pod("a", ctr("app", [6, 7])), topo=TOPO, allocatable=range(1, 8),
+                 config=KubeletConfig(reserved_system_cpus=frozenset({0})))
     assert kinds(ledger) == []
 
 

@@ -106,6 +106,59 @@ async def test_record_into_unwritable_place(start_sim: Any, short_tmp: Path) -> 
     assert len(run.err_lines) == 1 and "cannot write" in run.err
 
 
+def test_record_refuses_a_directory_that_holds_files(short_tmp: Path) -> None:
+    """An older fixture in DIR would be half overwritten (a file this capture lacks would
+    stay): refused before the node is read, nothing touched."""
+    out = short_tmp / "out"
+    out.mkdir()
+    (out / "pods.json").write_text('{"items": []}')
+    run = run_cli("record", str(out), "--podresources.socket", str(short_tmp / "none.sock"))
+    assert run.code == 2 and "Traceback" not in run.err
+    assert len(run.err_lines) == 1 and "not empty" in run.err and "--force" in run.err
+    assert [p.name for p in out.iterdir()] == ["pods.json"]
+    assert sorted(p.name for p in short_tmp.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_record_refuses_a_dir_that_is_not_a_directory(short_tmp: Path, kind: str) -> None:
+    out = short_tmp / "out"
+    if kind == "file":
+        out.write_text("keep")
+    else:
+        (short_tmp / "real").mkdir()
+        out.symlink_to(short_tmp / "real")
+    run = run_cli("record", str(out), "--force", "--podresources.socket",
+                  str(short_tmp / "none.sock"))
+    assert run.code == 2 and len(run.err_lines) == 1 and "Traceback" not in run.err
+    assert "directory" in run.err or "symbolic link" in run.err
+    assert out.is_symlink() if kind == "symlink" else out.read_text() == "keep"
+
+
+@pytest.mark.parametrize("existing", ["empty", "older fixture"])
+async def test_record_force_replaces_the_directory_whole(start_sim: Any, short_tmp: Path,
+                                                         existing: str) -> None:
+    folder = SCENARIOS / "sidecar-hybrid"
+    sim = await start_sim(folder)
+    out = short_tmp / "fixtures" / "out"
+    out.mkdir(parents=True)
+    flags: list[str] = []
+    if existing == "older fixture":
+        shutil.copytree(SCENARIOS / "database-pod-scope", out, dirs_exist_ok=True)
+        (out / "notes.txt").write_text("from an older capture")
+        flags = ["--force"]
+    run = await arun_cli("record", str(out), *flags, "--podresources.socket",
+                         sim.socket_path, "--topology", str(folder / "topology.json"))
+    assert run.code == 0, run.err
+    written = {Path(line).name for line in run.out.splitlines()}
+    assert all(Path(line).parent == out for line in run.out.splitlines())
+    # Exactly this capture: nothing left from before, no staging directory left beside it.
+    assert {p.name for p in out.iterdir()} == written
+    assert [p.name for p in out.parent.iterdir()] == ["out"]
+    recorded = load_fixture_dir(out)
+    assert recorded.kubelet.list_response == load_fixture_dir(folder).kubelet.list_response
+    assert recorded.kubelet.pod_list is None  # no kubelet URL: the old pods.json is gone
+
+
 def test_field_name_styles_are_equivalent(short_tmp: Path) -> None:
     """protobuf's JSON mapping: lowerCamel (as recorded) and original field names."""
     folder = SCENARIOS / "database-pod-scope"

@@ -172,6 +172,34 @@ async def test_summary_and_fleet_ratio(client: TestClient[Any, Any]) -> None:
     assert all(p["nodes"] == 1 for p in one["points"])
 
 
+@pytest.mark.parametrize("path, params", [
+    ("/summary", {"node": "node-a", "step": "60"}), ("/fleet/ratio", {"step": "1m"}),
+    ("/assignments", {})])
+async def test_answers_are_encoded_off_the_event_loop(
+        client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch,
+        path: str, params: dict[str, str]) -> None:
+    """A summary can be megabytes of JSON: encoding it on the loop delayed every scrape
+    served by the same process. The encoder must run where no event loop runs."""
+    from exporter.history import api
+
+    on_loop: list[bool] = []
+    real = api._dumps
+
+    def dumps(obj: Any) -> str:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(obj)
+
+    monkeypatch.setattr(api, "_dumps", dumps)
+    window = {"from": iso(at(0)), "to": iso(at(STEPS))}
+    body = await get(client, path, **params, **window)
+    assert body  # decoded, so the bytes were JSON
+    assert on_loop == [False]
+
+
 # Valid RFC 3339 whose offset puts the instant before year 1 or after year 9999 in UTC.
 OFFSET_OUT_OF_RANGE = ("0001-01-01T00:00:00+00:01", "9999-12-31T23:59:59-00:01")
 TIME_ROUTES = {"/assignments": ("at", "from", "to"), "/anomalies": ("at", "from", "to"),

@@ -120,7 +120,7 @@ def test_directory_and_stdin(capsys: pytest.CaptureFixture[str],
 BAD = {
     "broken.yaml": ("kind: Pod\nmetadata: {name: x\n", "invalid YAML"),
     "unknown.yaml": ("apiVersion: apps/v1\nkind: Deploymnet\nmetadata: {name: s}\n",
-                     "unsupported kind 'Deploymnet'"),
+                     "unsupported kind 'Deploymnet' (did you mean 'Deployment'?"),
     "only-service.yaml": ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
                           "no pod templates"),
     "nokind.yaml": ("metadata: {name: s}\n", "no 'kind'"),
@@ -151,14 +151,51 @@ def test_bad_manifests_give_one_clear_line(name: str, tmp_path: Path,
     assert "Traceback" not in captured.err
 
 
-def test_non_workload_kinds_are_skipped(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_workload_kinds_are_skipped_in_one_line(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "app.yaml"
     path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n---\n"
                     "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n---\n"
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg2}\n---\n"
+                    "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n"
+                    "metadata: {name: rules}\n---\n"
+                    "apiVersion: v1\nkind: List\nitems:\n"
+                    "- {apiVersion: example.com/v1, kind: Widget, metadata: {name: w}}\n---\n"
                     + (DATA / "motivating.yaml").read_text())
-    report = _plan(capsys, "-f", str(path))
-    assert [p["name"] for p in report["pods"]] == ["web"]
+    assert main(["plan", "-f", str(path), "--output", "json"]) == 0
+    captured = capsys.readouterr()
+    assert [p["name"] for p in json.loads(captured.out)["pods"]] == ["web"]
+    assert captured.err.splitlines() == [
+        "podres-exporter plan: skipped 5 objects that are not workloads: ConfigMap ×2, "
+        "PrometheusRule, Service, Widget"]
+
+
+def test_plan_the_projects_own_manifests(capsys: pytest.CaptureFixture[str]) -> None:
+    """The deploy directory mixes a DaemonSet with RBAC, a Service and custom resources."""
+    import yaml
+
+    directory = Path(__file__).resolve().parents[2] / "deploy" / "manifests"
+    kinds = [doc["kind"] for path in sorted(directory.glob("*.yaml"))
+             for doc in yaml.safe_load_all(path.read_text()) if doc]
+    others = [kind for kind in kinds if kind != "DaemonSet"]
+    assert "PrometheusRule" in others
+    assert main(["plan", "-f", str(directory), "--output", "json"]) == 0
+    captured = capsys.readouterr()
+    assert [p["kind"] for p in json.loads(captured.out)["pods"]] == ["DaemonSet"]
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"podres-exporter plan: skipped {len(others)} objects that are "
+                           "not workloads: ")
+    assert all(kind in line for kind in others)
+
+
+def test_only_non_workloads_is_one_line_naming_them(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "svc.yaml"
+    path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+    assert main(["plan", "-f", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no pod templates found" in line
+    assert "skipped 1 object that is not a workload: Service" in line
 
 
 def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

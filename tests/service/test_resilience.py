@@ -46,6 +46,10 @@ def list_errors(samples: dict[SeriesKey, float]) -> float:
                  operation="List") or 0.0
 
 
+def last_success(samples: dict[SeriesKey, float]) -> float:
+    return value(samples, "podres_last_success_timestamp_seconds") or 0.0
+
+
 def has_pod(samples: dict[SeriesKey, float], namespace: str, pod: str) -> bool:
     return bool(series(samples, "podres_pod_cpus", namespace=namespace, pod=pod)
                 or series(samples, "podres_container_cpus", namespace=namespace, pod=pod))
@@ -77,9 +81,12 @@ async def test_kubelet_restart_recovers_and_forgets_deleted_pods(
     before = list_errors(await served.metrics())
     await sim.start_grpc()
     back = await served.wait_for(lambda s: up(s) == 1.0, what="podres_up back to 1")
-    # Recovered within two poll intervals: at most the polls of the interval in which the
-    # socket reappeared failed after `before` was read.
-    assert list_errors(back) - before <= 2, (before, list_errors(back))
+    # Recovered: once a poll succeeded, List stops failing (no count of polls here, which
+    # would depend on how busy the machine is).
+    assert list_errors(back) >= before
+    again = await served.wait_for(lambda s: last_success(s) > last_success(back),
+                                  what="a later successful poll")
+    assert list_errors(again) == list_errors(back)
     # The first successful poll after the restart already reflects the deletion.
     assert not has_pod(back, "batch", "worker")
     assert has_pod(back, "db", "tightly-coupled-database")
