@@ -44,6 +44,12 @@ def fuzz(scale: float = 1.0) -> Callable[[F], F]:
     return apply
 
 
+def timeout(seconds: float) -> int:
+    """A per-test timeout (pytest-timeout) for ``seconds`` at the quick budget, stretched in
+    proportion for a long run: it catches a hang, not a slow example."""
+    return int(seconds * max(1.0, LONG_EXAMPLES / 250))
+
+
 def ran(target: str) -> None:
     """Count one example of ``target`` (called first thing in each example)."""
     COUNTS[target] += 1

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz.budget import fuzz, ran
+from fuzz.budget import fuzz, ran, timeout
 from fuzz.inputs import assert_clean, json_values, mutated_json, run_main
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "scenarios"
@@ -40,7 +40,7 @@ def workdir() -> Any:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(timeout(120))
 @fuzz()
 @given(changes=st.lists(hostile_file(), min_size=1, max_size=2))
 def test_snapshot_from_hostile_fixture(workdir: Path, changes: list[tuple[str, bytes]]

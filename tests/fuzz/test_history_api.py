@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from exporter.commands.snapshot import ledger_from_fixture
 from exporter.history import HistoryWriter, open_store
 from exporter.history.api import ROUTES, add_routes
-from fuzz.budget import fuzz, ran
+from fuzz.budget import fuzz, ran, timeout
 from fuzz.live import SCENARIOS
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(timeout(180))
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 

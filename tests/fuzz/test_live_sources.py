@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from exporter.errors import SourceError
 from exporter.sources.podresources import decode_list
-from fuzz.budget import fuzz, ran
+from fuzz.budget import fuzz, ran, timeout
 from fuzz.inputs import json_values, mutated_bytes, mutated_json
 from fuzz.live import CHECKPOINTS, LiveNode
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(timeout(240))
 
 
 @pytest.fixture(scope="module")
