@@ -20,6 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "tests" / "data" / "scenarios" / "sidecar-hybrid"
 UNREACHABLE_PG = "postgresql+psycopg://nobody@127.0.0.1:1/history"
+# Where the history store lives by default for root, outside any scratch directory: no case
+# may create it.
+ROOT_STATE = Path("/var/lib/podres-exporter")
 TIMEOUT = 30.0  # a command that should have refused but runs on is cut off here
 
 
@@ -219,6 +222,7 @@ def test_misuse_is_one_line_and_creates_nothing(scratch: Scratch, args: Args,
                                                 needle: str) -> None:
     argv = args(scratch)
     before = scratch.tree()
+    root_state_before = ROOT_STATE.exists()
     try:
         run = subprocess.run([sys.executable, "-m", "exporter.cli", *argv],
                              cwd=scratch.root / "cwd", env=scratch.env, capture_output=True,
@@ -231,3 +235,4 @@ def test_misuse_is_one_line_and_creates_nothing(scratch: Scratch, args: Args,
     assert len(lines) == 1, run.stderr
     assert needle.lower() in lines[0].lower(), lines[0]
     assert scratch.tree() == before, sorted(scratch.tree() - before)
+    assert ROOT_STATE.exists() == root_state_before, f"{argv} created {ROOT_STATE}"
