@@ -7,6 +7,7 @@ error type its caller turns into one line."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -154,26 +155,14 @@ WEB_CONFIG = {"basic_auth_users": {"alice": FAST_HASH},
 # Bodies load_web_config still answers with a traceback (test_web_config_known_bugs);
 # kept out of the fuzzed inputs until they are fixed, so the rest keeps being searched.
 KNOWN_WEB_CONFIG_BUGS = {
-    "not UTF-8": b"\x80",
     "integer past the digit limit": b"a: " + b"1" * 5000,
     "nested too deeply": b"[" * 3000,
-    "non-string key": b"1: x",
 }
 
 
 def hits_known_bug(body: bytes) -> bool:
-    try:
-        body.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    if b"1" * 4301 in body or b"9" * 4301 in body or b"[" * 500 in body \
-            or b'{"a":' * 500 in body:
-        return True
-    try:
-        doc = yaml.safe_load(body)
-    except yaml.YAMLError:
-        return False
-    return isinstance(doc, dict) and not all(isinstance(key, str) for key in doc)
+    return b"1" * 4301 in body or b"9" * 4301 in body or b"[" * 500 in body \
+        or b'{"a":' * 500 in body
 
 
 @fuzz()
@@ -205,21 +194,31 @@ def test_web_config_known_bugs(workdir: Path, body: bytes) -> None:
         load_web_config(str(path))
 
 
-AUTH_CONFIG_HASH = FAST_HASH.encode()
-
-
-@fuzz()
-@given(header=st.none() | st.text(max_size=40) | st.builds(
-    lambda user, password: "Basic " + base64.b64encode(user + b":" + password).decode(),
+HEADERS = st.none() | st.text(max_size=40) | st.builds(
+    lambda scheme, user, password: scheme + base64.b64encode(user + b":" + password).decode(),
+    st.sampled_from(["Basic ", "basic ", "BASIC  ", "Bearer "]),
     st.sampled_from([b"alice", b"bob", b"", "ü".encode()]) | st.binary(max_size=8),
-    st.sampled_from([b"secret", b"", b"\x00" * 80]) | st.binary(max_size=80)))
-def test_authorization_headers(header: str | None) -> None:
-    ran("Authorization headers")
-    from exporter.web.webconfig import WebConfig
+    st.sampled_from([b"secret", b"", b"\x00" * 80]) | st.binary(max_size=80))
 
-    config = WebConfig(users={"alice": AUTH_CONFIG_HASH})
-    expected = header == "Basic " + base64.b64encode(b"alice:secret").decode()
-    assert config.check(header) is expected
+
+def test_authorization_headers() -> None:
+    """Any header is a verdict; only alice's password (any case of the scheme) passes."""
+    from exporter.web.basicauth import BasicAuth, Verdict
+
+    auth = BasicAuth({"alice": FAST_HASH.encode()})
+    good = base64.b64encode(b"alice:secret").decode()
+
+    with asyncio.Runner() as loop:
+        @fuzz()
+        @given(header=HEADERS)
+        def example(header: str | None) -> None:
+            ran("Authorization headers")
+            verdict = loop.run(auth.verify(header))
+            scheme, _, token = (header or "").strip().partition(" ")
+            expected = scheme.lower() == "basic" and token.strip() == good
+            assert verdict is (Verdict.ALLOWED if expected else Verdict.DENIED), header
+
+        example()
 
 
 # -- durations and addresses ------------------------------------------------------------
