@@ -64,6 +64,9 @@ class LiveNode:
         # SimKubelet.set_state decodes List (for Get) and so refuses the malformed bytes
         # this suite serves (test_sim_serves_malformed_list): give it a decodable List,
         # then serve the example's bytes as they are.
+        # The simulator derives /metrics from /configz when none is given, and fails on a
+        # configz it cannot encode (test_sim_serves_any_configz): serve an empty one.
+        raw = dataclasses.replace(raw, metrics=raw.metrics or b"")
         self.sim.set_state(dataclasses.replace(raw, list_response=self.base.list_response))
         self.sim._list = raw.list_response or b""
         self.loop.run(asyncio.wait_for(self.exporter.poll_once(), 30))
