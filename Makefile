@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 
-.PHONY: help venv demo test lint typecheck proto bench bench-quick soak clean
+.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak clean
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -48,6 +48,10 @@ test: $(STAMP)
 	@worse=$$($(BIN)/radon cc -n D -s -e 'exporter/pb/*' reconciler exporter); \
 	  if [ -n "$$worse" ]; then echo "$$worse"; echo "radon: functions above grade C"; exit 1; fi
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The fuzzing suite with a long random budget (make test runs a small fixed one).
+fuzz: $(STAMP)
+	PODRES_FUZZ_EXAMPLES=$${PODRES_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz $(PYTEST_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m exporter.pb.generate

@@ -61,8 +61,12 @@ def load_documents(name: str) -> list[Any]:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise UserError(f"{label}: invalid YAML: {exc.problem or exc}{where}") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{label}: invalid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # a reader error (control characters) spans lines
+        raise UserError(f"{label}: invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise UserError(f"{label}: invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer past int's digit limit
+        raise UserError(f"{label}: invalid YAML: {str(exc)[:300]}") from None
 
 
 def load_templates(names: Iterable[str]) -> list[Any]:

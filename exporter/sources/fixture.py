@@ -54,6 +54,11 @@ def parse_message(obj: Any, message: M, origin: str) -> M:
     except (json_format.ParseError, RecursionError) as exc:
         reason = " ".join(str(exc).split())[:300]  # protobuf's messages span lines
         raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: {reason}") from None
+    except SystemError:
+        # upb's field-name lookup fails this way on a key holding an unpaired surrogate
+        # ("\ud800"), which JSON allows and UTF-8 cannot encode.
+        raise UserError(f"{origin}: not a valid {message.DESCRIPTOR.name}: a field name is "
+                        "not valid UTF-8") from None
 
 
 def _message_bytes(path: Path, message: Message) -> bytes | None:
