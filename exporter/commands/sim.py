@@ -109,6 +109,8 @@ def refuse_socket_in_use(path: str) -> None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
+    except OSError as exc:  # a path under a regular file, a loop of links...
+        raise UserError(f"--socket {path}: {exc.strerror or exc}") from None
     if not stat.S_ISSOCK(mode):
         raise UserError(f"--socket {path}: exists and is not a socket")
     with socket.socket(socket.AF_UNIX) as probe:

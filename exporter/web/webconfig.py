@@ -86,12 +86,17 @@ def _check_keys(section: str, raw: dict[Any, Any], known: tuple[str, ...]) -> No
     for key in raw:
         if key in known:
             continue
-        name = str(key)
+        name = _one_line(str(key))
         if name in _UNSUPPORTED:
             raise UserError(f"web config: {section}{name} {_UNSUPPORTED[name]}")
         near = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(known)})"
         raise UserError(f"web config: unknown key {section}{name}{hint}")
+
+
+def _one_line(text: str) -> str:
+    """Text from the file, shown in a one-line error: control characters escaped."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _file(base: Path, value: Any, what: str) -> str:
@@ -120,6 +125,10 @@ def _read(path: str) -> dict[str, Any]:
         raise UserError(f"web config {path}: invalid YAML: {_yaml_problem(exc)}") from None
     except UnicodeDecodeError:
         raise UserError(f"web config {path}: not UTF-8 text") from None
+    except RecursionError:
+        raise UserError(f"web config {path}: invalid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's digit limit, and the like
+        raise UserError(f"web config {path}: invalid YAML: {_one_line(str(exc))}") from None
     if not isinstance(raw, dict):
         raise UserError(f"web config {path}: expected a mapping")
     _check_keys("", raw, _TOP)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
-from reconciler.allocator.topology import CPUTopology, from_spec
+from reconciler.allocator.topology import MAX_CPUS, CPUTopology, from_spec
 from reconciler.estimates import spec_legacy_cost
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.manifests import PodTemplate
@@ -74,7 +74,9 @@ def _scratch_model(pod: PodSpec, config: ModelConfig) -> NodeModel:
                for c in pod.long_running + pod.init_containers)
     if pod.resources is not None and pod.resources.cpu_request_m:
         need += math.ceil(pod.resources.cpu_request_m / 1000)
-    cores = max(64, need + 1)
+    # No bigger than the largest node the model knows: a pod that asks more than that is
+    # refused with the kubelet's own reason, as it would be on any real node.
+    cores = min(max(64, need + 1), MAX_CPUS)
     scratch = replace(config, topology_policy="none", reserved_cpus=None, reserved_cpu_m=0,
                       memory_policy="None", options=frozenset())
     return NodeModel(from_spec(f"1x{cores}x1"), scratch)

@@ -208,3 +208,16 @@ def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "--reserved" in capsys.readouterr().err
     assert main(["plan", "-f", good, "--cpu-policy-options", "turbo"]) == 2
     assert "turbo" in capsys.readouterr().err
+
+
+def test_a_pod_larger_than_any_node_is_refused_not_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """5000 CPUs is more than any node the model knows: the verdict is the kubelet's refusal,
+    and the command itself succeeds."""
+    manifest = tmp_path / "huge.yaml"
+    manifest.write_text("kind: Pod\nmetadata: {name: big}\nspec:\n  containers:\n"
+                        "  - {name: main, resources: {limits: {cpu: '5000', memory: 1Gi}}}\n")
+    assert main(["plan", "-f", str(manifest), "-o", "json"]) == 0
+    (pod,) = json.loads(capsys.readouterr().out)["pods"]
+    assert pod["admitted"] is False
+    assert "not enough cpus available to satisfy request: requested=5000" in pod["reason"]
