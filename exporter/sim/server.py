@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 import grpc.aio
 from aiohttp import web
+from google.protobuf.message import DecodeError
 
 from exporter.pb import api_pb2
 from exporter.rawnode import KubeletState, RawNode
@@ -72,7 +73,12 @@ class SimKubelet:
         self.raw = raw
         self._list = raw.list_response or b""
         self._allocatable = raw.allocatable
-        listing = api_pb2.ListPodResourcesResponse.FromString(self._list)
+        # List is served as it is, malformed bytes included (that is what a lying kubelet
+        # does); only Get needs it decoded, and finds nothing in bytes that do not decode.
+        try:
+            listing = api_pb2.ListPodResourcesResponse.FromString(self._list)
+        except DecodeError:
+            listing = api_pb2.ListPodResourcesResponse()
         self._pods = {(p.namespace, p.name): p for p in listing.pod_resources}
         self._pods_body = raw.pods
         self._configz_body = raw.configz
@@ -238,7 +244,8 @@ def _feature_metrics(configz: bytes | None) -> bytes | None:
     for name, enabled in sorted(gates.items()):
         lines.append(f'kubernetes_feature_enabled{{name="{name}",stage="BETA"}} '
                      f"{1 if enabled else 0}")
-    return ("\n".join(lines) + "\n").encode()
+    # A gate name a kubelet could not have (an unpaired surrogate) is escaped, not fatal.
+    return ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
 
 
 def describe(sim: SimKubelet) -> dict[str, Any]:

@@ -8,7 +8,6 @@ runs each poll to completion on it."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -61,14 +60,8 @@ class LiveNode:
                 os.replace(tmp, path)  # as the kubelet does: a new inode every write
             else:
                 path.unlink(missing_ok=True)
-        # SimKubelet.set_state decodes List (for Get) and so refuses the malformed bytes
-        # this suite serves (test_sim_serves_malformed_list): give it a decodable List,
-        # then serve the example's bytes as they are.
-        # The simulator derives /metrics from /configz when none is given, and fails on a
-        # configz it cannot encode (test_sim_serves_any_configz): serve an empty one.
-        raw = dataclasses.replace(raw, metrics=raw.metrics or b"")
-        self.sim.set_state(dataclasses.replace(raw, list_response=self.base.list_response))
-        self.sim._list = raw.list_response or b""
+        # The simulator serves every body as it is, malformed List and /configz included.
+        self.sim.set_state(raw)
         self.loop.run(asyncio.wait_for(self.exporter.poll_once(), 30))
         body = self.exporter.metrics_body().decode("utf-8")
         families = {f.name for f in text_string_to_metric_families(body)}

@@ -117,17 +117,11 @@ def test_checkpoint_files(node: LiveNode) -> None:
     node.check_promtool()
 
 
-@pytest.mark.xfail(strict=True, reason="SimKubelet.set_state decodes List and raises "
-                   "DecodeError on malformed bytes, though the simulator promises to serve "
-                   "them as they are — owned by exporter/sim/server.py")
 def test_sim_serves_malformed_list(node: LiveNode) -> None:
     node.sim.set_state(dataclasses.replace(node.base, list_response=b"\x00"))
     assert node.sim.raw.list_response == b"\x00"
 
 
-@pytest.mark.xfail(strict=True, reason="SimKubelet.set_state raises UnicodeEncodeError "
-                   "deriving /metrics from a configz whose feature gate name holds an "
-                   "unpaired surrogate — owned by exporter/sim/server.py (_feature_metrics)")
 def test_sim_serves_any_configz(node: LiveNode) -> None:
     configz = b'{"kubeletconfig": {"featureGates": {"\\ud800": true}}}'
     node.sim.set_state(dataclasses.replace(node.base, configz=configz, metrics=None))
