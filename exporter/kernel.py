@@ -40,7 +40,7 @@ from reconciler.enforcement import (
 )
 from reconciler.kube import KubeletConfig, SpecError, kubelet_config_from_json
 from reconciler.ledger import Anomaly, Ledger
-from reconciler.usage import CPUHolder, UsageCounters, attribute, cpu_holders
+from reconciler.usage import CPUHolder, UsageCounters, attribute, busy_fractions, cpu_holders
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,9 @@ class KernelReport:
     errors: Mapping[tuple[str, str], str] = field(default_factory=dict)
     entry_errors: tuple[EntryError, ...] = ()
     cgroup_off: str | None = None
+    # Each CPU's busy share of the last interval (the CPU map's colouring); empty until two
+    # /proc/stat samples were read.
+    busy: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def anomalies(self) -> tuple[Anomaly, ...]:
@@ -93,6 +96,7 @@ class KernelObserver:
         self._pod_list: object = None
         self._refs: tuple[PodRef, ...] | None = None
         self._sample: ProcStat | None = None
+        self.busy: Mapping[int, float] = {}
         self._holders: dict[int, CPUHolder] = {}
         self._holders_of: Ledger | None = None
         self._usage: UsageCounters | None = None
@@ -110,10 +114,12 @@ class KernelObserver:
         errors: dict[tuple[str, str], str] = {}
         usage = self._usage_poll(ledger, errors)
         if self.cgroup is None:
-            return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset")
+            return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset",
+                                busy=self.busy)
         reading = self.cgroup.read(self._pod_refs(pod_list))
         if reading.off is not None:
-            return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off)
+            return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off,
+                                busy=self.busy)
         if reading.errors:
             first = reading.errors[0]
             errors[("cgroup", "read")] = (f"cgroup read: {len(reading.errors)} unreadable "
@@ -124,7 +130,7 @@ class KernelObserver:
         self.drift_state, drifts = observe(self.drift_state, ledger, reading.enforced,
                                            options, now)
         return KernelReport(drifts, drift_counts(drifts), reading.enforced, usage, errors,
-                            reading.errors)
+                            reading.errors, busy=self.busy)
 
     def _pod_refs(self, pod_list: Any) -> tuple[PodRef, ...] | None:
         """The reader hands back the same parsed object while ``/pods`` is unchanged."""
@@ -146,6 +152,12 @@ class KernelObserver:
             errors[(exc.source, exc.operation)] = str(exc)
             return self._usage  # the next good sample is compared with the last good one
         if self._sample is not None:
+            shares = busy_fractions(self._sample.busy, self._sample.idle, sample.busy,
+                                    sample.idle)
+            # A CPU whose counters did not move (no time passed between two samples) keeps
+            # its last share; one that left the sample has none.
+            self.busy = {cpu: shares[cpu] if cpu in shares else self.busy[cpu]
+                         for cpu in sample.busy if cpu in shares or cpu in self.busy}
             usage = self._usage or UsageCounters(sample.user_hz)
             self._usage = usage.add(attribute(self._sample.busy, sample.busy, self._holders),
                                     ((p.namespace, p.name) for p in ledger.pods))

@@ -120,6 +120,7 @@ class Exporter:
         self.reader = reader
         self.kernel = kernel
         self.kernel_exposition = b""  # the kernel families, rendered after every poll
+        self.cpu_busy: Mapping[int, float] = {}  # each CPU's busy share of the last poll
         self._kernel_bodies = _ParsedBodies()
         self.options = options or ServiceOptions()
         self.history = history
@@ -233,6 +234,7 @@ class Exporter:
         rendered = render_kernel(facts, pods_series_left=None if published is None
                                  else published.pods_series_left)
         self.kernel_exposition = rendered.text.encode("utf-8")
+        self.cpu_busy = report.busy
         if rendered.dropped:
             self.pods_dropped_total += rendered.dropped
 
@@ -284,6 +286,15 @@ class Exporter:
                                    enforced=enforced, pods_series_left=series_left)
 
     # -- reading state ------------------------------------------------------------------
+
+    def cpuload(self) -> dict[str, Any] | None:
+        """Each CPU's busy share between the last two polls (``/proc/stat``), or ``None``
+        when that source is off; live, not part of the ledger."""
+        kernel = self.kernel
+        if kernel is None or not kernel.options.proc_root:
+            return None
+        return {"cpus": {str(cpu): round(share, 4)
+                         for cpu, share in sorted(self.cpu_busy.items())}}
 
     @property
     def stale(self) -> bool:

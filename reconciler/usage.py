@@ -92,6 +92,23 @@ def attribute(before: Mapping[int, int], after: Mapping[int, int],
     return Attribution(pools, pods)
 
 
+def busy_fractions(before_busy: Mapping[int, int], before_idle: Mapping[int, int],
+                   after_busy: Mapping[int, int], after_idle: Mapping[int, int],
+                   ) -> dict[int, float]:
+    """Each CPU's busy share of the interval between two samples, in [0, 1]. A CPU missing
+    from either sample, or whose counters went backwards or did not move, has no share."""
+    shares: dict[int, float] = {}
+    for cpu, busy in after_busy.items():
+        b0, i0, i1 = before_busy.get(cpu), before_idle.get(cpu), after_idle.get(cpu)
+        if b0 is None or i0 is None or i1 is None:
+            continue
+        busy_delta, idle_delta = busy - b0, i1 - i0
+        if busy_delta < 0 or idle_delta < 0 or busy_delta + idle_delta == 0:
+            continue
+        shares[cpu] = busy_delta / (busy_delta + idle_delta)
+    return shares
+
+
 @dataclass(frozen=True, slots=True)
 class UsageCounters:
     """Monotonic busy-jiffy totals since the exporter started (a pure value: ``add``

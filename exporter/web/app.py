@@ -109,6 +109,14 @@ async def cpumap(request: web.Request) -> web.Response:
     return _encoded(current.cpumap_body(encoding), encoding, "application/json")
 
 
+async def cpuload(request: web.Request) -> web.Response:
+    load = request.app[EXPORTER_KEY].cpuload()
+    if load is None:
+        return web.json_response({"error": "the /proc/stat source is off (--proc.root)"},
+                                 status=404)
+    return web.json_response(load)
+
+
 async def index(request: web.Request) -> web.StreamResponse:
     page = STATIC / "index.html"
     if page.is_file():
@@ -130,6 +138,13 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/api/v1/ledger": route("The current ledger (schema podres.ledger/v1)"),
         "/api/v1/cpumap": route("Every online CPU with its pool and owner"),
+        "/api/v1/cpuload": {"get": {
+            "summary": "Each CPU's busy share between the last two polls (/proc/stat)",
+            "responses": {
+                "200": {"description": "OK", "content": {
+                    "application/json": {"schema": {"type": "object"}}}},
+                "404": {"description": "the /proc/stat source is off", "content": {
+                    "application/json": {"schema": {"type": "object"}}}}}}},
     }
 
 
@@ -143,6 +158,7 @@ def build_app(exporter: Exporter, web_config: WebConfig | None = None,
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/v1/ledger", ledger)
     app.router.add_get("/api/v1/cpumap", cpumap)
+    app.router.add_get("/api/v1/cpuload", cpuload)
     if STATIC.is_dir():
         app.router.add_static("/static/", STATIC)
     if extra is not None:

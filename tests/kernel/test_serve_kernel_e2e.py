@@ -11,6 +11,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from exporter.sim.cgroupfs import SimKernel, decorate_pod_list
 from kernel.helpers import place
 from reconciler.cpuset import format_cpuset
@@ -105,6 +107,14 @@ async def test_drift_after_the_window_cleared_when_fixed_and_usage_per_pool(
     per_pod = series(await served.metrics(), "podres_pod_cpu_busy_seconds_total")
     assert per_pod and all(v >= 0 for v in per_pod.values())
 
+    # -- the CPU map's colouring: each CPU's busy share of that tick is its pool's load ----
+    status, body = await served.get("/api/v1/cpuload")
+    assert status == 200
+    shares = {int(cpu): share for cpu, share in json.loads(body)["cpus"].items()}
+    assert set(shares) == set(cells)
+    for cpu, share in shares.items():
+        assert share == pytest.approx(LOAD[cells[cpu]["pool"]], abs=0.01), (cpu, share)
+
 
 async def test_sources_off_or_failing_leave_the_ledger_as_before(
         tmp_path: Path, start_sim: StartSim, run_serve: RunServe) -> None:
@@ -132,3 +142,5 @@ async def test_sources_off_or_failing_leave_the_ledger_as_before(
     assert ledger["containers"] and not any("enforced_cpus" in c for c in ledger["containers"])
     status, body = await served.get("/api/v1/cpumap")
     assert status == 200 and not any("enforced" in c for c in json.loads(body)["cpus"])
+    status, body = await served.get("/api/v1/cpuload")
+    assert status == 200 and json.loads(body) == {"cpus": {}}  # no /proc/stat sample yet

@@ -106,3 +106,15 @@ def test_pools_add_up_to_the_busy_delta_of_cpus_in_both_samples(
         assert sum(v for k, v in got.pods.items() if k[2] == pool) == got.pools[pool]
     for pool in ("reserved", "node_shared"):
         assert not any(k[2] == pool for k in got.pods)
+
+
+def test_busy_fractions_by_hand() -> None:
+    from reconciler.usage import busy_fractions
+
+    before_busy, before_idle = {0: 100, 1: 50, 2: 10, 3: 5}, {0: 100, 1: 50, 2: 10, 3: 5}
+    after_busy = {0: 130, 1: 50, 2: 10, 3: 4, 4: 9}  # CPU 3 reset, CPU 4 new
+    after_idle = {0: 110, 1: 150, 2: 10, 3: 9, 4: 1}
+    assert busy_fractions(before_busy, before_idle, after_busy, after_idle) == {
+        0: 0.75,  # 30 busy of 40
+        1: 0.0,   # idle only
+    }  # CPU 2 did not move, 3 went backwards, 4 has no earlier sample: no share

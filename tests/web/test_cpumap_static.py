@@ -340,3 +340,27 @@ async def test_owner_on_keyboard_focus_and_hover(site: Site) -> None:
             "document.querySelector('.cpu[data-cpu=\"12\"]').classList.contains('same-owner')")
     finally:
         await browser.close()
+
+
+def test_busy_share_of_each_cpu_is_drawn(site: Site) -> None:
+    """With /proc/stat read, each CPU carries its busy share of the last poll (tenths, for
+    the bar) and the percentage in its title; CPUs without a share carry none."""
+    site.set_json("/api/v1/cpumap", topology_node())
+    site.set_json("/api/v1/ledger", ledger_for(topology_node()))
+    site.set_json("/api/v1/cpuload", {"cpus": {"2": 0.75, "10": 0.04, "3": 1.0}})
+    dom = parse_dom(dump_dom(site.url))
+    by_id = {int(c["data-cpu"]): c for c in dom.cpus}
+    assert by_id[2]["data-busy"] == "8" and "busy 75%" in by_id[2]["title"]
+    assert by_id[10]["data-busy"] == "0" and "busy 4%" in by_id[10]["title"]
+    assert by_id[3]["data-busy"] == "10"
+    assert "data-busy" not in by_id[0] and "busy" not in by_id[0]["title"]
+    assert "/api/v1/cpuload" in site.hits
+
+
+def test_no_load_source_draws_no_bar(site: Site) -> None:
+    site.set_json("/api/v1/cpumap", topology_node())
+    site.set_json("/api/v1/ledger", ledger_for(topology_node()))
+    site.set_json("/api/v1/cpuload", {"error": "the /proc/stat source is off"}, status=404)
+    dom = parse_dom(dump_dom(site.url))
+    assert dom.cpus and not any("data-busy" in c for c in dom.cpus)
+    assert "failed" not in dom.status.lower()

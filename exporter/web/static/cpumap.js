@@ -6,6 +6,7 @@
  * Data: GET api/v1/cpumap  {"node": str, "cpus": [{"id", "core", "socket", "numa_node",
  *                                                  "pool", "owner"}]}
  *       GET api/v1/ledger  the ledger JSON
+ *       GET api/v1/cpuload {"cpus": {"<id>": busy share}} (optional: 404 without /proc/stat)
  * Both relative to the page, so the map also works behind a path prefix (kubectl proxy).
  */
 (function () {
@@ -372,6 +373,32 @@
     }
   }
 
+  /* Each CPU's busy share of the last poll (api/v1/cpuload, from /proc/stat): a bar from
+     the bottom of the cell in tenths, and the percentage in its title. Absent (404 when the
+     source is off, or before two polls): no bar. */
+  function applyLoad(text) {
+    var shares = {};
+    try { shares = (JSON.parse(text) || {}).cpus || {}; } catch (e) { shares = {}; }
+    Array.prototype.forEach.call(document.querySelectorAll("#cpumap .cpu"), function (cell) {
+      var share = shares[cell.getAttribute("data-cpu")];
+      if (!cell.hasAttribute("data-title")) cell.setAttribute("data-title", cell.title);
+      if (!isNum(share)) {
+        cell.removeAttribute("data-busy");
+        cell.title = cell.getAttribute("data-title");
+        return;
+      }
+      var percent = Math.round(Math.min(1, Math.max(0, share)) * 100);
+      cell.setAttribute("data-busy", String(Math.round(percent / 10)));
+      cell.title = cell.getAttribute("data-title") + " · busy " + percent + "%";
+    });
+  }
+
+  function refreshLoad() {
+    return settle(fetchText("api/v1/cpuload")).then(function (result) {
+      applyLoad(result.ok ? result.value : "{}");
+    });
+  }
+
   function refresh() {
     return Promise.all([settle(fetchText("api/v1/cpumap")), settle(fetchText("api/v1/ledger"))])
       .then(function (results) {
@@ -406,6 +433,7 @@
           status.className = "ok";
           $("updated").textContent = "updated " + state.updated;
         }
+        return refreshLoad();
       });
   }
 
