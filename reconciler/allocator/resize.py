@@ -13,6 +13,7 @@ from reconciler.allocator.take import (
     _Acc,
     _best_remainder,
     _numa_range,
+    resize_start,
     take_for_resize,
 )
 from reconciler.allocator.topology import CPUTopology
@@ -130,17 +131,10 @@ def take_distributed_for_resize(topo: CPUTopology, available: Iterable[int], n: 
     ``baseline``. Falls back to the packed resize when no combination works."""
     if n % group:
         return take_for_resize(topo, available, n, allocated, baseline)
-    if allocated and baseline and not baseline <= allocated:
-        return None
-    acc = _Acc(topo, available, n, resize=True)
-    if allocated:
-        if n == len(allocated):
-            return allocated
-        acc.take(allocated if n > len(allocated) else baseline)
-    if acc.need <= 0:
-        return frozenset(acc.result)
-    if acc.need > len(acc.free):
-        return None
+    start = resize_start(topo, available, n, allocated, baseline)
+    if not isinstance(start, _Acc):
+        return start
+    acc = start
     numas = acc.numas()
     kept_nodes = topo.numa_set(acc.result)
     low, high = _numa_range(acc, group, total=n)

@@ -202,6 +202,17 @@ def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
     grows from ``available`` (the free CPUs) keeping all it holds, or shrinks within
     ``available`` (its own CPUs) keeping ``baseline`` (what it was admitted with); new CPUs
     sit as close to the kept ones as the topology allows. ``None`` when it cannot."""
+    start = resize_start(topo, available, n, allocated, baseline)
+    if not isinstance(start, _Acc):
+        return start
+    return _take_levels(start, spread, uncore)
+
+
+def resize_start(topo: CPUTopology, available: Iterable[int], n: int,
+                 allocated: frozenset[int], baseline: frozenset[int]
+                 ) -> _Acc | frozenset[int] | None:
+    """What every resize take starts from: the accumulator holding the CPUs kept, or the
+    answer already (the same size, nothing more to take, or not enough free CPUs)."""
     if allocated and baseline and not baseline <= allocated:
         return None
     acc = _Acc(topo, available, n, resize=True)
@@ -213,7 +224,7 @@ def take_for_resize(topo: CPUTopology, available: Iterable[int], n: int,
         return frozenset(acc.result)
     if acc.need > len(acc.free):
         return None
-    return _take_levels(acc, spread, uncore)
+    return acc
 
 
 def _stdev(values: Iterable[int]) -> float:
