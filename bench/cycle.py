@@ -17,8 +17,11 @@ In one run it measures:
 The headline figures use the floor's sources (PodResources), so the ratios are the
 exporter's own cost over the unavoidable fetch. Unless ``--no-kubelet``, the same cycle is
 measured again with the kubelet's HTTPS endpoint (``/pods``, ``/configz``) as a further
-source: reported under ``with_kubelet``, for information (two more round trips and a pod
-spec per pod to parse).
+source: reported under ``with_kubelet``. That run has a floor of its own, measured in the
+same rounds: ``List`` + ``GetAllocatableResources`` + ``GET /pods`` + ``GET /configz`` over
+the simulator's HTTPS server and the decode of all four bodies (protobuf and JSON), reported
+as ``kubelet_floor_ms`` with the steady and cold ratios to it. The synthetic ``/pods`` is
+sized like a kubelet's (``pods_bytes``).
 
 The process runs with the daemon's garbage-collector settings (``exporter.runtime.tune_gc``,
 applied by ``serve`` after start-up). Medians over the rounds. Prints a table and, as its
@@ -49,6 +52,7 @@ from exporter.reader import NodeReader, SourceOptions
 from exporter.runtime import tune_gc
 from exporter.sim.cgroupfs import ProcStatWriter, decorate_pod_list
 from exporter.sim.server import SimKubelet
+from exporter.sources.kubelet import KubeletClient
 from exporter.sources.podresources import (
     PodResourcesClient,
     decode_allocatable,
@@ -58,6 +62,8 @@ from exporter.sources.topology import topology_to_json
 
 STEADY_TARGET = 2.0
 COLD_TARGET = 10.0
+KUBELET_STEADY_TARGET = 1.5
+KUBELET_COLD_TARGET = 5.0
 
 
 async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
@@ -102,9 +108,9 @@ class _Kernel:
 
 
 async def _cycles(options: SourceOptions, rounds: int,
-                  floor_once: Callable[[], Awaitable[None]],
+                  floors: dict[str, Callable[[], Awaitable[None]]],
                   kernel: _Kernel | None = None) -> dict[str, Any]:
-    """Cold and steady ``NodeReader.read()`` figures for one set of sources, with the floor
+    """Cold and steady ``NodeReader.read()`` figures for one set of sources, with the floors
     measured in the same rounds (interleaved, so that a machine busy with something else
     for a while weighs on both sides of the ratio alike)."""
     warm = NodeReader(options)
@@ -112,7 +118,7 @@ async def _cycles(options: SourceOptions, rounds: int,
         await warm.read()
     finally:
         await warm.close()
-    floor: list[float] = []
+    floor_ms: dict[str, list[float]] = {name: [] for name in floors}
     cold: list[float] = []
     steady: list[float] = []
     kernel_ms: list[float] = []
@@ -133,7 +139,8 @@ async def _cycles(options: SourceOptions, rounds: int,
             if reader.topology is not None:
                 reader.topology.read()
             for _ in range(3):
-                floor.append(await _timed(floor_once))
+                for name, floor_once in floors.items():
+                    floor_ms[name].append(await _timed(floor_once))
             cold.append(await _timed(reader.read))
             for _ in range(3):
                 start = time.perf_counter()
@@ -146,7 +153,7 @@ async def _cycles(options: SourceOptions, rounds: int,
         finally:
             await reader.close()
     assert ledger is not None
-    return {"floor": floor, "cold": cold, "steady": steady, "kernel": kernel_ms,
+    return {**floor_ms, "cold": cold, "steady": steady, "kernel": kernel_ms,
             "unchanged": unchanged,
             "ledger_pods": len(ledger.pods), "ledger_containers": len(ledger.containers)}
 
@@ -160,6 +167,8 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
                      http_listen="127.0.0.1:0" if kubelet else None)
     await sim.start()
     client = PodResourcesClient(socket_path)
+    kubelet_client = KubeletClient(sim.http_url, token_file=None,
+                                   ca_file=str(sim.cert_path)) if sim.http_url else None
     try:
         async def floor_once() -> None:
             list_raw = await client.list_raw()
@@ -168,17 +177,33 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
             if alloc_raw is not None:
                 decode_allocatable(alloc_raw)
 
+        async def kubelet_floor_once() -> None:
+            assert kubelet_client is not None
+            list_raw, alloc_raw, pods, configz = await asyncio.gather(
+                client.list_raw(), client.allocatable_raw(),
+                kubelet_client.fetch("/pods"), kubelet_client.fetch("/configz"))
+            decode_list(list_raw)
+            if alloc_raw is not None:
+                decode_allocatable(alloc_raw)
+            json.loads(pods)
+            json.loads(configz)
+
         for _ in range(5):  # warm the channel, the simulator and the interpreter
             await floor_once()
+            if kubelet_client is not None:
+                await kubelet_floor_once()
         base = SourceOptions(socket=socket_path, token_file=None, sysfs=None,
                              topology_file=str(topology_file), node_name="bench")
-        main = await _cycles(base, rounds, floor_once, _Kernel(node, workdir))
+        main = await _cycles(base, rounds, {"floor": floor_once}, _Kernel(node, workdir))
         extra = None
         if kubelet:
             extra = await _cycles(replace(base, kubelet_url=sim.http_url,
-                                          ca_file=str(sim.cert_path)), rounds, floor_once)
+                                          ca_file=str(sim.cert_path)), rounds,
+                                  {"floor": floor_once, "kubelet_floor": kubelet_floor_once})
     finally:
         await client.close()
+        if kubelet_client is not None:
+            await kubelet_client.close()
         await sim.stop()
 
     floor = main["floor"]
@@ -198,6 +223,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
             (_median(main["steady"]) + _median(main["kernel"])) / floor_ms, 2),
         "rounds": rounds,
         "list_bytes": len(node.state.list_response.SerializeToString()),
+        "pods_bytes": len(node.state.raw().pods or b""),
         "steady_unchanged": main["unchanged"],
         "ledger_pods": main["ledger_pods"],
         "ledger_containers": main["ledger_containers"],
@@ -207,13 +233,18 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
     }
     if extra is not None:
         extra_floor = _median(extra["floor"])
+        kubelet_floor = _median(extra["kubelet_floor"])
         result["with_kubelet"] = {
             "floor_ms": extra_floor,
             "steady_ms": _median(extra["steady"]), "cold_ms": _median(extra["cold"]),
             "steady_ratio": round(_median(extra["steady"]) / extra_floor, 2),
             "cold_ratio": round(_median(extra["cold"]) / extra_floor, 2),
+            "kubelet_floor_ms": kubelet_floor,
+            "steady_kubelet_ratio": round(_median(extra["steady"]) / kubelet_floor, 2),
+            "cold_kubelet_ratio": round(_median(extra["cold"]) / kubelet_floor, 2),
             "steady_unchanged": extra["unchanged"],
-            "spread_ms": {"steady": _spread(extra["steady"]), "cold": _spread(extra["cold"])},
+            "spread_ms": {"steady": _spread(extra["steady"]), "cold": _spread(extra["cold"]),
+                          "kubelet_floor": _spread(extra["kubelet_floor"])},
         }
     return result
 
@@ -222,28 +253,35 @@ def _table(result: dict[str, Any]) -> str:
     kinds = ", ".join(f"{v} {k}" for k, v in result["kinds"].items())
     lines = [
         f"node: {result['pods']} pods ({kinds}), {result['containers']} containers, "
-        f"{result['cpus']} CPUs; List response {result['list_bytes']} bytes; "
-        f"{result['rounds']} rounds",
+        f"{result['cpus']} CPUs; List response {result['list_bytes']} bytes, /pods "
+        f"{result['pods_bytes']} bytes; {result['rounds']} rounds",
         "",
-        f"{'measure':<22} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'× floor':>8} "
+        f"{'measure':<24} {'median ms':>10} {'min ms':>9} {'max ms':>9} {'× floor':>8} "
         f"{'target':>10}",
     ]
-    rows: list[tuple[str, dict[str, Any], str, float | None]] = [
-        ("floor", result, "floor", None),
-        ("steady", result, "steady", STEADY_TARGET),
-        ("cold", result, "cold", COLD_TARGET),
-        ("kernel (cgroup, stat)", result, "kernel", None),
+    # (label, figures, measure, the floor it is a ratio to, target)
+    rows: list[tuple[str, dict[str, Any], str, str, float | None]] = [
+        ("floor", result, "floor", "floor", None),
+        ("steady", result, "steady", "floor", STEADY_TARGET),
+        ("cold", result, "cold", "floor", COLD_TARGET),
+        ("kernel (cgroup, stat)", result, "kernel", "floor", None),
     ]
     if "with_kubelet" in result:
-        rows += [("steady +kubelet HTTPS", result["with_kubelet"], "steady", None),
-                 ("cold +kubelet HTTPS", result["with_kubelet"], "cold", None)]
-    for label, figures, key, target in rows:
+        kubelet = result["with_kubelet"]
+        rows += [("steady +kubelet HTTPS", kubelet, "steady", "floor", None),
+                 ("cold +kubelet HTTPS", kubelet, "cold", "floor", None),
+                 ("kubelet floor", kubelet, "kubelet_floor", "kubelet_floor", None),
+                 ("steady × kubelet floor", kubelet, "steady", "kubelet_floor",
+                  KUBELET_STEADY_TARGET),
+                 ("cold × kubelet floor", kubelet, "cold", "kubelet_floor",
+                  KUBELET_COLD_TARGET)]
+    for label, figures, key, floor, target in rows:
         ms = figures[f"{key}_ms"]
-        ratio = ms / figures["floor_ms"]
+        ratio = ms / figures[f"{floor}_ms"]
         lo, hi = figures["spread_ms"][key]
         verdict = "" if target is None else (f"≤{target:g}× " +
                                              ("ok" if ratio <= target else "OVER"))
-        lines.append(f"{label:<22} {ms:>10.2f} {lo:>9.2f} {hi:>9.2f} {ratio:>8.2f} "
+        lines.append(f"{label:<24} {ms:>10.2f} {lo:>9.2f} {hi:>9.2f} {ratio:>8.2f} "
                      f"{verdict:>10}")
     return "\n".join(lines)
 
@@ -257,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--containers-per-pod", type=int, default=4)
     parser.add_argument("--no-kubelet", dest="kubelet", action="store_false",
-                        help="skip the informational cycle with the kubelet's HTTPS endpoint")
+                        help="skip the cycle with the kubelet's HTTPS endpoint")
     args = parser.parse_args(argv)
     if args.pods < 1 or args.cpus < 2 or args.rounds < 1:
         parser.error("need --pods ≥ 1, --cpus ≥ 2 and --rounds ≥ 1")

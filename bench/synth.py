@@ -14,8 +14,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.sim.cgroupfs import container_id
 from exporter.sources.convert import allocatable_to_proto, pods_to_proto
 from exporter.sources.fixture import KubeletState
+from reconciler.kube import compute_qos, pod_spec_from_json
 from reconciler.snapshot import (
     Allocatable,
     ContainerAlloc,
@@ -171,9 +173,12 @@ def _resources(cpu: str, memory: str, *, limits: bool = True) -> dict[str, Any]:
 def pod_list(pods: tuple[PodAlloc, ...] | list[PodAlloc]) -> dict[str, Any]:
     """The ``/pods`` body matching the synthetic allocations: hybrids have a pod-level
     budget and burstable sidecars, legacy pods are Guaranteed container by container,
-    shared pods are Burstable."""
+    shared pods are Burstable. Every item carries what a kubelet's ``/pods`` carries
+    (labels, annotations, owner references, full container specs, conditions and container
+    statuses; no managed fields, which the kubelet does not serve), about 10 KB a pod, so
+    that fetching and decoding it weighs what it weighs on a node."""
     items = []
-    for p in pods:
+    for index, p in enumerate(pods):
         app = next((c for c in p.containers if c.name == "app"), None)
         sidecars = [c for c in p.containers if c.name != "app"]
         app_cpus = len(app.cpu_ids) if app is not None else 0
@@ -199,10 +204,126 @@ def pod_list(pods: tuple[PodAlloc, ...] | list[PodAlloc]) -> dict[str, Any]:
             spec = {"containers": [{"name": c.name,
                                     "resources": _resources("100m", "64Mi", limits=False)}
                                    for c in p.containers]}
-        items.append({"metadata": {"namespace": p.namespace, "name": p.name,
-                                   "uid": f"uid-{p.namespace}-{p.name}"},
-                      "spec": spec, "status": {"phase": "Running"}})
-    return {"kind": "PodList", "apiVersion": "v1", "items": items}
+        items.append(_pod_item(p, spec, index))
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+_TS = "2026-11-30T08:00:00Z"
+
+
+def _container_detail(container: dict[str, Any], pod: PodAlloc, index: int) -> dict[str, Any]:
+    """A container spec as the API server defaults it, around its name and resources."""
+    name = container["name"]
+    env: list[dict[str, Any]] = [
+        {"name": f"APP_SETTING_{k:02d}", "value": f"{pod.name}-{name}-value-{k:04d}"}
+        for k in range(3)]
+    env += [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                                            "fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {
+                "apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+            {"name": "GOMAXPROCS", "valueFrom": {"resourceFieldRef": {
+                "containerName": name, "divisor": "1", "resource": "limits.cpu"}}}]
+    probe = {"failureThreshold": 3, "periodSeconds": 10, "successThreshold": 1,
+             "timeoutSeconds": 1}
+    return {
+        **container,
+        "image": f"registry.example.com/{pod.namespace}/{name}:v1.{index % 50}.3",
+        "imagePullPolicy": "IfNotPresent",
+        "command": [f"/usr/local/bin/{name}"],
+        "args": ["--config=/etc/app/config.yaml", "--log-format=json", "--listen=:8080"],
+        "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"},
+                  {"containerPort": 9090, "name": "metrics", "protocol": "TCP"}],
+        "env": env,
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"},
+                          "initialDelaySeconds": 10, **probe},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                           **probe},
+        "volumeMounts": [
+            {"mountPath": "/etc/app", "name": "config", "readOnly": True},
+            {"mountPath": "/var/lib/app", "name": "data"},
+            {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+             "name": f"kube-api-access-{index:05d}", "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+
+
+def _container_status(container: dict[str, Any], pod: PodAlloc, uid: str, index: int,
+                      ) -> dict[str, Any]:
+    name = container["name"]
+    return {"name": name, "ready": True, "restartCount": index % 3, "started": True,
+            "image": f"registry.example.com/{pod.namespace}/{name}:v1.{index % 50}.3",
+            "imageID": f"registry.example.com/{pod.namespace}/{name}@sha256:"
+                       f"{container_id(uid, 'image:' + name)}",
+            "containerID": f"containerd://{container_id(uid, name)}",
+            "state": {"running": {"startedAt": _TS}},
+            "lastState": {}}
+
+
+def _pod_item(pod: PodAlloc, spec: dict[str, Any], index: int) -> dict[str, Any]:
+    uid = f"uid-{pod.namespace}-{pod.name}"
+    app = pod.name.rsplit("-", 1)[0]
+    spec["containers"] = [_container_detail(c, pod, index) for c in spec["containers"]]
+    if "initContainers" in spec:
+        spec["initContainers"] = [_container_detail(c, pod, index)
+                                  for c in spec["initContainers"]]
+    spec.update({
+        "volumes": [{"name": "config", "configMap": {"name": f"{app}-config",
+                                                     "defaultMode": 420}},
+                    {"name": "data", "emptyDir": {}},
+                    {"name": f"kube-api-access-{index:05d}", "projected": {
+                        "defaultMode": 420, "sources": [
+                            {"serviceAccountToken": {"expirationSeconds": 3607,
+                                                     "path": "token"}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [
+                                {"key": "ca.crt", "path": "ca.crt"}]}}]}}],
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst", "serviceAccountName": "default",
+        "nodeName": "bench", "schedulerName": "default-scheduler", "priority": 0,
+        "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority",
+        "securityContext": {"fsGroup": 2000, "runAsUser": 1000},
+        "tolerations": [{"effect": "NoExecute", "key": f"node.kubernetes.io/{t}",
+                         "operator": "Exists", "tolerationSeconds": 300}
+                        for t in ("not-ready", "unreachable")],
+    })
+    item: dict[str, Any] = {"metadata": {
+        "name": pod.name, "generateName": f"{app}-", "namespace": pod.namespace, "uid": uid,
+        "resourceVersion": str(100000 + index), "creationTimestamp": _TS,
+        "labels": {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": pod.name,
+                   "app.kubernetes.io/part-of": pod.namespace,
+                   "app.kubernetes.io/version": f"v1.{index % 50}.3",
+                   "pod-template-hash": f"{index * 2654435761 % 2**32:08x}"[:10],
+                   "security.istio.io/tlsMode": "istio"},
+        "annotations": {"kubernetes.io/config.seen": _TS, "kubernetes.io/config.source": "api",
+                        "prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+                        "checksum/config": container_id(uid, "config"),
+                        "sidecar.istio.io/status": '{"initContainers":null,"containers":'
+                        '["istio-proxy"],"volumes":["istio-envoy","istio-data",'
+                        '"istio-podinfo","istio-token","istiod-ca-cert"],'
+                        '"imagePullSecrets":null,"revision":"default"}'},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app,
+                             "uid": f"rs-{pod.namespace}-{app}", "controller": True,
+                             "blockOwnerDeletion": True}]},
+        "spec": spec}
+    pod_spec = pod_spec_from_json(item)
+    conditions = [{"type": t, "status": "True", "lastProbeTime": None,
+                   "lastTransitionTime": _TS}
+                  for t in ("PodReadyToStartContainers", "Initialized", "Ready",
+                            "ContainersReady", "PodScheduled")]
+    status: dict[str, Any] = {
+        "phase": "Running", "conditions": conditions, "hostIP": "10.0.0.10",
+        "hostIPs": [{"ip": "10.0.0.10"}], "podIP": f"10.244.{index // 250}.{index % 250}",
+        "podIPs": [{"ip": f"10.244.{index // 250}.{index % 250}"}], "startTime": _TS,
+        "qosClass": compute_qos(pod_spec),
+        "containerStatuses": [_container_status(c, pod, uid, index)
+                              for c in spec["containers"]]}
+    if "initContainers" in spec:
+        status["initContainerStatuses"] = [_container_status(c, pod, uid, index)
+                                           for c in spec["initContainers"]]
+    item["status"] = status
+    return item
 
 
 def _configz(reserved: frozenset[int]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pytest
 
 from exporter.assemble import assemble, parse_configz, parse_pod_list
 from foundation.helpers import REPO, check_invariants
+from reconciler.kube import compute_qos
 from reconciler.reconcile import reconcile
 
 if str(REPO) not in sys.path:  # bench/ is run from the checkout (python -m bench.cycle)
@@ -36,6 +37,25 @@ def test_synthetic_node_shape(pods: int, cpus: int) -> None:
         assert ledger.cpu_pools.node_shared  # the node keeps a shared pool
 
 
+def test_synthetic_pods_body_is_kubelet_like() -> None:
+    node = synth.generate(100, 64)
+    assert node.state.pod_list is not None
+    body = node.state.raw().pods
+    assert body is not None and 8_000 <= len(body) / 100 <= 16_000  # per pod, as a kubelet
+    specs = {(p.namespace, p.name): p for p in parse_pod_list(node.state.pod_list) or ()}
+    for item in node.state.pod_list["items"]:
+        meta, spec, status = item["metadata"], item["spec"], item["status"]
+        assert meta["labels"] and meta["annotations"] and meta["ownerReferences"]
+        assert "managedFields" not in meta  # the kubelet does not serve them
+        for c in spec["containers"] + spec.get("initContainers", []):
+            assert c["env"] and c["livenessProbe"] and c["volumeMounts"]
+        assert {c["type"] for c in status["conditions"]} >= {"Ready", "PodScheduled"}
+        assert [s["name"] for s in status["containerStatuses"]] == [
+            c["name"] for c in spec["containers"]]
+        # The QoS class served is the one the reconcile derives from the spec.
+        assert status["qosClass"] == compute_qos(specs[meta["namespace"], meta["name"]])
+
+
 def test_synthetic_node_is_deterministic() -> None:
     a, b = synth.generate(50, 32, seed=7), synth.generate(50, 32, seed=7)
     assert a.state.list_response == b.state.list_response
@@ -52,4 +72,10 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["pods"] == 20 and result["cpus"] == 16
     assert result["steady_unchanged"] is True
     assert result["with_kubelet"]["steady_unchanged"] is True
+    kubelet = result["with_kubelet"]
+    assert {"kubelet_floor_ms", "steady_kubelet_ratio", "cold_kubelet_ratio"} <= set(kubelet)
+    # The kubelet ratios are to the kubelet floor, not to the PodResources one.
+    assert kubelet["steady_kubelet_ratio"] == round(
+        kubelet["steady_ms"] / kubelet["kubelet_floor_ms"], 2)
+    assert result["pods_bytes"] > 20 * 5000  # kubelet-sized /pods items
     assert any(line.startswith("cold") for line in lines)
