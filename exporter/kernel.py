@@ -133,9 +133,12 @@ class KernelObserver:
                             reading.errors, busy=self.busy)
 
     def _pod_refs(self, pod_list: Any) -> tuple[PodRef, ...] | None:
-        """The reader hands back the same parsed object while ``/pods`` is unchanged."""
+        """``pod_list``: the parsed ``/pods``, or its references already taken from it (a
+        tuple of ``PodRef``); the same object comes back while ``/pods`` is unchanged."""
         if pod_list is None:
             return None
+        if isinstance(pod_list, tuple):
+            return pod_list
         if pod_list is not self._pod_list:
             self._pod_list, self._refs = pod_list, pod_refs_from_pod_list(pod_list)
         return self._refs

@@ -34,6 +34,7 @@ from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, Reading
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
+from exporter.sources.cgroup import pod_refs_from_pod_list
 from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
@@ -207,10 +208,16 @@ class Exporter:
     async def _observe_kernel(self, kernel: KernelObserver, reading: Reading) -> KernelReport:
         """The kernel sources once, in a thread: a thousand pods are some five thousand
         file reads, which must not hold up scrapes."""
-        pods = self._kernel_bodies.parsed("pods", reading.raw.pods)
-        configz = self._kernel_bodies.parsed("configz", reading.raw.configz)
-        return await asyncio.to_thread(kernel.poll, reading.ledger, pods, configz,
-                                       time.monotonic())
+        bodies, raw = self._kernel_bodies, reading.raw
+
+        def observe() -> KernelReport:
+            # Only the pods' container references are kept, never the parsed /pods tree
+            # (tens of MiB on a busy node), and the decode too stays off the loop.
+            pods = bodies.parsed("pods", raw.pods, pod_refs_from_pod_list)
+            configz = bodies.parsed("configz", raw.configz)
+            return kernel.poll(reading.ledger, pods, configz, time.monotonic())
+
+        return await asyncio.to_thread(observe)
 
     def _kernel_changed(self, ledger: Ledger, report: KernelReport) -> bool:
         """Whether the kernel changed what the ledger's forms show: its anomalies or the
@@ -383,7 +390,9 @@ class _ParsedBodies:
     def __init__(self) -> None:
         self._cache: dict[str, tuple[bytes, Any]] = {}
 
-    def parsed(self, name: str, body: bytes | None) -> Any:
+    def parsed(self, name: str, body: bytes | None,
+               keep: Callable[[Any], Any] | None = None) -> Any:
+        """The body decoded, reduced by ``keep`` to what is worth holding on to."""
         if body is None:
             return None
         cached = self._cache.get(name)
@@ -391,7 +400,9 @@ class _ParsedBodies:
             return cached[1]
         try:
             value = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None  # the poll reports a malformed body already
+        if value is not None and keep is not None:
+            value = keep(value)
         self._cache[name] = (body, value)
         return value

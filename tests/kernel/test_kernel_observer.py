@@ -19,6 +19,7 @@ from exporter.sim.cgroupfs import (
     pod_slice,
     write_cgroup_tree,
 )
+from exporter.sources.cgroup import pod_refs_from_pod_list
 from kernel.test_sim_roundtrip import ledger_of, place
 
 LOAD = {"reserved": 0.05, "node_shared": 0.4, "pod_exclusive": 0.8, "pod_shared": 0.6,
@@ -48,6 +49,11 @@ def test_poll_after_poll(tmp_path: Path) -> None:
     first = observer.poll(ledger, pod_list, configz, 0.0)
     assert first.usage is None and first.drifts == () and not first.errors
     assert first.enforced.containers[key] == block
+    # The daemon hands over only the pods' container references (not the /pods tree):
+    # the same cgroups are read.
+    refs_only = KernelObserver(KernelOptions(str(tmp_path / "cg"), "auto", "", 100))
+    assert refs_only.poll(ledger, pod_refs_from_pod_list(pod_list), configz,
+                          0.0).enforced == first.enforced
     writer.advance(4.0, load)
     second = observer.poll(ledger, pod_list, configz, 4.0)
     assert second.drifts == ()  # within the 5 s period
