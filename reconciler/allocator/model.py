@@ -14,7 +14,9 @@ Three paths:
 truth: every container's assignment and cpuset) or returns a :class:`Rejection` with the
 kubelet's reason, leaving the state untouched. Every refusal is raised as one
 :class:`_Refused` and turned into a :class:`Rejection` in one place. ``release`` returns
-every CPU and byte.
+every CPU and byte. ``NodeModel.from_checkpoint`` starts from the kubelet's own state (the
+per-container exclusive sets and the default set), whose containers ``remove_container``
+removes one at a time.
 """
 
 from __future__ import annotations
@@ -175,6 +177,10 @@ class NodeModel:
         self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
         # Each node-exclusive container's CPUs as admitted: what a shrink keeps.
         self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
+        # A checkpoint's exclusive sets, by (pod UID, container name); see from_checkpoint.
+        self.checkpointed: dict[tuple[str, str], frozenset[int]] = {}
+        # CPUs a checkpoint puts neither in its default set nor in any container.
+        self._unaccounted: frozenset[int] = frozenset()
         self._masks = MaskTable(topo.numa_nodes)
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
@@ -214,6 +220,41 @@ class NodeModel:
             if self.config.static else set()
         self.mem_free = {n: max(0, mem_free.get(n, 0)) for n in self.topo.numa_nodes}
 
+    @classmethod
+    def from_checkpoint(cls, topo: CPUTopology,
+                        assignments: Mapping[str, Mapping[str, Iterable[int]]],
+                        default: Iterable[int], config: ModelConfig | None = None
+                        ) -> NodeModel:
+        """A static-policy node in the state the kubelet's checkpoint states: exclusive CPUs
+        per pod UID and container, and the default set. Only the default set, less the
+        reserved CPUs, can be handed out; CPUs in neither stay out of the default set, as
+        the kubelet keeps them. Raises :class:`ModelError` for CPUs that are not online or
+        are held twice (docs/design.md#checkpoints)."""
+        model = cls(topo, config)
+        shared = frozenset(default)
+        seen = set(shared)
+        for uid, containers in assignments.items():
+            for name, cpus in containers.items():
+                held = frozenset(cpus)
+                if held & seen:
+                    raise ModelError(f"pod {uid} container {name}: CPUs "
+                                     f"{format_cpuset(held & seen)} are held twice")
+                seen |= held
+                model.checkpointed[(uid, name)] = held
+        if not seen <= topo.online:
+            raise ModelError(f"CPUs {format_cpuset(seen - topo.online)} are not online")
+        if model.config.static:
+            model.free = set(shared - model.reserved)
+        model._unaccounted = topo.online - seen
+        return model
+
+    def remove_container(self, pod_uid: str, container: str) -> frozenset[int]:
+        """The static policy's ``RemoveContainer`` for a checkpointed container: its CPUs
+        return to the default set. Returns them (empty for a container the state lacks)."""
+        freed = self.checkpointed.pop((pod_uid, container), frozenset())
+        self.free |= freed - self.reserved
+        return freed
+
     # ---- views -------------------------------------------------------------------------
 
     @property
@@ -226,7 +267,7 @@ class NodeModel:
     @property
     def default_set(self) -> frozenset[int]:
         """The shared pool the kubelet runs non-exclusive containers on."""
-        held: set[int] = set()
+        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values())
         for p in self.pods.values():
             held |= p.held
         base = self.topo.online
@@ -239,7 +280,8 @@ class NodeModel:
         CPUs held by finished init containers are in no listed container: the ledger counts
         them as node shared."""
         scope = self.topo.online if numa is None else self.topo.numa_cpus[numa]
-        owned: dict[int, str] = {}
+        owned: dict[int, str] = dict.fromkeys(
+            frozenset().union(*self.checkpointed.values()), "node_exclusive")
         for p in self.pods.values():
             for c in p.containers:
                 for cpu in c.exclusive:

@@ -33,7 +33,6 @@ UNSUPPORTED_KINDS: dict[str, str] = {
                                "after hand-fed takes)",
     "policy_start": "restored-checkpoint validation at start-up",
     "hint_regeneration": "hint regeneration for containers already holding CPUs",
-    "remove_from_state": "removal of one container from a hand-built checkpoint state",
     "allocate_uncore": "uncore fixture topologies (defined outside the policy_test.go read)",
 }
 
@@ -242,6 +241,21 @@ def init_containers(body: dict[str, Any]) -> Result:
                     (got_app, format_cpuset(node.default_set)))
 
 
+def remove_from_state(body: dict[str, Any]) -> Result:
+    """``RemoveContainer`` on a hand-built state: the default set after it, and whether the
+    container is still assigned."""
+    state = {uid: {name: parse_cpuset(cpus) for name, cpus in containers.items()}
+             for uid, containers in body["state"].items()}
+    node = NodeModel.from_checkpoint(TOPOLOGIES[body["topology"]], state,
+                                     parse_cpuset(body["default"]))
+    key = (body["pod_uid"], body["container"])
+    node.remove_container(*key)
+    want = {"default": format_cpuset(parse_cpuset(body["expect"]["default"])),
+            "still_assigned": body["expect"]["still_assigned"]}
+    return _verdict(want, {"default": format_cpuset(node.default_set),
+                           "still_assigned": key in node.checkpointed})
+
+
 def initial_default_set(body: dict[str, Any]) -> Result:
     node = _node(body)
     return _verdict(format_cpuset(parse_cpuset(body["expect"]["cpus"])),
@@ -281,6 +295,7 @@ HANDLERS = {
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
+    "remove_from_state": remove_from_state,
     "init_containers": init_containers,
     "parse_options": parse_options,
     "pod_guaranteed_cpus": pod_cpus,
