@@ -127,6 +127,18 @@ def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: 
     return p
 
 
+
+def counts_bargauge(title: str, targets: list[dict[str, Any]], *, description: str = ""
+                    ) -> dict[str, Any]:
+    """Whole counts as horizontal bars (CPUs per pool, nodes per setting)."""
+    return panel("bargauge", title, targets, description=description,
+                 defaults={"min": 0, "decimals": 0,
+                           "color": {"mode": "fixed", "fixedColor": "blue"}},
+                 options={"orientation": "horizontal", "displayMode": "basic",
+                          "showUnfilled": True, "valueMode": "color",
+                          "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
+                                            "values": False}})
+
 def stat(title: str, expr: str, *, unit: str | None = None, description: str = "",
          thresholds: list[tuple[float | None, str]] | None = None,
          mappings: list[dict[str, Any]] | None = None,
@@ -317,15 +329,11 @@ def node_dashboard() -> dict[str, Any]:
                  thresholds=[(None, "green"), (60, "orange"), (300, "red")]), 4, 4)
 
     lay.row("CPU pools")
-    lay.add(panel("bargauge", "CPU pools by NUMA node", [prom_target(
+    lay.add(counts_bargauge("CPU pools by NUMA node", [prom_target(
         f"sum by (numa_node, pool) (podres_cpus{{{N}}})",
         legend="NUMA {{numa_node}} · {{pool}}", instant=True)],
         description="Each online CPU of the node in its pool, per NUMA node "
-                    "(numa_node is empty when the topology is unknown).",
-        defaults={"min": 0, "decimals": 0, "color": {"mode": "fixed", "fixedColor": "blue"}},
-        options={"orientation": "horizontal", "displayMode": "basic",
-                 "showUnfilled": True, "valueMode": "color",
-                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+                    "(numa_node is empty when the topology is unknown)."),
         10, 10)
     lay.add(timeseries("CPU pools over time", [prom_target(
         f"sum by (pool) (podres_cpus{{{N}}})", legend="{{pool}}")], stack=True,
@@ -572,15 +580,11 @@ def fleet_dashboard() -> dict[str, Any]:
         overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 8)
 
     lay.row("Rollout")
-    lay.add(panel("bargauge", "Nodes by pod-level resource managers", [prom_target(
+    lay.add(counts_bargauge("Nodes by pod-level resource managers", [prom_target(
         f"count by (pod_level_resource_managers) (podres_kubelet_info{{{F}}})",
         legend="enabled: {{pod_level_resource_managers}}", instant=True)],
         description="Rollout progress: nodes whose kubelet runs with the "
-                    "PodLevelResourceManagers feature gate (true) or without it (false).",
-        defaults={"min": 0, "decimals": 0, "color": {"mode": "fixed", "fixedColor": "blue"}},
-        options={"orientation": "horizontal", "displayMode": "basic",
-                 "showUnfilled": True, "valueMode": "color",
-                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+                    "PodLevelResourceManagers feature gate (true) or without it (false)."),
         8, 8)
     lay.add(node_table("Resource manager configuration per node", [
         prom_target(f"max by (cluster, node, pod_level_resource_managers, cpu_manager_policy, "

@@ -23,6 +23,8 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.dashboards.dash_helpers import promtool
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 MANIFESTS = DEPLOY / "manifests"
@@ -692,18 +694,12 @@ def test_runbook_base_url_is_a_value() -> None:
         render({"prometheusRule": {"runbookBaseURL": "docs/runbook.md"}})
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.skip("promtool not installed: apt-get install -y --no-install-recommends "
-                    "prometheus")
-    return path
 
 
 def test_helm_rule_copies_pass_promtool(tmp_path: Path) -> None:
     """``promtool check rules`` and the scripted alert scenarios, run on the chart's copies
     and on the groups the chart renders (default values)."""
-    tool = _promtool()
+    tool = promtool()
     copies = sorted((CHART / "files" / "rules").glob("*.rules.yml"))
     assert [p.name for p in copies] == ["alerts.rules.yml", "recording.rules.yml"]
     rendered = tmp_path / "rendered.rules.yml"
