@@ -6,6 +6,7 @@ keyset: ``cursor`` is the last row id of the previous page, opaque to clients.""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -347,32 +348,36 @@ def events(store: HistoryStore, start: datetime, end: datetime | None = None,
 
 def _assignment_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Event]:
     a = assignment_intervals
-    out: list[Event] = []
-    rows = conn.execute(
-        select(a, nodes.c.name.label("node")).join(nodes, nodes.c.id == a.c.node_id)
-        .where(where_node, or_(span.clause(a.c.valid_from), span.clause(a.c.valid_to)))
-        .order_by(a.c.id).limit(limit * 2))
-    for r in rows:
-        base = {k: v for k, v in _assignment_json(r).items()
-                if k not in ("valid_from", "valid_to", "id")}
-        for t, order, name in ((r.valid_from, 1, "assigned"), (r.valid_to, 0, "released")):
-            if span.holds(t):
-                out.append((t, order, {"time": format_time(t), "event": name, **base}))
-    return out
+    return _interval_events(
+        conn, span, where_node, limit, a, a.c.valid_from, a.c.valid_to,
+        lambda r: {k: v for k, v in _assignment_json(r).items()
+                   if k not in ("valid_from", "valid_to", "id")},
+        ("valid_from", 1, "assigned"), ("valid_to", 0, "released"))
 
 
 def _anomaly_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Event]:
     n = anomaly_intervals
+    return _interval_events(
+        conn, span, where_node, limit, n, n.c.first_seen, n.c.resolved_at,
+        lambda r: {k: v for k, v in _anomaly_json(r).items()
+                   if k in ("node", "kind", "namespace", "pod", "container", "detail")},
+        ("first_seen", 3, "anomaly_raised"), ("resolved_at", 2, "anomaly_resolved"))
+
+
+def _interval_events(conn: Any, span: _Span, where_node: Any, limit: int, table: Any,
+                     start: Any, end: Any, base_of: Callable[[Any], dict[str, Any]],
+                     *edges: tuple[str, int, str]) -> list[Event]:
+    """An interval table's rows as events at each edge (column, sort order on ties, name)
+    that falls in the span."""
     out: list[Event] = []
     rows = conn.execute(
-        select(n, nodes.c.name.label("node")).join(nodes, nodes.c.id == n.c.node_id)
-        .where(where_node, or_(span.clause(n.c.first_seen), span.clause(n.c.resolved_at)))
-        .order_by(n.c.id).limit(limit * 2))
+        select(table, nodes.c.name.label("node")).join(nodes, nodes.c.id == table.c.node_id)
+        .where(where_node, or_(span.clause(start), span.clause(end)))
+        .order_by(table.c.id).limit(limit * 2))
     for r in rows:
-        base = {k: v for k, v in _anomaly_json(r).items()
-                if k in ("node", "kind", "namespace", "pod", "container", "detail")}
-        for t, order, name in ((r.first_seen, 3, "anomaly_raised"),
-                               (r.resolved_at, 2, "anomaly_resolved")):
+        base = base_of(r)
+        for column, order, name in edges:
+            t = getattr(r, column)
             if span.holds(t):
                 out.append((t, order, {"time": format_time(t), "event": name, **base}))
     return out

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -248,3 +249,16 @@ def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM a process started with ``start_new_session=True`` and its children, then
+    SIGKILL whatever is still there after ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from dash_helpers import (
     grafana_values,
     prom_substitute,
     prometheus_binary,
+    stop_process_group,
 )
 
 # $__rate_interval etc.: 5 scrapes at the test's 1 s scrape interval.
@@ -100,13 +100,7 @@ def demo(tmp_path: Path) -> Iterator[str]:
             time.sleep(0.2)
         yield f"127.0.0.1:{port}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc)
         log.close()
 
 

@@ -30,7 +30,6 @@ import http.server
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from dash_helpers import (
     grafana_values,
     prom_substitute,
     prometheus_binary,
+    stop_process_group,
     variable_queries,
 )
 from fleet_nodes import (
@@ -191,16 +191,6 @@ def _start_exporter(node: Node, sim: Any, workdir: Path, address: str) -> subpro
                             cwd=workdir, start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _in_cluster(configs: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
     """The same scrape configs as seen through a global view: every series carries its
     cluster (what a Thanos query or a federation tier adds from external labels)."""
@@ -290,7 +280,7 @@ def fleet_env() -> Iterator[Fleet]:
         for server in servers:
             server.stop()
         for proc in procs:
-            _stop(proc)
+            stop_process_group(proc, 10)
         for sim in sims.values():
             with contextlib.suppress(Exception):  # node-a2's is stopped already
                 loop.run(sim.stop())
