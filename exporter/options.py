@@ -293,6 +293,10 @@ class SourcesOptions(FlagGroup):
         "--kubelet.insecure-skip-verify",
         "do not verify the kubelet's certificate (self-signed serving certs)",
         action="store_true"), False)
+    pods_interval: float = option(Flag(
+        "--kubelet.pods-refresh-interval", "how often /pods is read when PodResources shows "
+        "no change (a changed PodResources answer reads it at once): picks up resizes and "
+        "restarted containers", metavar="DURATION", type=duration(1.0, _DAY)), 60.0)
     metrics_interval: float = option(Flag(
         "--kubelet.metrics-interval", "how often the kubelet's /metrics (feature gates) is "
         "read", metavar="DURATION", type=duration(1.0, _DAY)), 300.0)

@@ -27,6 +27,7 @@ from exporter.errors import SourceError
 from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import CheckpointFiles
 from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
+from exporter.sources.pod_list import reduce_pod_list
 from exporter.sources.podresources import DEFAULT_REPROBE, PodResourcesClient
 from exporter.sources.topology import TopologySource
 from reconciler.ledger import Ledger
@@ -38,6 +39,7 @@ log = logging.getLogger("podres.reader")
 T = TypeVar("T")
 LIST: SourceKey = ("podresources", "List")
 METRICS: SourceKey = ("kubelet", "metrics")
+PODS: SourceKey = ("kubelet", "pods")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class SourceOptions:
     kubelet_root: str | None = None
     node_name: str = ""
     metrics_interval: float = 300.0
+    # How often /pods is read while PodResources answers the same (a changed answer reads
+    # it at once): docs/design.md#sources.
+    pods_interval: float = 60.0
     # How long an RPC answered UNIMPLEMENTED is not asked again (a kubelet restart, seen
     # as a new socket file, asks again at once).
     reprobe_interval: float = DEFAULT_REPROBE
@@ -116,6 +121,12 @@ class NodeReader:
         self._metrics: bytes | None = None
         self._metrics_key = b""
         self._metrics_error: SourceError | None = None
+        # /pods as last read (reduced to the fields the exporter reads), the outcome of
+        # that read, and the List answer it was read beside.
+        self._pods_at = -1e18
+        self._pods: bytes | None = None
+        self._pods_error: SourceError | None = None
+        self._pods_list_key = b""
         self._key = b""
         self._last: tuple[Ledger, Assembled] | None = None
 
@@ -186,27 +197,56 @@ class NodeReader:
                 errors[(exc.source, exc.operation)] = exc
         return topology, checkpoints, errors
 
-    async def _fetch(self, now: float) -> tuple[RawNode, dict[SourceKey, SourceError], bool]:
-        """Every source once, at the same time; the raw node, what failed, and whether
-        /metrics was read."""
+    async def _pods_body(self, errors: dict[SourceKey, SourceError]) -> None:
+        """Read /pods and keep it reduced (a kubelet's body is ~10 KB a pod, of which the
+        exporter reads a few fields): the full body is never held past this call."""
+        assert self.kubelet is not None
+        fresh: dict[SourceKey, SourceError] = {}
+        body = await self._part(self.kubelet.fetch("/pods"), fresh)
+        self._pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
+        self._pods_error = fresh.get(PODS)
+        errors.update(fresh)
+
+    async def _pods_if_due(self, now: float, errors: dict[SourceKey, SourceError]) -> bool:
+        """Read /pods when its refresh is due; whether it was read."""
+        if self.kubelet is None or now - self._pods_at < self.options.pods_interval:
+            return False
+        self._pods_at = now
+        await self._pods_body(errors)
+        return True
+
+    async def _fetch(self, now: float
+                     ) -> tuple[RawNode, dict[SourceKey, SourceError], frozenset[SourceKey]]:
+        """Every source once, at the same time; the raw node, what failed, and which of the
+        periodic reads (/metrics, /pods) were made. /pods is read only when its refresh is
+        due or the List answer changed: pods come and go, and containers are allocated,
+        through List first."""
         await self.podresources.follow_restart()
         errors: dict[SourceKey, SourceError] = {}
-        list_raw, alloc_raw, pods, configz, metrics_read, files = await asyncio.gather(
+        list_raw, alloc_raw, pods_read, configz, metrics_read, files = await asyncio.gather(
             self._part(self.podresources.list_raw(), errors),
             self._part(self.podresources.allocatable_raw(), errors),
-            self._kubelet_body("/pods", errors),
+            self._pods_if_due(now, errors),
             self._kubelet_body("/configz", errors),
             self._metrics_body(now, errors),
             self._files(),
         )
+        if list_raw is not None:
+            list_key = _digest(list_raw)
+            if list_key != self._pods_list_key and not pods_read and self.kubelet is not None:
+                self._pods_at = now
+                await self._pods_body(errors)
+                pods_read = True
+            self._pods_list_key = list_key
         topology, checkpoints, file_errors = files
         errors.update(file_errors)
         if LIST in errors:
             # A restarted kubelet is a new socket inode: dial afresh next time.
             await self.podresources.reset()
-        raw = RawNode(list_raw, alloc_raw, pods, configz, self._metrics, topology,
+        raw = RawNode(list_raw, alloc_raw, self._pods, configz, self._metrics, topology,
                       checkpoints, frozenset(self.podresources.unimplemented))
-        return raw, errors, metrics_read
+        periodic = {key for key, read in ((METRICS, metrics_read), (PODS, pods_read)) if read}
+        return raw, errors, frozenset(periodic)
 
     def _raw_key(self, raw: RawNode) -> bytes:
         checkpoints = [part for name, data in raw.checkpoints for part in (name.encode(), data)]
@@ -221,7 +261,7 @@ class NodeReader:
         """Read every source once. Never raises for a source: a failing one is reported
         in the result, and without ``List`` there is no reading."""
         now = time.monotonic() if now is None else now
-        raw, errors, metrics_read = await self._fetch(now)
+        raw, errors, periodic = await self._fetch(now)
         ledger: tuple[Ledger, bool] | None = None
         failure = errors.get(LIST)
         if failure is None:
@@ -235,8 +275,10 @@ class NodeReader:
             for key, problem in parts.errors.items():
                 errors.setdefault(key, problem)
         observed = set(errors)
-        if not metrics_read and self._metrics_error is not None:
-            errors[METRICS] = self._metrics_error
+        # A periodic read that was not due keeps its last outcome, without being seen again.
+        for key, last in ((METRICS, self._metrics_error), (PODS, self._pods_error)):
+            if key not in periodic and last is not None:
+                errors.setdefault(key, last)
         messages = {key: str(exc) for key, exc in errors.items()}
         reading = None if ledger is None else Reading(ledger[0], raw, messages, ledger[1])
         return Poll(raw, messages, frozenset(observed), reading, failure)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+from typing import Any
 
 # A poll of a busy node builds tens of thousands of short-lived objects (an entry per
 # container, pod and CPU). With CPython's default young-generation threshold of 700 that is
@@ -19,3 +22,24 @@ def tune_gc() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
+
+
+# glibc keeps the memory a large recompute freed (a node's worth of entries, the rendered
+# bodies it replaced) in its arenas, one per thread that allocated; malloc_trim hands the
+# free pages back to the system. Other C libraries have no such call: then nothing is done.
+_MALLOC_TRIM: Any
+try:
+    _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    _MALLOC_TRIM.argtypes = (ctypes.c_size_t,)
+    _MALLOC_TRIM.restype = ctypes.c_int
+except (OSError, AttributeError):
+    _MALLOC_TRIM = None
+
+
+def release_free_memory() -> bool:
+    """Return the C allocator's free pages to the system (after a changed node was
+    recomputed); whether the platform could."""
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True

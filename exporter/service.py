@@ -33,6 +33,7 @@ from exporter.metrics.catalogue import KernelFacts, NodeFacts, SelfState
 from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, Reading
+from exporter.runtime import release_free_memory
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
 from exporter.sources.cgroup import pod_refs_from_pod_list
 from reconciler.enforcement import EnforcedCpusets
@@ -203,6 +204,10 @@ class Exporter:
         if report is not None:
             self._publish_kernel(report)
         self._record_history(ledger, changed)
+        if reading.changed:
+            # A recompute freed the previous node's worth of objects: give the pages back
+            # rather than carry the peak for the life of the process.
+            release_free_memory()
         return True
 
     async def _observe_kernel(self, kernel: KernelObserver, reading: Reading) -> KernelReport:

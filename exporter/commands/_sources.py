@@ -25,5 +25,6 @@ def source_options(args: argparse.Namespace | SourcesOptions) -> SourceOptions:
         kubelet_root=opts.root_dir,
         node_name=opts.node_name,
         metrics_interval=opts.metrics_interval,
+        pods_interval=opts.pods_interval,
         reprobe_interval=opts.reprobe_interval,
     )

@@ -18,6 +18,7 @@ import logging
 import os
 import ssl
 import tempfile
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,8 @@ class SimKubelet:
         # asks its questions concurrently).
         self.http_peak = 0
         self._http_in_flight = 0
+        # Requests answered, by path (tests check what a client asks for, and when).
+        self.http_requests: Counter[str] = Counter()
         self.set_state(state)
 
     # -- state --------------------------------------------------------------------------
@@ -162,6 +165,7 @@ class SimKubelet:
 
     async def _http_get(self, request: web.Request) -> web.Response:
         self._http_in_flight += 1
+        self.http_requests[request.path] += 1
         self.http_peak = max(self.http_peak, self._http_in_flight)
         try:
             return await self._http_answer(request)

@@ -16,17 +16,17 @@ response headers. Unknown keys are refused, as exporter-toolkit refuses them.
 
 from __future__ import annotations
 
-import difflib
 import re
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
 from exporter.web.basicauth import BasicAuth
+
+if TYPE_CHECKING:
+    import yaml
 
 _VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
              "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -89,6 +89,8 @@ def _check_keys(section: str, raw: dict[Any, Any], known: tuple[str, ...]) -> No
         name = _one_line(str(key))
         if name in _UNSUPPORTED:
             raise UserError(f"web config: {section}{name} {_UNSUPPORTED[name]}")
+        import difflib  # a typo's hint only
+
         near = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {near[0]}?)" if near else f" (known: {', '.join(known)})"
         raise UserError(f"web config: unknown key {section}{name}{hint}")
@@ -117,6 +119,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def _read(path: str) -> dict[str, Any]:
+    # Loaded only when a web config file is given: most nodes run without one.
+    import yaml
+
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except OSError as exc:

@@ -4,6 +4,8 @@ malformed optional input degrades its own source, never the poll."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 
 from exporter.errors import SourceError
+from exporter.pb import api_pb2
 from exporter.reader import NodeReader, SourceOptions
 from exporter.sim.server import Misbehaviour
 from exporter.sources.fixture import KubeletState, load_fixture_dir
@@ -63,11 +66,12 @@ async def test_any_change_means_a_full_recompute(start_sim: Any, reader_for: Any
     sim.set_state(base)
     again = await reader.read()
     assert again.changed and again.ledger == before
-    # Only the pod specs change: recomputed too.
+    # Only the pod specs change: recomputed too, once /pods is read again (PodResources
+    # says nothing changed, so that is when its refresh is due).
     pods = dict(base.pod_list or {})
     pods["items"] = []
     sim.set_state(KubeletState(base.list_response, base.allocatable, pods, base.configz))
-    spec_change = await reader.read()
+    spec_change = await reader.read(time.monotonic() + reader.options.pods_interval)
     assert spec_change.changed
     # The kubelet lists no pods any more: no spec is known for any of them.
     assert {p.estimate_basis for p in spec_change.ledger.pods} == {"podresources"}
@@ -102,7 +106,7 @@ HUGE = b"9" * 5000
              b'"spec": {"containers": 5}}]}', "malformed document"),
     ("pods", b'{"items": [{"metadata": 7}]}', ""),
     ("pods", DEEP, "nested too deeply"),
-    ("pods", b'{"items": [], "x": ' + HUGE + b"}", "digits"),
+    ("pods", b'{"items": [{"metadata": {"uid": ' + HUGE + b"}}]}", "digits"),
     ("pods", b"[]", "expected a JSON object"),
     ("configz", b'{"kubeletconfig": {"reservedSystemCPUs": ' + HUGE + b"}}", "digits"),
     ("configz", b'{"kubeletconfig": {"reservedSystemCPUs": "0-' + HUGE + b'"}}', ""),
@@ -123,6 +127,21 @@ async def test_malformed_kubelet_bodies_degrade_only_the_kubelet(
         assert {p.estimate_basis for p in reading.ledger.pods} == {"podresources"}
     else:
         assert "cpu_manager_policy" not in dict(reading.ledger.kubelet)
+
+
+async def test_fields_the_exporter_does_not_read_are_not_judged(start_sim: Any,
+                                                                reader_for: Any) -> None:
+    """/pods is decoded only as far as the exporter reads it: a value no JSON parser here
+    would build (a 5000-digit number) in a field it never reads costs nothing and is no
+    error, while the fields it reads are judged as before."""
+    pod_list = load_fixture_dir(DB).kubelet.pod_list
+    assert pod_list is not None
+    body = json.dumps(pod_list).encode()
+    hostile_body = body[:-1] + b', "x": ' + HUGE + b"}"
+    sim = await start_sim(hostile("pods", hostile_body), http=True)
+    reading = await reader_for(sim).read()
+    assert reading.errors == {}
+    assert {p.estimate_basis for p in reading.ledger.pods} == {"spec"}
 
 
 async def test_garbage_from_allocatable_degrades_only_that_call(start_sim: Any,
@@ -301,3 +320,57 @@ async def test_reader_recovers_after_a_kubelet_outage(start_sim: Any, reader_for
     else:
         raise AssertionError("the reader never read the restarted kubelet")
     assert reading.ledger == before
+
+
+async def test_pods_is_read_when_list_changes_or_its_refresh_is_due(start_sim: Any,
+                                                                    reader_for: Any) -> None:
+    """A kubelet's /pods is ~10 KB a pod: it is read when PodResources shows a change (a
+    new pod is known with its spec in the same poll) or every pods_interval, not on every
+    poll."""
+    base = load_fixture_dir(DB).kubelet
+    no_specs = KubeletState(base.list_response, base.allocatable, {"items": []},
+                            base.configz)
+    sim = await start_sim(no_specs.raw(), http=True)
+    reader = reader_for(sim, pods_interval=100.0)
+    t0 = time.monotonic()
+    first = await reader.read(t0)
+    assert sim.http_requests["/pods"] == 1
+    assert {p.estimate_basis for p in first.ledger.pods} == {"podresources"}
+    # The specs appear, PodResources unchanged: not read before the refresh is due.
+    sim.set_state(base)
+    for step in (1.0, 2.0, 50.0):
+        assert not (await reader.read(t0 + step)).changed
+    assert sim.http_requests["/pods"] == 1
+    # One pod fewer in List: /pods is read in that same poll, and its specs are used.
+    fewer = api_pb2.ListPodResourcesResponse()
+    fewer.CopyFrom(base.list_response)
+    del fewer.pod_resources[0]
+    sim.set_state(replace(base, list_response=fewer))
+    changed = await reader.read(t0 + 51.0)
+    assert sim.http_requests["/pods"] == 2
+    assert len(changed.ledger.pods) == len(first.ledger.pods) - 1
+    assert {p.estimate_basis for p in changed.ledger.pods} == {"spec"}
+    # Nothing new: the refresh is counted from that read.
+    await reader.read(t0 + 140.0)
+    assert sim.http_requests["/pods"] == 2
+    await reader.read(t0 + 151.0)
+    assert sim.http_requests["/pods"] == 3
+
+
+async def test_a_failed_pods_read_stands_until_the_next_read(start_sim: Any,
+                                                             reader_for: Any) -> None:
+    """A /pods failure is reported on every poll until /pods is read again, and counted
+    (observed) only by the poll that read it."""
+    sim = await start_sim(DB, http=True, misbehaviour=Misbehaviour(forbidden_paths={"/pods"}))
+    reader = reader_for(sim, pods_interval=100.0)
+    t0 = time.monotonic()
+    first = await reader.poll(t0)
+    assert ("kubelet", "pods") in first.errors and ("kubelet", "pods") in first.observed
+    later = await reader.poll(t0 + 5.0)
+    assert "HTTP 403" in later.errors[("kubelet", "pods")]
+    assert ("kubelet", "pods") not in later.observed
+    sim.misbehaviour.forbidden_paths.clear()
+    healed = await reader.poll(t0 + 100.0)
+    assert ("kubelet", "pods") not in healed.errors
+    assert healed.reading is not None and healed.reading.changed
+    assert {p.estimate_basis for p in healed.reading.ledger.pods} == {"spec"}

@@ -15,7 +15,7 @@ import io
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import bcrypt
@@ -24,18 +24,21 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.assemble import snapshot_from_raw
+from exporter.assemble import MALFORMED, parse_json_object, snapshot_from_raw
 from exporter.cli import build_parser
 from exporter.errors import UserError
 from exporter.flags import parse_duration
 from exporter.options import PollOptions, WebOptions
+from exporter.sources.cgroup import pod_refs_from_pod_list
 from exporter.sources.checkpoint import CheckpointError, checkpoint_facts, parse_checkpoint
 from exporter.sources.fixture import load_fixture_dir
+from exporter.sources.pod_list import reduce_pod_list
 from exporter.web.webconfig import load_web_config
 from fuzz.budget import fuzz, ran, timeout
 from fuzz.inputs import assert_clean, json_values, mutated_bytes, mutated_json, run_main
 from fuzz.live import BASE, CHECKPOINTS
 from reconciler.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
+from reconciler.kube import pod_list_from_json
 from reconciler.reconcile import reconcile
 
 pytestmark = pytest.mark.timeout(timeout(120))
@@ -68,6 +71,39 @@ def test_kubelet_bodies_degrade_their_own_source(which: str, data: st.DataObject
         assert "\n" not in str(error), str(error)
     ledger = reconcile(assembled.snapshot)
     json.dumps(ledger.to_json())
+
+
+def _outcome(parse: Callable[[bytes], object], body: bytes) -> tuple[str, object]:
+    try:
+        return "ok", parse(body)
+    except MALFORMED as exc:
+        return "error", type(exc).__name__
+
+
+def _pod_specs(body: bytes) -> object:
+    return pod_list_from_json(parse_json_object(body))
+
+
+def _pod_refs(body: bytes) -> object:
+    return pod_refs_from_pod_list(json.loads(body))
+
+
+@fuzz()
+@given(data=st.data())
+def test_the_reduced_pods_body_reads_as_the_original(data: st.DataObject) -> None:
+    """/pods reduced to the fields the exporter reads gives the same pod specs and cgroup
+    references as the whole body, or the same error; it may accept garbage only in the
+    fields it drops."""
+    ran("/pods reduction")
+    assert RAW.pods is not None
+    original = RAW.pods
+    body = data.draw(mutated_json(json.loads(original)) | mutated_bytes(original))
+    reduced = reduce_pod_list(body)
+    assert len(reduced) <= len(body) or reduced is body
+    for parse in (_pod_specs, _pod_refs):
+        before, after = _outcome(parse, body), _outcome(parse, reduced)
+        if before[0] == "ok" or after[0] == "error":
+            assert after == before, (parse.__name__, body[:300])
 
 
 # -- checkpoint files -------------------------------------------------------------------------
