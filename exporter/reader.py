@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.assemble import Assembled, SourceKey, parse_optional, snapshot_from_raw
+from exporter.assemble import SourceKey, parse_optional, snapshot_from_raw
 from exporter.errors import SourceError
 from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import CheckpointFiles
@@ -128,7 +128,9 @@ class NodeReader:
         self._pods_error: SourceError | None = None
         self._pods_list_key = b""
         self._key = b""
-        self._last: tuple[Ledger, Assembled] | None = None
+        # The last ledger and the problems found in its inputs (not the snapshot: the
+        # ledger is all that is served, and a node's snapshot is megabytes).
+        self._last: tuple[Ledger, Mapping[SourceKey, SourceError]] | None = None
 
     @property
     def sources(self) -> frozenset[str]:
@@ -297,15 +299,15 @@ class NodeReader:
             self._last = await asyncio.to_thread(self._compute, raw)
             self._key = key
         assert self._last is not None
-        ledger, assembled = self._last
-        for source_key, exc in assembled.errors.items():
+        ledger, problems = self._last
+        for source_key, exc in problems.items():
             errors.setdefault(source_key, exc)
         return ledger, changed
 
-    def _compute(self, raw: RawNode) -> tuple[Ledger, Assembled]:
+    def _compute(self, raw: RawNode) -> tuple[Ledger, Mapping[SourceKey, SourceError]]:
         assembled = snapshot_from_raw(raw, self.options.node_name,
                                       checkpoints=self.checkpoints is not None)
-        return reconcile(assembled.snapshot), assembled
+        return reconcile(assembled.snapshot), assembled.errors
 
     async def read(self, now: float | None = None) -> Reading:
         """Poll once for a one-shot command: the reading, or the ``List`` failure raised."""

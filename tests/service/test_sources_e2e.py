@@ -79,8 +79,10 @@ async def test_checkpoint_formats_follow_the_files(start_sim: StartSim, run_serv
 async def test_malformed_pod_specs_fall_back(start_sim: StartSim, run_serve: RunServe) -> None:
     directory = scenario_root() / "database-pod-scope"
     sim = await start_sim(directory, http=True, token=TOKEN)
+    # Only /pods changes here: it is read again when its refresh is due.
     served = await run_serve(sim, "--topology", str(directory / "topology.json"),
-                             "--poll.interval", "300ms")
+                             "--poll.interval", "300ms", "--kubelet.pods-refresh-interval",
+                             "1s")
     await served.wait_for(up, what="first poll")
     sim.set_state(replace(sim.state, pod_list={"kind": "PodList", "items": [{"metadata": 7}]}))
     bad = await served.wait_for(
