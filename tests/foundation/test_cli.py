@@ -360,9 +360,11 @@ def test_hidden_knobs_reach_their_consumers(short_tmp: Path) -> None:
     from exporter.commands.serve import _open_history
 
     args = build_parser().parse_args(["serve", "--kubelet.metrics-interval", "30s",
+                                      "--kubelet.pods-refresh-interval", "5m",
                                       "--history.prune-interval", "2h", "--history.url",
                                       f"sqlite:///{short_tmp}/h.db"])
     assert source_options(args).metrics_interval == 30.0
+    assert source_options(args).pods_interval == 300.0
     history = HistoryOptions.from_args(args)
     assert history.prune_interval == 7200.0
     store, writer = _open_history(history, "n1")
