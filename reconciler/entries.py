@@ -30,11 +30,14 @@ def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, .
                  ) -> PodEntry:
     """The entry of a pod that owns no CPU (the common case): no block, no counts,
     nothing reclaimable."""
+    # tuple.__new__ builds the same record as PodEntry(...) without the Python-level
+    # __new__ that NamedTuple generates: half the cost, on the path every pod takes.
+    # The values are in PodEntry's field order.
     if spec is None:
-        return PodEntry(pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0, None, 0,
-                        "podresources", "", memory)
-    return PodEntry(pod.namespace, pod.name, EMPTY, spec.budget_cpus, 0, 0, 0, 0, None, 0,
-                    "spec", spec.uid, memory)
+        return tuple.__new__(PodEntry, (pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0,
+                                        None, 0, "podresources", "", memory))
+    return tuple.__new__(PodEntry, (pod.namespace, pod.name, EMPTY, spec.budget_cpus, 0, 0,
+                                    0, 0, None, 0, "spec", spec.uid, memory))
 
 
 def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
@@ -43,11 +46,10 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
     namespace, name = pod.namespace, pod.name
     # _sidecar_names(None) is empty too: testing here spares a call per pod without a spec.
     sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
-    add = containers.append
-    for c in pod.containers:
-        # Positional: the field order of ContainerEntry (the hot loop of a node).
-        add(ContainerEntry(namespace, name, c.name, c.name in sidecars, "node_shared",
-                           "node_shared", EMPTY, 0))
+    # In ContainerEntry's field order, built as in _plain_entry (the hot loop of a node).
+    containers += [tuple.__new__(ContainerEntry, (namespace, name, c.name, c.name in sidecars,
+                                                  "node_shared", "node_shared", EMPTY, 0))
+                   for c in pod.containers]
     return _plain_entry(pod, spec, ())
 
 
