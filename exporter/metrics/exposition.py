@@ -125,6 +125,18 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     return Rendered("".join(out), dropped, left)
 
 
+def node_exposition(ledger: Ledger, *, pods_max_series: int | None,
+                    ) -> tuple[bytes, int, int | None]:
+    """What ``serve`` publishes when the ledger changes: the ledger's families with the
+    checkpoint facts it carries, encoded; how many per-pod series the cap dropped, and how
+    many it leaves for the kernel's per-pod series."""
+    checkpoints = ledger.checkpoints
+    facts = NodeFacts(ledger, dict(checkpoints.formats) if checkpoints else {},
+                      checkpoints.downgrade_unsafe if checkpoints else None)
+    text, dropped, series_left = render_ledger(facts, pods_max_series=pods_max_series)
+    return text.encode("utf-8"), dropped, series_left
+
+
 def render_kernel(facts: KernelFacts, *, pods_series_left: int | None) -> Rendered:
     """The kernel families in catalogue order; the per-pod ones take at most
     ``pods_series_left`` series (None: collector ``pods`` off, left out)."""
@@ -206,5 +218,5 @@ def _capped_samples(ledger: Ledger, max_series: int,
     return rows, dropped, budget
 
 
-__all__ = ["Rendered", "escape_label", "render_family", "render_kernel", "render_ledger",
-           "render_self"]
+__all__ = ["Rendered", "escape_label", "node_exposition", "render_family", "render_kernel",
+           "render_ledger", "render_self"]
