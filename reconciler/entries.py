@@ -69,8 +69,8 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
             held = EMPTY
         else:
             held = cpus
-        add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars,
-                           assignment, mem_assignment, held, mem_bytes))
+        add(tuple.__new__(ContainerEntry, (namespace, pod_name, c.name, c.name in sidecars,
+                                           assignment, mem_assignment, held, mem_bytes)))
     if view.plain:
         return _plain_entry(pod, view.spec, memory.rows)
     return _pod_entry(view, claim, memory.rows)

@@ -86,7 +86,8 @@ class _ListReader:
         rest = self.tails.get(tail)
         if rest is None:
             rest = self.tails[tail] = self._pod_rest(tail)
-        return PodAlloc(namespace, name, *rest)
+        # PodAlloc's field order, without NamedTuple's Python-level __new__ (every pod).
+        return tuple.__new__(PodAlloc, (namespace, name, *rest))
 
     def _pod_rest(self, tail: bytes) -> tuple[tuple[ContainerAlloc, ...], tuple[int, ...],
                                               tuple[MemoryBlock, ...]]:
