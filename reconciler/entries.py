@@ -46,10 +46,11 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
     namespace, name = pod.namespace, pod.name
     # _sidecar_names(None) is empty too: testing here spares a call per pod without a spec.
     sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
-    # In ContainerEntry's field order, built as in _plain_entry (the hot loop of a node).
-    containers += [tuple.__new__(ContainerEntry, (namespace, name, c.name, c.name in sidecars,
-                                                  "node_shared", "node_shared", EMPTY, 0))
-                   for c in pod.containers]
+    add = containers.append
+    for c in pod.containers:
+        # In ContainerEntry's field order, built as in _plain_entry (the hot loop of a node).
+        add(tuple.__new__(ContainerEntry, (namespace, name, c.name, c.name in sidecars,
+                                           "node_shared", "node_shared", EMPTY, 0)))
     return _plain_entry(pod, spec, ())
 
 
