@@ -31,7 +31,7 @@ def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, .
     """The entry of a pod that owns no CPU (the common case): no block, no counts,
     nothing reclaimable."""
     # tuple.__new__ builds the same record as PodEntry(...) without the Python-level
-    # __new__ that NamedTuple generates: half the cost, on the path every pod takes.
+    # __new__ that NamedTuple generates (some 40% cheaper), on the path every pod takes.
     # The values are in PodEntry's field order.
     if spec is None:
         return tuple.__new__(PodEntry, (pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0,
