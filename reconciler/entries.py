@@ -30,11 +30,14 @@ def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, .
                  ) -> PodEntry:
     """The entry of a pod that owns no CPU (the common case): no block, no counts,
     nothing reclaimable."""
+    # tuple.__new__ builds the same record as PodEntry(...) without the Python-level
+    # __new__ that NamedTuple generates (some 40% cheaper), on the path every pod takes.
+    # The values are in PodEntry's field order.
     if spec is None:
-        return PodEntry(pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0, None, 0,
-                        "podresources", "", memory)
-    return PodEntry(pod.namespace, pod.name, EMPTY, spec.budget_cpus, 0, 0, 0, 0, None, 0,
-                    "spec", spec.uid, memory)
+        return tuple.__new__(PodEntry, (pod.namespace, pod.name, EMPTY, None, 0, 0, 0, 0,
+                                        None, 0, "podresources", "", memory))
+    return tuple.__new__(PodEntry, (pod.namespace, pod.name, EMPTY, spec.budget_cpus, 0, 0,
+                                    0, 0, None, 0, "spec", spec.uid, memory))
 
 
 def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
@@ -45,9 +48,9 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
     sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
     add = containers.append
     for c in pod.containers:
-        # Positional: the field order of ContainerEntry (the hot loop of a node).
-        add(ContainerEntry(namespace, name, c.name, c.name in sidecars, "node_shared",
-                           "node_shared", EMPTY, 0))
+        # In ContainerEntry's field order, built as in _plain_entry (the hot loop of a node).
+        add(tuple.__new__(ContainerEntry, (namespace, name, c.name, c.name in sidecars,
+                                           "node_shared", "node_shared", EMPTY, 0)))
     return _plain_entry(pod, spec, ())
 
 
@@ -67,8 +70,8 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
             held = EMPTY
         else:
             held = cpus
-        add(ContainerEntry(namespace, pod_name, c.name, c.name in sidecars,
-                           assignment, mem_assignment, held, mem_bytes))
+        add(tuple.__new__(ContainerEntry, (namespace, pod_name, c.name, c.name in sidecars,
+                                           assignment, mem_assignment, held, mem_bytes)))
     if view.plain:
         return _plain_entry(pod, view.spec, memory.rows)
     return _pod_entry(view, claim, memory.rows)

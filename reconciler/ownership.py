@@ -115,10 +115,13 @@ def cpu_pools(facts: NodeFacts, owner: Mapping[int, Owner],
             pool, who = ("reserved" if cpu in facts.reserved else "node_shared"), ""
         counts[pool] += 1
         meta = info.get(cpu)
+        # tuple.__new__ in CPUCell's field order: a cell per CPU, without NamedTuple's
+        # Python-level __new__.
         if meta is not None:
             numa_counts[meta.numa_node][pool] += 1
-            cells.append(CPUCell(cpu, pool, meta.core, meta.socket, meta.numa_node, who))
+            cells.append(tuple.__new__(CPUCell, (cpu, pool, meta.core, meta.socket,
+                                                 meta.numa_node, who)))
         else:
-            cells.append(CPUCell(cpu, pool, owner=who))
+            cells.append(tuple.__new__(CPUCell, (cpu, pool, None, None, None, who)))
     by_numa = tuple((n, PoolCounts(**c)) for n, c in sorted(numa_counts.items()))
     return PoolCounts(**counts), by_numa, tuple(cells)

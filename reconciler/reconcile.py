@@ -25,6 +25,9 @@ from reconciler.snapshot import NodeSnapshot, PodAlloc
 
 _CPU_IDS_OF = attrgetter("cpu_ids")
 _MEMORY_OF = attrgetter("memory")
+# filter(None, ...) leaves out the None (and 0) estimates: C-level over every pod.
+_RECLAIMED_OF = attrgetter("reclaimed_cpus")
+_RECLAIMABLE_OF = attrgetter("reclaimable_cpus")
 
 
 def reconcile(snapshot: NodeSnapshot) -> Ledger:
@@ -66,8 +69,8 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         memory_pools=memory_pools(memory),
         pods=tuple(pods),
         containers=tuple(containers),
-        reclaimed_cpus=sum(p.reclaimed_cpus or 0 for p in pods),
-        reclaimable_cpus=sum(p.reclaimable_cpus or 0 for p in pods),
+        reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
+        reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,

@@ -8,6 +8,7 @@ any pod or container name is valid exposition.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from exporter.metrics.catalogue import (
@@ -26,6 +27,8 @@ from exporter.metrics.catalogue import (
 from reconciler.ledger import Ledger
 
 _PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
+_POD_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, PodFamily))
+_CONTAINER_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, ContainerFamily))
 _SELF = tuple(f for f in FAMILIES if isinstance(f, SelfFamily))
 _KERNEL = tuple(f for f in FAMILIES if isinstance(f, KernelFamily))
 
@@ -55,19 +58,50 @@ def format_value(value: float) -> str:
     return repr(value)
 
 
+class _Escaped(dict[str, str]):
+    """Label values escaped, each once: namespaces and pod names repeat across series."""
+
+    def __missing__(self, value: str) -> str:
+        self[value] = escaped = escape_label(value)
+        return escaped
+
+
+class _Values(dict[float, str]):
+    """Sample values formatted, line end included, each once: a node's values are a few
+    small counts. Equal values format alike (``format_value`` reads only the number), so
+    the value is a sound key."""
+
+    def __missing__(self, value: float) -> str:
+        self[value] = text = format_value(value) + "\n"
+        return text
+
+
 def render_family(family: Family[Any], samples: Iterable[Sample], out: list[str]) -> None:
     name = family.name
     out.append(f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.type}\n")
+    values = _Values()
     if not family.labels:
-        out.extend(f"{name} {format_value(value)}\n" for _, value in samples)
+        out.extend(f"{name} {values[value]}" for _, value in samples)
         return
-    keys = [f'{label}="' for label in family.labels]
-    # Namespaces and pod names repeat across a family's series: escape each once.
-    escaped: dict[str, str] = {}
-    for labels, value in samples:
-        pairs = '",'.join([k + (escaped.get(v) or escaped.setdefault(v, escape_label(v)))
-                           for k, v in zip(keys, labels, strict=True)])
-        out.append(f'{name}{{{pairs}"}} {format_value(value)}\n')
+    rows = samples if isinstance(samples, list) else list(samples)
+    # One %-template per family: a series line is a single formatting of its label values.
+    series = name + "{" + ",".join(f'{label}="%s"' for label in family.labels) + "} "
+    text = "".join([series % labels + values[value] for labels, value in rows])
+    if not _verbatim(text, len(rows), len(family.labels)):
+        escaped = _Escaped().__getitem__
+        text = "".join([series % tuple(map(escaped, labels)) + values[value]
+                        for labels, value in rows])
+    out.append(text)
+
+
+def _verbatim(text: str, lines: int, labels: int) -> bool:
+    """Whether series lines rendered from unescaped label values need no escaping: true
+    exactly when no value held a backslash, a newline or a double quote, which shows in
+    the counts of those characters (the rest of a line has none, but for its two quotes
+    per label and its final newline). Names from a kubelet almost never need escaping;
+    checking the whole text at once is cheaper than escaping every value."""
+    return ("\\" not in text and text.count("\n") == lines
+            and text.count('"') == 2 * labels * lines)
 
 
 def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
@@ -89,6 +123,18 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
         if rows is not None:
             render_family(family, rows, out)
     return Rendered("".join(out), dropped, left)
+
+
+def node_exposition(ledger: Ledger, *, pods_max_series: int | None,
+                    ) -> tuple[bytes, int, int | None]:
+    """What ``serve`` publishes when the ledger changes: the ledger's families with the
+    checkpoint facts it carries, encoded; how many per-pod series the cap dropped, and how
+    many it leaves for the kernel's per-pod series."""
+    checkpoints = ledger.checkpoints
+    facts = NodeFacts(ledger, dict(checkpoints.formats) if checkpoints else {},
+                      checkpoints.downgrade_unsafe if checkpoints else None)
+    text, dropped, series_left = render_ledger(facts, pods_max_series=pods_max_series)
+    return text.encode("utf-8"), dropped, series_left
 
 
 def render_kernel(facts: KernelFacts, *, pods_series_left: int | None) -> Rendered:
@@ -123,9 +169,26 @@ def render_self(state: SelfState) -> str:
 def _per_pod_samples(ledger: Ledger, max_series: int,
                      ) -> tuple[dict[str, list[Sample]], int, int]:
     """Samples of the per-pod and per-container families by family name, at most
-    ``max_series`` in all, pod by pod (then container by container) so that a capped
-    exposition keeps whole pods; how many series were left out, and what is left of the
-    cap."""
+    ``max_series`` in all; how many series were left out, and what is left of the cap.
+    A node within the cap and without repeated series (the common case) takes one call of
+    each family for all its pods or containers."""
+    rows = {f.name: list(f.samples(ledger.pods) or ()) for f in _POD_FAMILIES}
+    rows.update({f.name: list(f.samples(ledger.containers) or ()) for f in _CONTAINER_FAMILIES})
+    count = sum(map(len, rows.values()))
+    if count <= max_series and all(map(_distinct, rows.values())):
+        return rows, 0, max_series - count
+    return _capped_samples(ledger, max_series)
+
+
+def _distinct(samples: list[Sample]) -> bool:
+    return len(set(map(itemgetter(0), samples))) == len(samples)
+
+
+def _capped_samples(ledger: Ledger, max_series: int,
+                    ) -> tuple[dict[str, list[Sample]], int, int]:
+    """``_per_pod_samples`` pod by pod (then container by container), so that a capped
+    exposition keeps whole pods; a series repeated by a kubelet that lists a pod or a
+    container name twice is kept once."""
     rows: dict[str, list[Sample]] = {f.name: [] for f in _PER_POD}
     budget = max_series
     dropped = 0
@@ -134,11 +197,10 @@ def _per_pod_samples(ledger: Ledger, max_series: int,
     def add(family: Family[Any], samples: Iterable[Sample] | None) -> None:
         nonlocal budget, dropped
         for labels, value in samples or ():
-            key = (family.name, tuple(labels))
+            key = (family.name, labels)
             if key in seen:
-                # A kubelet that lists a pod (or a container name) twice: a repeated
-                # series would make Prometheus reject the whole scrape. The first one
-                # stands; the ledger reports the overlap as an anomaly.
+                # A repeated series would make Prometheus reject the whole scrape. The
+                # first one stands; the ledger reports the overlap as an anomaly.
                 continue
             seen.add(key)
             if budget <= 0:
@@ -147,16 +209,14 @@ def _per_pod_samples(ledger: Ledger, max_series: int,
             budget -= 1
             rows[family.name].append((labels, value))
 
-    pods = [f for f in _PER_POD if isinstance(f, PodFamily)]
-    containers = [f for f in _PER_POD if isinstance(f, ContainerFamily)]
     for pod in ledger.pods:
-        for pod_family in pods:
-            add(pod_family, pod_family.samples(pod))
+        for pod_family in _POD_FAMILIES:
+            add(pod_family, pod_family.samples((pod,)))
     for container in ledger.containers:
-        for container_family in containers:
-            add(container_family, container_family.samples(container))
+        for container_family in _CONTAINER_FAMILIES:
+            add(container_family, container_family.samples((container,)))
     return rows, dropped, budget
 
 
-__all__ = ["Rendered", "escape_label", "render_family", "render_kernel", "render_ledger",
-           "render_self"]
+__all__ = ["Rendered", "escape_label", "node_exposition", "render_family", "render_kernel",
+           "render_ledger", "render_self"]

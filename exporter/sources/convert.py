@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from exporter.pb import api_pb2
 from reconciler.snapshot import Allocatable, ContainerAlloc, MemoryBlock, PodAlloc
@@ -16,26 +16,186 @@ def _memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...
 
 
 def pods_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[PodAlloc, ...]:
-    pods = []
-    # Most containers of a busy node hold nothing exclusive and share a few names
-    # ("istio-proxy", "app"): one immutable ContainerAlloc per such name is enough.
-    plain: dict[str, ContainerAlloc] = {}
-    for p in resp.pod_resources:
-        containers = []
-        for c in p.containers:
-            cpu_ids, memory = c.cpu_ids, c.memory
-            if not cpu_ids and not memory:
-                name = c.name
-                alloc = plain.get(name)
-                if alloc is None:
-                    alloc = plain[name] = ContainerAlloc(name)
-                containers.append(alloc)
+    """The pods of a ``List`` response, read from its wire form (see ``_ListReader``)."""
+    return _ListReader(resp.SerializeToString()).pods()
+
+
+# Tags (field number << 3 | wire type 2, length-delimited) of the fields read from the wire.
+_NAME, _NAMESPACE, _POD_CONTAINERS, _POD_CPU_IDS, _POD_MEMORY = 0x0A, 0x12, 0x1A, 0x22, 0x2A
+_CONTAINER_CPU_IDS, _CONTAINER_MEMORY = 0x1A, 0x22
+_INT64 = 1 << 64
+
+
+class _Unexpected(Exception):
+    """A field the wire reader does not read itself: protobuf decodes that part."""
+
+
+class _ListReader:
+    """Reads a ``List`` response from protobuf's wire format for what the snapshot keeps.
+
+    Going through the decoded message costs a Python object per field read (names,
+    repeated fields, nested messages): most of a cold cycle on a busy node. On the wire,
+    the pods of one workload differ only in their name and namespace, and a container
+    that holds nothing exclusive is the same bytes in every pod of it, so after the two
+    names each pod's remaining bytes, each container's and each memory block's are
+    decoded once per distinct value and shared (the results are immutable). A part in a
+    shape this reader does not expect (another field, an unpacked id list) is decoded by
+    protobuf instead, with the same result. ``data`` must be well-formed (protobuf parsed
+    it, or wrote it)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.tails: dict[bytes, tuple[tuple[ContainerAlloc, ...], tuple[int, ...],
+                                      tuple[MemoryBlock, ...]]] = {}
+        self.containers: dict[bytes, ContainerAlloc] = {}
+        self.blocks: dict[bytes, MemoryBlock] = {}
+
+    def pods(self) -> tuple[PodAlloc, ...]:
+        data = self.data
+        try:
+            spans = _pod_spans(data)
+        except _Unexpected:
+            return tuple(map(_pod, api_pb2.ListPodResourcesResponse.FromString(data)
+                             .pod_resources))
+        pods = []
+        for start, stop in spans:
+            try:
+                pods.append(self._pod(start, stop))
+            except (_Unexpected, UnicodeDecodeError):
+                pods.append(_pod(api_pb2.PodResources.FromString(data[start:stop])))
+        return tuple(pods)
+
+    def _pod(self, i: int, stop: int) -> PodAlloc:
+        """The names first (where protobuf writes them), then the rest, read once per
+        distinct bytes."""
+        data = self.data
+        name = namespace = ""
+        while i < stop and data[i] in (_NAME, _NAMESPACE):
+            tag, length = data[i], data[i + 1]
+            if length < 0x80:  # _varint's common case, inline: this runs for every pod
+                i += 2
             else:
-                containers.append(ContainerAlloc(c.name, tuple(cpu_ids),
-                                                 _memory(memory) if memory else ()))
-        pods.append(PodAlloc(p.namespace, p.name, tuple(containers), tuple(p.cpu_ids),
-                             _memory(p.memory) if p.memory else ()))
-    return tuple(pods)
+                length, i = _varint(data, i + 1)
+            text = data[i:i + length].decode()
+            i += length
+            if tag == _NAME:
+                name = text
+            else:
+                namespace = text
+        tail = data[i:stop]
+        rest = self.tails.get(tail)
+        if rest is None:
+            rest = self.tails[tail] = self._pod_rest(tail)
+        # PodAlloc's field order, without NamedTuple's Python-level __new__ (every pod).
+        return tuple.__new__(PodAlloc, (namespace, name, *rest))
+
+    def _pod_rest(self, tail: bytes) -> tuple[tuple[ContainerAlloc, ...], tuple[int, ...],
+                                              tuple[MemoryBlock, ...]]:
+        containers = []
+        cpu_ids: tuple[int, ...] = ()
+        memory: tuple[MemoryBlock, ...] = ()
+        for tag, start, stop in _fields(tail, 0, len(tail)):
+            if tag == _POD_CONTAINERS:
+                containers.append(self._container(tail[start:stop]))
+            elif tag == _POD_CPU_IDS:
+                cpu_ids += _int64s(tail, start, stop)
+            elif tag == _POD_MEMORY:
+                memory += (self._block(tail[start:stop]),)
+            else:
+                raise _Unexpected
+        return tuple(containers), cpu_ids, memory
+
+    def _container(self, chunk: bytes) -> ContainerAlloc:
+        container = self.containers.get(chunk)
+        if container is None:
+            try:
+                container = _container_from_wire(chunk, self._block)
+            except (_Unexpected, UnicodeDecodeError):
+                container = _container(api_pb2.ContainerResources.FromString(chunk))
+            self.containers[chunk] = container
+        return container
+
+    def _block(self, chunk: bytes) -> MemoryBlock:
+        block = self.blocks.get(chunk)
+        if block is None:
+            block = self.blocks[chunk] = _memory((api_pb2.ContainerMemory.FromString(chunk),))[0]
+        return block
+
+
+def _pod_spans(data: bytes) -> list[tuple[int, int]]:
+    """Where each pod is in a ``List`` response; a field other than ``pod_resources`` (no
+    kubelet sends one) raises ``_Unexpected``."""
+    spans = []
+    i, end = 0, len(data)
+    while i < end:
+        if data[i] != 0x0A:
+            raise _Unexpected
+        length, i = _varint(data, i + 1)
+        spans.append((i, i + length))
+        i += length
+    return spans
+
+
+def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
+                         ) -> ContainerAlloc:
+    name = ""
+    cpu_ids: tuple[int, ...] = ()
+    memory: tuple[MemoryBlock, ...] = ()
+    for tag, start, stop in _fields(chunk, 0, len(chunk)):
+        if tag == _NAME:
+            name = chunk[start:stop].decode()
+        elif tag == _CONTAINER_CPU_IDS:
+            cpu_ids += _int64s(chunk, start, stop)
+        elif tag == _CONTAINER_MEMORY:
+            memory += (block(chunk[start:stop]),)
+        else:
+            raise _Unexpected
+    return ContainerAlloc(name, cpu_ids, memory)
+
+
+def _fields(data: bytes, i: int, stop: int) -> Iterator[tuple[int, int, int]]:
+    """(tag, start, stop) of each length-delimited field in ``data[i:stop]``; a field of
+    another wire type raises ``_Unexpected``."""
+    while i < stop:
+        tag = data[i]
+        if tag & 0x87 != 0x02:  # a multi-byte tag, or not length-delimited
+            raise _Unexpected
+        length, i = _varint(data, i + 1)
+        yield tag, i, i + length
+        i += length
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i]`` and the index after it."""
+    byte = data[i]
+    if byte < 0x80:  # nearly every length and CPU id of a node
+        return byte, i + 1
+    value = shift = 0
+    while byte >= 0x80:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        i += 1
+        byte = data[i]
+    return value | byte << shift, i + 1
+
+
+def _int64s(data: bytes, i: int, stop: int) -> tuple[int, ...]:
+    """A packed repeated int64: varints, two's complement in 64 bits."""
+    values = []
+    while i < stop:
+        value, i = _varint(data, i)
+        value %= _INT64
+        values.append(value - _INT64 if value >> 63 else value)
+    return tuple(values)
+
+
+def _container(c: api_pb2.ContainerResources) -> ContainerAlloc:
+    return ContainerAlloc(c.name, tuple(c.cpu_ids), _memory(c.memory) if c.memory else ())
+
+
+def _pod(p: api_pb2.PodResources) -> PodAlloc:
+    return PodAlloc(p.namespace, p.name, tuple(map(_container, p.containers)),
+                    tuple(p.cpu_ids), _memory(p.memory) if p.memory else ())
 
 
 def allocatable_from_proto(resp: api_pb2.AllocatableResourcesResponse) -> Allocatable:

@@ -78,4 +78,7 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     assert kubelet["steady_kubelet_ratio"] == round(
         kubelet["steady_ms"] / kubelet["kubelet_floor_ms"], 2)
     assert result["pods_bytes"] > 20 * 5000  # kubelet-sized /pods items
+    # The cold cycle includes rendering the exposition (per-pod series on), as serve does.
+    assert 0 < result["render_ms"] <= result["cold_ms"]
+    assert result["exposition_bytes"] > 20 * 100 and result["gzip_ms"] > 0
     assert any(line.startswith("cold") for line in lines)

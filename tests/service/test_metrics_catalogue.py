@@ -167,3 +167,32 @@ def test_a_bad_declaration_fails_at_import(families: tuple[Family[NodeFacts], ..
                                            error: str) -> None:
     with pytest.raises((ValueError, TypeError), match=error):
         _checked(families)
+
+
+def test_a_repeated_pod_or_container_gives_each_series_once() -> None:
+    """A kubelet listing a pod twice, or two containers of one pod under one name: one
+    series each (Prometheus refuses a scrape that repeats one), within the cap or over it."""
+    ledger = facts().ledger
+    pod, container = ledger.pods[0], ledger.containers[0]
+    twice = replace(ledger, pods=(*ledger.pods, pod), containers=(*ledger.containers, container))
+    full = render_ledger(replace(facts(), ledger=twice), pods_max_series=1000)
+    once = parse_exposition(render_ledger(facts(), pods_max_series=1000).text)
+    per_pod = {k for k in parse_exposition(full.text) if BY_NAME[k[0]].group == "pods"}
+    assert per_pod == {k for k in once if BY_NAME[k[0]].group == "pods"}
+    assert full.dropped == 0 and full.pods_series_left == 1000 - len(per_pod)
+    capped = render_ledger(replace(facts(), ledger=twice), pods_max_series=len(per_pod) - 1)
+    assert len(parse_exposition(capped.text)) == len(parse_exposition(full.text)) - 1
+    assert capped.dropped == 1 and capped.pods_series_left == 0
+
+
+def test_node_exposition_is_the_ledger_with_its_checkpoint_facts() -> None:
+    from exporter.metrics.exposition import node_exposition
+    from reconciler.snapshot import CheckpointFacts
+
+    ledger = replace(facts().ledger, checkpoints=CheckpointFacts(
+        (("cpu_manager_state", "v3"),), downgrade_unsafe=True))
+    body, dropped, left = node_exposition(ledger, pods_max_series=1000)
+    assert body.decode("utf-8") == render_ledger(facts(), pods_max_series=1000).text
+    assert (dropped, left) == render_ledger(facts(), pods_max_series=1000)[1:]
+    bare = node_exposition(replace(ledger, checkpoints=None), pods_max_series=None)[0]
+    assert b"podres_checkpoint_info" not in bare and b"podres_container_cpus" not in bare

@@ -1,0 +1,98 @@
+"""``pods_from_proto`` reads ``List`` from the wire format: whatever the response holds
+(devices, dynamic resources, fields this version does not know, ids of any size, names of
+any script), the pods are exactly what reading the decoded message field by field gives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.pb import api_pb2
+from exporter.sources.convert import pods_from_proto
+from reconciler.snapshot import ContainerAlloc, MemoryBlock, PodAlloc
+
+Message = api_pb2.ListPodResourcesResponse
+
+
+def field_by_field(resp: Message) -> tuple[PodAlloc, ...]:
+    """The independent reading: every field through protobuf's own accessors."""
+    def memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...]:
+        return tuple(MemoryBlock(b.memory_type, b.size, tuple(n.ID for n in b.topology.nodes))
+                     for b in blocks)
+
+    return tuple(
+        PodAlloc(p.namespace, p.name,
+                 tuple(ContainerAlloc(c.name, tuple(c.cpu_ids), memory(c.memory))
+                       for c in p.containers),
+                 tuple(p.cpu_ids), memory(p.memory))
+        for p in resp.pod_resources)
+
+
+def block(mtype: str = "memory", size: int = 1 << 30, *nodes: int) -> api_pb2.ContainerMemory:
+    return api_pb2.ContainerMemory(memory_type=mtype, size=size, topology=api_pb2.TopologyInfo(
+        nodes=[api_pb2.NUMANode(ID=n) for n in nodes]))
+
+
+def check(resp: Message) -> tuple[PodAlloc, ...]:
+    wire = Message.FromString(resp.SerializeToString())
+    pods = pods_from_proto(wire)
+    assert pods == field_by_field(wire)
+    return pods
+
+
+def test_a_busy_node_reads_as_its_fields() -> None:
+    shared = [api_pb2.ContainerResources(name=n) for n in ("app", "istio-proxy")]
+    pods = check(Message(pod_resources=[
+        *(api_pb2.PodResources(namespace="team", name=f"web-{i}", containers=shared)
+          for i in range(3)),
+        api_pb2.PodResources(namespace="db", name="pg", cpu_ids=[4, 5, 300],
+                             memory=[block("memory", 2 << 30, 0)], containers=[
+                                 api_pb2.ContainerResources(name="pg", cpu_ids=[4, 300],
+                                                            memory=[block("memory", 1, 0, 1)]),
+                                 *shared]),
+        api_pb2.PodResources(namespace="", name="", containers=[api_pb2.ContainerResources()]),
+    ]))
+    assert [p.name for p in pods] == ["web-0", "web-1", "web-2", "pg", ""]
+    # Pods of one workload share their decoded containers (immutable, so safely).
+    assert pods[0].containers is pods[1].containers
+    assert pods[3].containers[1] is pods[0].containers[0]
+
+
+def test_devices_dynamic_resources_and_unknown_fields_change_nothing() -> None:
+    device = api_pb2.ContainerDevices(resource_name="gpu", device_ids=["a"])
+    claim = api_pb2.DynamicResource(claim_name="c", claim_namespace="n")
+    container = api_pb2.ContainerResources(name="app", devices=[device], cpu_ids=[1],
+                                           dynamic_resources=[claim])
+    pod = api_pb2.PodResources(namespace="ns", name="p", containers=[container])
+    # Fields a later kubelet may add: a varint (field 9) and a multi-byte tag (field 20).
+    extra = b"\x48\x07" + b"\xa2\x01\x02hi"
+    pod_bytes = pod.SerializeToString() + extra
+    inner = api_pb2.ContainerResources(name="x").SerializeToString() + extra
+    second = api_pb2.PodResources(name="q").SerializeToString() + b"\x1a" + bytes(
+        [len(inner)]) + inner
+    data = b"\x0a" + bytes([len(pod_bytes)]) + pod_bytes + b"\x0a" + bytes([len(second)]) + second
+    for answer in (data, data + extra):  # unknown fields in pods, containers, the response
+        pods = check(Message.FromString(answer))
+        assert [(p.name, [(c.name, c.cpu_ids) for c in p.containers]) for p in pods] == [
+            ("p", [("app", (1,))]), ("q", [("x", ())])]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(
+    st.text(max_size=6), st.text(max_size=6),
+    st.lists(st.tuples(st.sampled_from(["app", "proxy", "ünï", ""]),
+                       st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4),
+                       st.lists(st.integers(0, 2**64 - 1), max_size=2)), max_size=4),
+    st.lists(st.integers(-3, 2**40), max_size=3)), max_size=6))
+def test_any_answer_reads_as_its_fields(
+        pods: list[tuple[str, str, list[tuple[str, list[int], list[int]]], list[int]]]) -> None:
+    check(Message(pod_resources=[
+        api_pb2.PodResources(
+            namespace=ns, name=name, cpu_ids=ids,
+            memory=[block("memory", len(ids) << 20, 0)] if ids else [],
+            containers=[api_pb2.ContainerResources(
+                name=c, cpu_ids=c_ids, memory=[block("hugepages-2Mi", s, 1) for s in sizes])
+                for c, c_ids, sizes in containers])
+        for ns, name, containers, ids in pods]))
