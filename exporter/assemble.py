@@ -20,7 +20,7 @@ from exporter.errors import SourceError
 from exporter.pb import api_pb2
 from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import checkpoint_facts
-from exporter.sources.convert import allocatable_from_proto, pods_from_proto
+from exporter.sources.convert import allocatable_from_proto, pods_from_proto, pods_from_wire
 from exporter.sources.kubelet import parse_feature_metrics
 from exporter.sources.podresources import decode_allocatable, decode_list
 from reconciler.kube import (
@@ -143,11 +143,12 @@ def snapshot_from_raw(raw: RawNode, node_name: str = "", *,
     undecodable; see ``parse_optional`` for ``checkpoints``."""
     if raw.list_response is None:
         raise SourceError("podresources", "List", "no response")
-    listing = decode_list(raw.list_response)
+    listing = decode_list(raw.list_response)  # raises on bytes protobuf cannot parse
     parts = parse_optional(raw, checkpoints=checkpoints)
     snapshot = assemble(listing, allocatable=parts.allocatable, pod_specs=parts.pod_specs,
                         config=parts.config, topology=raw.topology, node_name=node_name,
-                        kubelet_info=kubelet_facts(raw), checkpoints=parts.checkpoints)
+                        kubelet_info=kubelet_facts(raw), checkpoints=parts.checkpoints,
+                        list_wire=raw.list_response)
     return Assembled(snapshot, parts.errors)
 
 
@@ -161,11 +162,13 @@ def assemble(
     node_name: str = "",
     kubelet_info: dict[str, str] | None = None,
     checkpoints: CheckpointFacts | None = None,
+    list_wire: bytes | None = None,
 ) -> NodeSnapshot:
     """The snapshot of already-typed parts (``snapshot_from_raw`` after parsing; tests
-    and the model use it directly)."""
+    and the model use it directly). ``list_wire``, the bytes ``listing`` was parsed from,
+    spares serialising it again for the pods' wire reader."""
     return NodeSnapshot(
-        pods=pods_from_proto(listing),
+        pods=pods_from_wire(list_wire) if list_wire is not None else pods_from_proto(listing),
         node_name=node_name,
         allocatable=allocatable_from_proto(allocatable) if allocatable is not None else None,
         topology=topology,

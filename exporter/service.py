@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 from exporter import __version__
 from exporter.kernel import KernelObserver, KernelReport, add_enforced
-from exporter.metrics.catalogue import KernelFacts, NodeFacts, SelfState
+from exporter.metrics.catalogue import KernelFacts, SelfState
 from exporter.metrics.compression import Encoding, GzipPrefix, gzip_bytes
-from exporter.metrics.exposition import render_kernel, render_ledger, render_self
+from exporter.metrics.exposition import node_exposition, render_kernel, render_self
 from exporter.reader import NodeReader, Reading
 from exporter.runtime import release_free_memory
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
@@ -283,13 +283,11 @@ class Exporter:
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
-        facts = ledger.checkpoints
         # Rendered in a worker thread, like the reconcile before it: scrapes keep being
         # answered (from the previous exposition) while a large ledger is rendered.
         exposition, dropped, series_left = await asyncio.to_thread(
-            _render, NodeFacts(ledger, dict(facts.formats) if facts else {},
-                               facts.downgrade_unsafe if facts else None),
-            self.options.pods_max_series if self.options.pods_collector else None)
+            functools.partial(node_exposition, ledger, pods_max_series=(
+                self.options.pods_max_series if self.options.pods_collector else None)))
         if dropped:
             self.pods_dropped_total += dropped
             log.warning("per-pod series capped", extra={
@@ -360,13 +358,6 @@ class Exporter:
             body = published.exposition + live
         self._bodies[encoding] = (published, kernel, state, body)
         return body
-
-
-def _render(facts: NodeFacts, pods_max_series: int | None) -> tuple[bytes, int, int | None]:
-    """The node's exposition, encoded; how many per-pod series the cap dropped, and how many
-    it leaves for the kernel's per-pod series."""
-    text, dropped, series_left = render_ledger(facts, pods_max_series=pods_max_series)
-    return text.encode("utf-8"), dropped, series_left
 
 
 def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str, Any]:

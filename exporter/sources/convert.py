@@ -17,7 +17,13 @@ def _memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...
 
 def pods_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[PodAlloc, ...]:
     """The pods of a ``List`` response, read from its wire form (see ``_ListReader``)."""
-    return _ListReader(resp.SerializeToString()).pods()
+    return pods_from_wire(resp.SerializeToString())
+
+
+def pods_from_wire(data: bytes) -> tuple[PodAlloc, ...]:
+    """The pods of a ``List`` response as the kubelet sent it; ``data`` must be one that
+    protobuf parses (the caller has decoded it once to check)."""
+    return _ListReader(data).pods()
 
 
 # Tags (field number << 3 | wire type 2, length-delimited) of the fields read from the wire.

@@ -28,7 +28,7 @@ def has_gone_pod(samples: Any) -> bool:
 
 
 @pytest.mark.parametrize("module, name", [("exporter.reader", "reconcile"),
-                                          ("exporter.service", "_render")])
+                                          ("exporter.service", "node_exposition")])
 async def test_scrape_is_answered_while_a_changed_node_is_processed(
         start_sim: StartSim, run_serve: RunServe, monkeypatch: pytest.MonkeyPatch,
         module: str, name: str) -> None:
