@@ -1,0 +1,120 @@
+"""How long ``make demo`` takes on a fresh clone until it prints its URLs.
+
+Clones the repository's committed HEAD into a scratch directory, runs ``make demo`` there
+(which builds its own ``.venv``) with the exporter on a free loopback port, and stops it
+once the URL lines are out. make echoes each recipe line as it starts it, so the elapsed
+time splits into phases: creating the venv, installing into it, and the demo's own start-up
+until its ``/metrics`` line. The last line is JSON.
+
+    python -m bench.demo_start                      # pip's cache as it is (warm)
+    python -m bench.demo_start --cold               # an empty, throwaway pip cache
+
+Nothing outside the scratch directory (and the throwaway cache) is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# Recipe lines make echoes, in the order they start: each one ends the phase before it.
+MARKERS = (("venv", "/bin/pip install"), ("install", "/bin/podres-exporter demo"),
+           ("start", "/metrics"))
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", default=str(REPO), help="repository to clone (its HEAD)")
+    parser.add_argument("--dest", default="/tmp/podres-demo-start",
+                        help="scratch clone, removed first (default: %(default)s)")
+    parser.add_argument("--cold", action="store_true",
+                        help="install with an empty throwaway pip cache")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="give up after this many seconds (default: %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="leave the clone in place")
+    return parser.parse_args(argv)
+
+
+def _clone(repo: str, dest: Path) -> None:
+    shutil.rmtree(dest, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", repo, str(dest)], check=True)
+
+
+def _watch(proc: subprocess.Popen[str], started: float, deadline: float
+           ) -> tuple[dict[str, float], str | None]:
+    """Phase lengths in seconds as the markers go by, and the ``/metrics`` URL."""
+    assert proc.stdout is not None
+    phases: dict[str, float] = {}
+    last = started
+    pending = list(MARKERS)
+    for line in proc.stdout:
+        now = time.monotonic()
+        sys.stderr.write(f"{now - started:7.2f}s  {line}")
+        if pending and pending[0][1] in line:
+            name, _ = pending.pop(0)
+            phases[name] = round(now - last, 2)
+            last = now
+            if not pending:
+                return phases, line.split()[-1]
+        if now > deadline:
+            break
+    return phases, None
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C, as a user stops the demo; the demo then removes its temporary directory."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=20)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _size_mib(path: Path) -> float:
+    total = sum(f.lstat().st_size for f in path.rglob("*") if not f.is_symlink() and f.is_file())
+    return round(total / 2**20, 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    dest = Path(args.dest)
+    _clone(args.repo, dest)
+    env = dict(os.environ)
+    cache = tempfile.mkdtemp(prefix="pip-cold-") if args.cold else None
+    if cache is not None:
+        env["PIP_CACHE_DIR"] = cache
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["make", "demo", "ARGS=--web.listen-address 127.0.0.1:0"], cwd=dest, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        start_new_session=True)
+    try:
+        phases, url = _watch(proc, started, started + args.timeout)
+        elapsed = round(time.monotonic() - started, 2)
+    finally:
+        _stop(proc)
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+    result = {"bench": "demo_start", "seconds": elapsed if url else None, "phases": phases,
+              "url": url, "pip_cache": "cold" if args.cold else "warm",
+              "venv_mib": _size_mib(dest / ".venv") if (dest / ".venv").exists() else None}
+    if not args.keep:
+        shutil.rmtree(dest, ignore_errors=True)
+    print(json.dumps(result))
+    return 0 if url else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
