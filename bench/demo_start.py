@@ -4,10 +4,11 @@ Clones the repository's committed HEAD into a scratch directory, runs ``make dem
 (which builds its own ``.venv``) with the exporter on a free loopback port, and stops it
 once the URL lines are out. make echoes each recipe line as it starts it, so the elapsed
 time splits into phases: creating the venv, installing into it, and the demo's own start-up
-until its ``/metrics`` line. The last line is JSON.
+until its ``/metrics`` line. The last line is JSON; ``pyc_writes`` says whether Python
+may write bytecode here (``PYTHONDONTWRITEBYTECODE`` unset), as on a developer's machine.
 
-    python -m bench.demo_start                      # pip's cache as it is (warm)
-    python -m bench.demo_start --cold               # an empty, throwaway pip cache
+    python -m bench.demo_start                      # the installers' caches as they are
+    python -m bench.demo_start --cold               # empty, throwaway caches
 
 Nothing outside the scratch directory (and the throwaway cache) is touched.
 """
@@ -26,9 +27,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# Recipe lines make echoes, in the order they start: each one ends the phase before it.
-MARKERS = (("venv", "/bin/pip install"), ("install", "/bin/podres-exporter demo"),
-           ("start", "/metrics"))
+# Recipe lines make echoes, in the order they start: each one ends the phase before it
+# ("setup": the venv and the installer; "install": the project and its dependencies).
+MARKERS = (("setup", " -e ."), ("install", "/bin/podres-exporter demo"), ("start", "/metrics"))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,7 +38,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dest", default="/tmp/podres-demo-start",
                         help="scratch clone, removed first (default: %(default)s)")
     parser.add_argument("--cold", action="store_true",
-                        help="install with an empty throwaway pip cache")
+                        help="install with empty throwaway pip and uv caches")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="give up after this many seconds (default: %(default)s)")
     parser.add_argument("--keep", action="store_true", help="leave the clone in place")
@@ -92,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     dest = Path(args.dest)
     _clone(args.repo, dest)
     env = dict(os.environ)
-    cache = tempfile.mkdtemp(prefix="pip-cold-") if args.cold else None
+    cache = tempfile.mkdtemp(prefix="demo-cold-cache-") if args.cold else None
     if cache is not None:
-        env["PIP_CACHE_DIR"] = cache
+        env["PIP_CACHE_DIR"] = f"{cache}/pip"
+        env["UV_CACHE_DIR"] = f"{cache}/uv"
     started = time.monotonic()
     proc = subprocess.Popen(
         ["make", "demo", "ARGS=--web.listen-address 127.0.0.1:0"], cwd=dest, env=env,
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)
     result = {"bench": "demo_start", "seconds": elapsed if url else None, "phases": phases,
-              "url": url, "pip_cache": "cold" if args.cold else "warm",
+              "url": url, "cache": "cold" if args.cold else "warm",
+              "pyc_writes": not env.get("PYTHONDONTWRITEBYTECODE"),
               "venv_mib": _size_mib(dest / ".venv") if (dest / ".venv").exists() else None}
     if not args.keep:
         shutil.rmtree(dest, ignore_errors=True)
