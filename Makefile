@@ -27,7 +27,8 @@ $(UV):
 	  { echo "podres-exporter needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv --without-pip $(VENV) || \
 	  { echo "cannot create a virtual environment: on Debian run 'apt-get install python3-venv'"; exit 1; }
-	@if $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1; then \
+	@if $(PYTHON) -c 'import pip, sys; sys.exit([*map(int, pip.__version__.split(".")[:2])] < [22, 3])' \
+	  2>/dev/null; then \
 	  pip="$(PYTHON) -m pip --python $(BIN)/python"; \
 	elif $(BIN)/python -m ensurepip --default-pip >/dev/null; then pip="$(BIN)/python -m pip"; \
 	else echo "cannot install pip: on Debian run 'apt-get install python3-venv'"; exit 1; fi; \
