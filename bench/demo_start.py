@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # Recipe lines make echoes, in the order they start: each one ends the phase before it
 # ("setup": the venv and the installer; "install": the project and its dependencies).
-MARKERS = (("setup", " -e ."), ("install", "/bin/podres-exporter demo"), ("start", "/metrics"))
+MARKERS = (("setup", re.compile(r" install .*(-e \.|-r pyproject\.toml)$")),
+           ("install", re.compile(r"(podres-exporter|exporter\.cli) demo\b")),
+           ("start", re.compile(r"/metrics$")))
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,7 +63,7 @@ def _watch(proc: subprocess.Popen[str], started: float, deadline: float
     for line in proc.stdout:
         now = time.monotonic()
         sys.stderr.write(f"{now - started:7.2f}s  {line}")
-        if pending and pending[0][1] in line:
+        if pending and pending[0][1].search(line.rstrip()):
             name, _ = pending.pop(0)
             phases[name] = round(now - last, 2)
             last = now
