@@ -34,10 +34,11 @@ $(UV):
 	else echo "cannot install pip: on Debian run 'apt-get install python3-venv'"; exit 1; fi; \
 	echo "$$pip install uv"; $$pip install --quiet --disable-pip-version-check --no-compile 'uv<1'
 
-# Two stamps: the demo needs only the runtime dependencies; the tests need the development
-# toolchain on top.
+# Two stamps: the demo needs only the runtime dependencies, read from pyproject.toml (it runs
+# the package from this tree, so nothing is built); the tests need the development toolchain
+# and the package itself (the command, an editable install) on top.
 $(RUNTIME): pyproject.toml | $(UV)
-	$(INSTALL) -e .
+	$(INSTALL) -r pyproject.toml
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
@@ -47,7 +48,7 @@ $(STAMP): $(RUNTIME)
 venv: $(STAMP)
 
 demo: $(RUNTIME)
-	$(BIN)/podres-exporter demo $(ARGS)
+	$(BIN)/python -m exporter.cli demo $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
