@@ -6,8 +6,7 @@ BIN    := $(VENV)/bin
 UV     := $(BIN)/uv
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
-# Bytecode is compiled at install (in parallel), not by the demo's first start.
-INSTALL := $(UV) pip install --quiet --python $(BIN)/python --compile-bytecode
+INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
 .PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak clean
 
@@ -35,14 +34,17 @@ $(UV):
 	echo "$$pip install uv"; $$pip install --quiet --disable-pip-version-check --no-compile 'uv<1'
 
 # Two stamps: the demo needs only the runtime dependencies, read from pyproject.toml (it runs
-# the package from this tree, so nothing is built); the tests need the development toolchain
-# and the package itself (the command, an editable install) on top.
+# the package from this tree, so nothing is built), and compiles the bytecode of the modules it
+# imports as it starts, sooner than compiling every module first. The tests need the
+# development toolchain and the package itself (the command, an editable install) on top, and
+# import nearly everything, in many processes: their bytecode is compiled at install, in
+# parallel.
 $(RUNTIME): pyproject.toml | $(UV)
 	$(INSTALL) -r pyproject.toml
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(INSTALL) -e '.[dev]'
+	$(INSTALL) --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
