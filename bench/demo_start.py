@@ -3,14 +3,16 @@
 Clones the repository's committed HEAD into a scratch directory, runs ``make demo`` there
 (which builds its own ``.venv``) with the exporter on a free loopback port, and stops it
 once the URL lines are out. make echoes each recipe line as it starts it, so the elapsed
-time splits into phases: creating the venv, installing into it, and the demo's own start-up
-until its ``/metrics`` line. The last line is JSON; ``pyc_writes`` says whether Python
-may write bytecode here (``PYTHONDONTWRITEBYTECODE`` unset), as on a developer's machine.
+time splits into phases: ``setup`` (the venv and the installer), ``install`` (the demo's
+dependencies) and ``start`` (the demo's own start-up until its ``/metrics`` line). The last
+line is JSON; ``pyc_writes`` says whether Python may write bytecode here
+(``PYTHONDONTWRITEBYTECODE`` unset), as on a developer's machine.
 
     python -m bench.demo_start                      # the installers' caches as they are
     python -m bench.demo_start --cold               # empty, throwaway caches
 
-Nothing outside the scratch directory (and the throwaway cache) is touched.
+Nothing outside the scratch directory is written but the installers' caches (or the throwaway
+ones).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -53,8 +56,7 @@ def _clone(repo: str, dest: Path) -> None:
     subprocess.run(["git", "clone", "-q", repo, str(dest)], check=True)
 
 
-def _watch(proc: subprocess.Popen[str], started: float, deadline: float
-           ) -> tuple[dict[str, float], str | None]:
+def _watch(proc: subprocess.Popen[str], started: float) -> tuple[dict[str, float], str | None]:
     """Phase lengths in seconds as the markers go by, and the ``/metrics`` URL."""
     assert proc.stdout is not None
     phases: dict[str, float] = {}
@@ -69,8 +71,6 @@ def _watch(proc: subprocess.Popen[str], started: float, deadline: float
             last = now
             if not pending:
                 return phases, line.split()[-1]
-        if now > deadline:
-            break
     return phases, None
 
 
@@ -105,10 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         ["make", "demo", "ARGS=--web.listen-address 127.0.0.1:0"], cwd=dest, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
         start_new_session=True)
+    # A run that hangs is stopped like one that finished: its output then ends.
+    timer = threading.Timer(args.timeout, _stop, (proc,))
+    timer.start()
     try:
-        phases, url = _watch(proc, started, started + args.timeout)
+        phases, url = _watch(proc, started)
         elapsed = round(time.monotonic() - started, 2)
     finally:
+        timer.cancel()
         _stop(proc)
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)

@@ -41,7 +41,7 @@ def _recipe(tmp_path: Path) -> list[str]:
 def test_markers_split_the_makefiles_demo_run(tmp_path: Path) -> None:
     proc = _echo([*_recipe(tmp_path), *URL_LINES])
     started = time.monotonic()
-    phases, url = demo_start._watch(proc, started, started + 60)
+    phases, url = demo_start._watch(proc, started)
     proc.wait()
     assert list(phases) == ["setup", "install", "start"]
     assert url == "http://127.0.0.1:40000/metrics"
@@ -51,7 +51,7 @@ def test_no_url_line_means_no_figure(tmp_path: Path) -> None:
     """A demo that fails before its URLs leaves the last phase open and no URL."""
     proc = _echo([*_recipe(tmp_path), "podres-exporter demo: error: address in use"])
     started = time.monotonic()
-    phases, url = demo_start._watch(proc, started, started + 60)
+    phases, url = demo_start._watch(proc, started)
     proc.wait()
     assert list(phases) == ["setup", "install"]
     assert url is None
