@@ -3,8 +3,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+UV     := $(BIN)/uv
 STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
+INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
 .PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak clean
 
@@ -15,24 +17,40 @@ help:
 	@echo "make bench-quick  the same on a small node, in seconds"
 	@echo "make proto        regenerate exporter/pb from proto/"
 
-# Two stamps: the demo needs only the runtime dependencies (seconds to install); the tests
-# need the development toolchain on top.
-$(RUNTIME): pyproject.toml
+# The venv gets uv, which installs everything else: pip spends half a minute resolving the
+# runtime dependencies one index page after another (grpcio's alone is megabytes), uv a few
+# seconds. pip only fetches uv: the interpreter's own pip when it can install into another
+# environment (pip >= 22.3), which spares bootstrapping a pip into the venv; else the venv's.
+$(UV):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "podres-exporter needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
-	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || \
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv --without-pip $(VENV) || \
 	  { echo "cannot create a virtual environment: on Debian run 'apt-get install python3-venv'"; exit 1; }
-	$(BIN)/pip install --quiet --disable-pip-version-check -e .
+	@if $(PYTHON) -c 'import pip, sys; sys.exit([*map(int, pip.__version__.split(".")[:2])] < [22, 3])' \
+	  2>/dev/null; then \
+	  pip="$(PYTHON) -m pip --python $(BIN)/python"; \
+	elif $(BIN)/python -m ensurepip --default-pip >/dev/null; then pip="$(BIN)/python -m pip"; \
+	else echo "cannot install pip: on Debian run 'apt-get install python3-venv'"; exit 1; fi; \
+	echo "$$pip install uv"; $$pip install --quiet --disable-pip-version-check --no-compile 'uv<1'
+
+# Two stamps: the demo needs only the runtime dependencies, read from pyproject.toml (it runs
+# the package from this tree, so nothing is built), and compiles the bytecode of the modules it
+# imports as it starts, sooner than compiling every module first. The tests need the
+# development toolchain and the package itself (the command, an editable install) on top, and
+# import nearly everything, in many processes: their bytecode is compiled at install, in
+# parallel.
+$(RUNTIME): pyproject.toml | $(UV)
+	$(INSTALL) -r pyproject.toml
 	touch $(RUNTIME)
 
 $(STAMP): $(RUNTIME)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(INSTALL) --compile-bytecode -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(RUNTIME)
-	$(BIN)/podres-exporter demo $(ARGS)
+	$(BIN)/python -m exporter.cli demo $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
