@@ -108,7 +108,10 @@ class _WriteStatements:
             writer_id=bindparam("b_writer"), writer_seq=bindparam("b_seq"),
             last_seen=bindparam("b_last"), online_cpus=bindparam("b_online"))
         self.gap_insert = history_gaps.insert()
-        self.summary_insert = insert(node_summaries).on_conflict_do_nothing()
+        # RETURNING tells whether the row was inserted: psycopg's rowcount is -1 (true)
+        # for an INSERT ... ON CONFLICT DO NOTHING RETURNING that inserted nothing.
+        self.summary_insert = (insert(node_summaries).on_conflict_do_nothing()
+                               .returning(node_summaries.c.id))
         rollup = insert(h)
         sums = [f"sum_{c}" for c in SUMMARY_COLUMNS]
         self.rollup_upsert = rollup.on_conflict_do_update(
@@ -285,8 +288,8 @@ class HistoryStore:
             # A restarted exporter may repeat the last summary's time: keep the first.
             epoch = int(cs.at.timestamp())
             inserted = conn.execute(self._stmts.summary_insert, {
-                "node_id": node_id, "at": cs.at, "at_epoch": epoch, **cs.summary}).rowcount
-            if inserted:
+                "node_id": node_id, "at": cs.at, "at_epoch": epoch, **cs.summary}).first()
+            if inserted is not None:
                 self._roll_up(conn, node_id, epoch, cs.summary)
                 summaries.append((epoch, cs.summary))
             conn.execute(self._stmts.anomalies_seen, {"b_node": node_id, "b_at": cs.at})
