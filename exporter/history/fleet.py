@@ -2,7 +2,7 @@
 and every bucket of that step, how many nodes have summaries in it and the sum over those
 nodes of each node's average ``pod_shared`` and ``pod_exclusive`` CPUs in it — the answer
 of ``/api/v1/fleet/ratio`` for a whole bucket, read as one row instead of recomputed from
-every node's summaries (docs/history.md#fleet-size-benchmarkshistory_fleetpy).
+every node's summaries (docs/history.md, "Fleet roll-up").
 
 A node's average is kept as an integer in billionths of a CPU, rounded the same way here
 and in SQL, so that the writers of a fleet can each add their own node's change of average
@@ -71,7 +71,8 @@ class FleetRollup:
             index_elements=["step", "bucket_epoch"],
             set_={c: f.c[c] + stmt.excluded[c]
                   for c in ("nodes", "cpus_pod_shared_nano", "cpus_pod_exclusive_nano")})
-        self.raw = (sa_select(s.c.at_epoch, *[s.c[c] for c in FLEET_COLUMNS])
+        # Both read (time, samples, sums): a raw summary is one sample.
+        self.raw = (sa_select(s.c.at_epoch, literal(1), *[s.c[c] for c in FLEET_COLUMNS])
                     .where(s.c.node_id == bindparam("b_node"),
                            s.c.at_epoch >= bindparam("b_lo"), s.c.at_epoch < bindparam("b_hi")))
         self.hourly = (sa_select(h.c.hour_epoch, h.c.samples,
@@ -114,9 +115,8 @@ class FleetRollup:
             mine = [(k, b) for k, b in buckets.items() if k[0] in steps]
             lo = min(start for (_, start), _ in mine)
             hi = max(start + step for (step, start), _ in mine)
-            for row in conn.execute(stmt, {"b_node": node_id, "b_lo": lo, "b_hi": hi}):
-                epoch, n, values = (row[0], 1, row[1:]) if stmt is self.raw \
-                    else (row[0], row[1], row[2:])
+            for epoch, n, *values in conn.execute(
+                    stmt, {"b_node": node_id, "b_lo": lo, "b_hi": hi}):
                 for step in steps:
                     b = buckets.get((step, epoch - epoch % step))
                     if b is not None:

@@ -44,12 +44,13 @@ def random_summaries(rng: random.Random, count: int, start: datetime, max_gap: i
 
 
 def write(store: HistoryStore, node: str, summaries: list[tuple[datetime, dict[str, int]]],
-          rng: random.Random, writer: str = "w") -> None:
-    """In batches of random sizes, as a writer catching up does."""
+          rng: random.Random, writer: str = "w", sizes: tuple[int, ...] = (1, 1, 2, 5, 30)
+          ) -> None:
+    """In batches of random ``sizes``, as a writer catching up does."""
     sets = [ChangeSet(i + 1, at, at, summary=values) for i, (at, values) in enumerate(summaries)]
     i = 0
     while i < len(sets):
-        n = rng.choice((1, 1, 2, 5, 30))
+        n = rng.choice(sizes)
         store.write(node, writer, sets[i:i + n])
         i += n
 
@@ -217,7 +218,7 @@ def test_one_nodes_prune_leaves_the_others_answered(history_url: str) -> None:
     rng = random.Random(4)
     store = open_store(history_url)
     for node in ("a", "b"):
-        write(store, node, random_summaries(rng, 3 * 1440, T0, max_gap=60), rng)
+        write(store, node, random_summaries(rng, 3 * 1440, T0, max_gap=60), rng, sizes=(64,))
     cutoff = T0 + timedelta(days=2)
     store.prune(cutoff, node="a")  # b keeps its older summaries (say, a longer retention)
     kept: Any = fleet_rows(store)
