@@ -12,6 +12,11 @@ times over the same data, each ``--rounds`` times:
   steps) and 30 days by day;
 - ``/api/v1/summary`` of one node: the last 24 h and 30 days.
 
+Then ``--writers`` exporters (threads, a store each) write one summary a minute for
+``--writes`` minutes past the end, all at the same times, so that they add to the same
+fleet roll-up buckets at once: p50 and p95 of a summary write (its transaction: raw row,
+hourly and fleet roll-ups), and whether any failed (a deadlock would).
+
 Figures: p50 and p95 of each over all runs, and each run's p95, against the floor of
 ``/api/v1/nodes?limit=1`` on the same server (HTTP, a pooled connection, one indexed row).
 Target: every p95 ≤ 200 ms.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +45,7 @@ from sqlalchemy import text
 from bench.history_bench import percentile
 from bench.pgcluster import create_database, drop_database, start_cluster
 from exporter.history import open_store
+from exporter.history.changes import ChangeSet
 from exporter.history.schema import SUMMARY_COLUMNS
 from exporter.history.store import HistoryStore
 
@@ -164,6 +171,39 @@ async def measure(store: HistoryStore, end: datetime, args: argparse.Namespace
     return out
 
 
+def concurrent_writes(url: str, writers: int, writes: int, end: int) -> dict[str, Any]:
+    """``writers`` nodes writing a summary at the same instants, ``writes`` times."""
+    stores = [open_store(url) for _ in range(writers)]
+    barrier = threading.Barrier(writers)
+    times: list[float] = []
+    errors: list[str] = []
+    values = {c: 7 for c in SUMMARY_COLUMNS}
+
+    def run(i: int) -> None:
+        for k in range(1, writes + 1):
+            at = datetime.fromtimestamp(end + 60 * k + i % 60, UTC)
+            barrier.wait()
+            start = time.perf_counter()
+            try:
+                stores[i].write(f"node-{i + 1:04d}", "bench",
+                                [ChangeSet(k, at, at, summary=values)])
+            except Exception as exc:  # reported in the figures
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            times.append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for store in stores:
+        store.close()
+    return {"writers": writers, "writes": len(times), "failed": len(errors),
+            "errors": sorted(set(errors))[:3],
+            "p50_ms": round(percentile(times, 50) * 1000, 2),
+            "p95_ms": round(percentile(times, 95) * 1000, 2)}
+
+
 def check(name: str, path: str, body: Any, nodes: int) -> None:
     points = body["points"]
     if not points:
@@ -182,6 +222,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="requests per case and run")
     parser.add_argument("--runs", type=int, default=3,
                         help="measurements of every case over the same data")
+    parser.add_argument("--writers", type=int, default=50,
+                        help="exporters writing summaries at the same instants")
+    parser.add_argument("--writes", type=int, default=10, help="summaries each of them writes")
     parser.add_argument("--postgres", default=None, metavar="URL",
                         help="a server's maintenance database to create the bench database on "
                              "(default: a throwaway cluster)")
@@ -198,6 +241,8 @@ def main() -> None:
                   f"hourly rows, {figures['fleet_rows']} fleet rows in {figures['fill_s']} s "
                   f"(+{figures['rollup_and_analyze_s']} s roll-up, ANALYZE)", flush=True)
             figures.update(asyncio.run(measure(store, end, args)))
+            writes = concurrent_writes(url, min(args.writers, args.nodes), args.writes,
+                                       end_epoch)
         finally:
             store.close()
     p95s = {k: v["p95_ms"] for k, v in figures.items() if isinstance(v, dict)}
@@ -208,6 +253,10 @@ def main() -> None:
                   f"{v['p95_ms']:>9}  {v['runs_p95_ms']}")
     print(f"floor /api/v1/nodes?limit=1 p95 {figures['floor_nodes_p95_ms']} ms; "
           f"target every p95 <= {TARGET_P95_MS:g} ms")
+    print(f"{writes['writers']} writers adding to the same fleet buckets: summary write p50 "
+          f"{writes['p50_ms']} ms, p95 {writes['p95_ms']} ms, {writes['failed']} of "
+          f"{writes['writes']} failed")
+    figures["concurrent_summary_writes"] = writes
     figures["worst_p95_ms"] = max(p95s.values())
     figures["target_p95_ms"] = TARGET_P95_MS
     figures["target_met"] = figures["worst_p95_ms"] <= TARGET_P95_MS
