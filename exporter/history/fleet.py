@@ -141,7 +141,7 @@ def _per_node(step: int) -> Select[Any]:
             .group_by(h.c.node_id, bucket))
 
 
-def rebuild(conn: Connection, steps: Iterable[int] = SERIES_STEPS) -> int:
+def rebuild_fleet_rollup(conn: Connection, steps: Iterable[int] = SERIES_STEPS) -> int:
     """Recompute the roll-up from the summaries (the hourly roll-up must be current);
     returns the number of rows written."""
     f = fleet_summaries
@@ -159,7 +159,7 @@ def rebuild(conn: Connection, steps: Iterable[int] = SERIES_STEPS) -> int:
     return written
 
 
-def prune(conn: Connection, cutoff: int) -> None:
+def prune_fleet_rollup(conn: Connection, cutoff: int) -> None:
     """Drop the buckets that ended by ``cutoff`` (unix seconds). A bucket the cutoff
     falls in keeps the samples pruned from it, like the hourly roll-up's hour."""
     f = fleet_summaries

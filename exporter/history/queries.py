@@ -13,8 +13,7 @@ from typing import Any
 
 from sqlalchemy import Float, Select, and_, cast, func, or_, select, true, union_all
 
-from exporter.history import fleet
-from exporter.history.fleet import FLEET_COLUMNS
+from exporter.history.fleet import FLEET_COLUMNS, bucket_rows, whole_buckets
 from exporter.history.schema import (
     SERIES_STEPS,
     SUMMARY_ASSIGNMENTS,
@@ -291,10 +290,10 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
     with store.read() as conn:
         # Whole buckets of an automatic step come from the fleet roll-up, one row each; the
         # window's partial edges (and other steps, or one node) from each node's sums.
-        first, end_ = fleet.whole_buckets(conn, step, lo, hi) if node is None else (0, 0)
+        first, end_ = whole_buckets(conn, step, lo, hi) if node is None else (0, 0)
         ranges = [(lo, hi)]
         if first < end_:
-            rows = fleet.bucket_rows(conn, step, first, end_)
+            rows = bucket_rows(conn, step, first, end_)
             ranges = [(lo, first - 1), (end_, hi)]
         statements = [stmt for a, b in ranges if a <= b
                       for stmt in _partial_sums(FLEET_COLUMNS, a, b, step, node)]

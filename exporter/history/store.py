@@ -29,7 +29,6 @@ from sqlalchemy import (
 )
 
 from exporter.errors import UserError
-from exporter.history import fleet
 from exporter.history.changes import (
     AnomalyKey,
     AssignmentKey,
@@ -39,6 +38,7 @@ from exporter.history.changes import (
     anomaly_subject,
     diff_states,
 )
+from exporter.history.fleet import FleetRollup, prune_fleet_rollup, rebuild_fleet_rollup
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
@@ -133,7 +133,7 @@ class _WriteStatements:
                             n.c.detail == bindparam("b_detail"), n.c.resolved_at.is_(None))
             .values(resolved_at=bindparam("b_at"), last_seen=bindparam("b_last")))
         self.anomaly_insert = n.insert()
-        self.fleet = fleet.FleetRollup(insert(fleet_summaries))
+        self.fleet = FleetRollup(insert(fleet_summaries))
 
 
 class HistoryStore:
@@ -331,7 +331,7 @@ class HistoryStore:
                     r[f"sum_{c}"] = int(r[f"sum_{c}"] or 0)
             if rows:
                 conn.execute(h.insert(), rows)
-            fleet.rebuild(conn)
+            rebuild_fleet_rollup(conn)
         return len(rows)
 
     def _full_diff(self, conn: Connection, node_id: int, cs: ChangeSet) -> Diff:
@@ -409,7 +409,7 @@ class HistoryStore:
                                               s.c.at_epoch < cutoff)).rowcount
             h = node_summaries_hourly
             conn.execute(delete(h).where(node_filter_of(h), h.c.hour_epoch + 3600 <= cutoff))
-            fleet.prune(conn, cutoff)
+            prune_fleet_rollup(conn, cutoff)
             rg = conn.execute(delete(g).where(node_filter_of(g), g.c.gap_to < before)).rowcount
         return PruneResult(ra, rn, rs, rg)
 

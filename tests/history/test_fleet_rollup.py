@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from exporter.history import fleet, open_store
+from exporter.history import open_store
 from exporter.history import queries as q
 from exporter.history.changes import ChangeSet
 from exporter.history.connect import configure_sqlite
+from exporter.history.fleet import whole_buckets
 from exporter.history.schema import (
     SERIES_STEPS,
     SUMMARY_COLUMNS,
@@ -126,7 +127,7 @@ def test_roll_up_equals_the_raw_aggregation(history_url: str) -> None:
         assert_ratio_matches(store, T0, T0 + span, step)  # whole buckets, aligned
     # The roll-up did answer: the 16 days hold whole weeks and days.
     with store.read() as conn:
-        assert fleet.whole_buckets(conn, 604800, *q._seconds(T0, T0 + span)) == (
+        assert whole_buckets(conn, 604800, *q._seconds(T0, T0 + span)) == (
             int(T0.timestamp()) - int(T0.timestamp()) % 604800 + 604800,
             int((T0 + span).timestamp()) // 604800 * 604800)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from exporter.history import fleet
+from exporter.history.fleet import rebuild_fleet_rollup
 
 revision = "0003"
 down_revision = "0002"
@@ -32,7 +32,7 @@ def upgrade() -> None:
         sa.Column("cpus_pod_exclusive_nano", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("step", "bucket_epoch", name="pk_fleet_summaries"),
     )
-    fleet.rebuild(op.get_bind(), STEPS)
+    rebuild_fleet_rollup(op.get_bind(), STEPS)
 
 
 def downgrade() -> None:
