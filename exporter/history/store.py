@@ -108,8 +108,9 @@ class _WriteStatements:
             writer_id=bindparam("b_writer"), writer_seq=bindparam("b_seq"),
             last_seen=bindparam("b_last"), online_cpus=bindparam("b_online"))
         self.gap_insert = history_gaps.insert()
-        # RETURNING tells whether the row was inserted: psycopg's rowcount is -1 (true)
-        # for an INSERT ... ON CONFLICT DO NOTHING RETURNING that inserted nothing.
+        # The returned id tells whether the row was inserted. The rowcount does not: on
+        # PostgreSQL the insert returns the new id anyway, and psycopg reports -1 (true)
+        # when the conflict inserted nothing, which counted a repeated summary twice.
         self.summary_insert = (insert(node_summaries).on_conflict_do_nothing()
                                .returning(node_summaries.c.id))
         rollup = insert(h)
