@@ -8,6 +8,8 @@ In one run, on a SQLite file (and on PostgreSQL when ``--postgres`` is given):
 - full churn: every pod of a 1000-pod node replaced at once (every interval closed, every
   new one opened), from ``submit()`` to committed; floor: the same number of rows inserted
   and updated by raw ``sqlite3`` executemany in one transaction;
+- summary write: one node summary (of the 1000-pod ledger) written per minute, each in a
+  transaction of its own (raw row, hourly roll-up, fleet roll-up), p50 and p95;
 - summary API: 30 days of one node's 60 s summaries (43 200 rows); ``GET /api/v1/summary``
   over the whole window (default and 1 h steps), p50 and p95 over the rounds; floor:
   ``GET /api/v1/nodes`` on the same server.
@@ -32,7 +34,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.history import HistoryWriter, open_store
-from exporter.history.changes import ChangeSet
+from exporter.history.changes import ChangeSet, state_of
 from exporter.history.schema import node_summaries, nodes
 from exporter.history.store import HistoryStore, count_rows
 from reconciler.ledger import ContainerEntry, CPUCell, Ledger, PodEntry, PoolCounts
@@ -95,6 +97,19 @@ async def bench_writes(store: HistoryStore, pods: int, cpus: int, rounds: int
     return {"first_write_s": round(first, 4), "unchanged_cycle_rows": max(unchanged_rows),
             "full_churn_s_median": round(statistics.median(churn), 4),
             "full_churn_s_max": round(max(churn), 4), "full_churn_rows": churn_rows[0]}
+
+
+def bench_summary_writes(store: HistoryStore, pods: int, cpus: int, rounds: int
+                         ) -> dict[str, Any]:
+    summary = state_of(synthetic_ledger(pods, cpus, 0)).summary
+    times = []
+    for i in range(rounds):
+        at = T0 + timedelta(seconds=60 * i + i % 7)
+        start = time.perf_counter()
+        store.write("bench-summaries", "bench", [ChangeSet(i + 1, at, at, summary=summary)])
+        times.append(time.perf_counter() - start)
+    return {"summary_write_p50_ms": round(percentile(times, 50) * 1000, 2),
+            "summary_write_p95_ms": round(percentile(times, 95) * 1000, 2)}
 
 
 def sqlite_floor(rows: int, rounds: int) -> float:
@@ -198,6 +213,7 @@ async def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[str
     store = open_store(url)
     figures: dict[str, Any] = {"backend": name}
     figures.update(await bench_writes(store, args.pods, args.cpus, args.rounds))
+    figures.update(bench_summary_writes(store, args.pods, args.cpus, args.summary_writes))
     figures.update(await bench_summary_api(store, args.api_rounds))
     store.close()
     return figures
@@ -209,6 +225,7 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--api-rounds", type=int, default=40)
+    parser.add_argument("--summary-writes", type=int, default=200)
     parser.add_argument("--postgres", default=None, metavar="URL",
                         help="also run on this (empty, disposable) PostgreSQL database")
     args = parser.parse_args()
@@ -228,6 +245,8 @@ def main() -> None:
               f"{r['full_churn_s_median']:.3f} s, max {r['full_churn_s_max']:.3f} s "
               f"(target <= 1 s; {r['full_churn_s_median'] / floor:.1f}x raw sqlite3 floor "
               f"{floor:.3f} s)")
+        print(f"  summary write of an unchanged node: p50 {r['summary_write_p50_ms']} ms, "
+              f"p95 {r['summary_write_p95_ms']} ms")
         print(f"  /api/v1/summary over 30 days ({r['summary_rows']} summaries): p95 "
               f"{r['summary_auto_step_p95_ms']} ms auto step, {r['summary_1h_step_p95_ms']} "
               f"ms 1h step (target <= 200 ms; floor /api/v1/nodes p95 "

@@ -13,7 +13,9 @@ from typing import Any
 
 from sqlalchemy import Float, Select, and_, cast, func, or_, select, true, union_all
 
+from exporter.history.fleet import FLEET_COLUMNS, bucket_rows, whole_buckets
 from exporter.history.schema import (
+    SERIES_STEPS,
     SUMMARY_ASSIGNMENTS,
     SUMMARY_COLUMNS,
     SUMMARY_POOLS,
@@ -182,15 +184,11 @@ def gaps(store: HistoryStore, *, node: str | None = None, window: Window = Windo
         "to": format_time(r.gap_to), "dropped_writes": r.dropped_writes, "reason": r.reason})
 
 
-NICE_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-              172800, 604800)
-
-
 def auto_step(start: datetime, end: datetime, points: int = 500) -> int:
     """The smallest round step giving at most about ``points`` points (at least 60 s)."""
     span = max((end - start).total_seconds(), 1.0)
     wanted = span / points
-    for step in NICE_STEPS:
+    for step in SERIES_STEPS:
         if step >= wanted:
             return step
     return math.ceil(wanted / 86400) * 86400
@@ -206,14 +204,17 @@ def _float(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
-def _partial_sums(columns: tuple[str, ...], start: datetime, end: datetime, step: int,
+def _seconds(start: datetime, end: datetime) -> tuple[int, int]:
+    """The whole seconds ``lo <= at_epoch <= hi`` of the window ``[start, end]``."""
+    return math.ceil(start.timestamp()), math.floor(end.timestamp())
+
+
+def _partial_sums(columns: tuple[str, ...], lo: int, hi: int, step: int,
                   node: str | None) -> list[Select[Any]]:
     """Statements whose rows are ``(bucket, node_id, samples, sum per column)`` for the
-    summaries with ``start <= t <= end``; one (bucket, node) may have a row in several of
+    summaries with ``lo <= at_epoch <= hi``; one (bucket, node) may have a row in several of
     them, to be added up. Whole hours inside the window come from the hourly roll-up when
     the step is a multiple of an hour; the edges (and other steps) from the raw summaries."""
-    lo = math.ceil(start.timestamp())
-    hi = math.floor(end.timestamp())
     parts: list[Select[Any]] = []
     s = node_summaries
     raw_ranges = [(lo, hi)]
@@ -252,7 +253,7 @@ def summary(store: HistoryStore, node: str, start: datetime, end: datetime,
     # One node: at most a few thousand (bucket) rows, added up here.
     sums: dict[int, list[float]] = {}
     with store.read() as conn:
-        for stmt in _partial_sums(SUMMARY_COLUMNS, start, end, step, node):
+        for stmt in _partial_sums(SUMMARY_COLUMNS, *_seconds(start, end), step, node):
             for r in conn.execute(stmt):
                 acc = sums.setdefault(int(r[0]), [0.0] * (len(SUMMARY_COLUMNS) + 1))
                 for i, v in enumerate(r[2:]):
@@ -284,13 +285,33 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
                 node: str | None = None) -> dict[str, Any]:
     """pod_shared to pod_exclusive CPUs summed over the fleet per step (each node's
     samples averaged within the step first, so nodes count equally)."""
-    # A fleet has (buckets x nodes) partial sums, tens of thousands of rows for 200 nodes:
-    # the database reduces them to one row per bucket.
-    columns = ("cpus_pod_shared", "cpus_pod_exclusive")
-    statements = _partial_sums(columns, start, end, step, node)
-    window = {"from": format_time(start), "to": format_time(end), "step": step}
-    if not statements:  # a window inside one second holds no whole second
-        return {**window, "points": []}
+    lo, hi = _seconds(start, end)
+    rows: list[tuple[int, int, float, float]] = []
+    with store.read() as conn:
+        # Whole buckets of an automatic step come from the fleet roll-up, one row each; the
+        # window's partial edges (and other steps, or one node) from each node's sums.
+        first, end_ = whole_buckets(conn, step, lo, hi) if node is None else (0, 0)
+        ranges = [(lo, hi)]
+        if first < end_:
+            rows = bucket_rows(conn, step, first, end_)
+            ranges = [(lo, first - 1), (end_, hi)]
+        statements = [stmt for a, b in ranges if a <= b
+                      for stmt in _partial_sums(FLEET_COLUMNS, a, b, step, node)]
+        if statements:
+            rows += _per_node_ratio(conn, statements)
+    points = [{
+        "t": format_time(datetime.fromtimestamp(b, UTC)), "nodes": count,
+        "pod_shared_cpus": round(shared, 3), "pod_exclusive_cpus": round(exclusive, 3),
+        "ratio": round(shared / exclusive, 6) if exclusive else None,
+    } for b, count, shared, exclusive in sorted(rows)]
+    return {"from": format_time(start), "to": format_time(end), "step": step,
+            "points": points}
+
+
+def _per_node_ratio(conn: Any, statements: list[Select[Any]]
+                    ) -> list[tuple[int, int, float, float]]:
+    """``(bucket, nodes, pod_shared, pod_exclusive)`` from each node's partial sums: the
+    database averages each node per bucket and sums per bucket, one row per point."""
     parts = union_all(*statements).subquery()
     samples = func.sum(parts.c.samples)
     per_node = (select(parts.c.bucket,
@@ -302,16 +323,9 @@ def fleet_ratio(store: HistoryStore, start: datetime, end: datetime, step: int,
                 .having(samples > 0).subquery())
     stmt = (select(per_node.c.bucket, func.count(), func.sum(per_node.c.shared),
                    func.sum(per_node.c.exclusive))
-            .group_by(per_node.c.bucket).order_by(per_node.c.bucket))
-    with store.read() as conn:
-        rows = conn.execute(stmt).all()
-    points = [{
-        "t": format_time(datetime.fromtimestamp(int(b), UTC)), "nodes": int(count),
-        "pod_shared_cpus": round(float(shared), 3),
-        "pod_exclusive_cpus": round(float(exclusive), 3),
-        "ratio": round(float(shared) / float(exclusive), 6) if exclusive else None,
-    } for b, count, shared, exclusive in rows]
-    return {**window, "points": points}
+            .group_by(per_node.c.bucket))
+    return [(int(b), int(count), float(shared), float(exclusive))
+            for b, count, shared, exclusive in conn.execute(stmt)]
 
 
 @dataclass(frozen=True, slots=True)

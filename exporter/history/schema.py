@@ -171,3 +171,20 @@ node_summaries_hourly = Table(
     *[Column(f"sum_{c}", BigInteger, nullable=False) for c in SUMMARY_COLUMNS],
     Index("ix_node_summaries_hourly_hour_epoch", "hour_epoch"),
 )
+
+# The automatic steps of the series (the API picks the smallest giving about 500 points).
+SERIES_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800,
+                604800)
+
+# Fleet roll-up (exporter/history/fleet.py): per automatic step and bucket, the nodes with
+# summaries in it and the sum over them of each node's average CPUs in billionths, kept by
+# every writer in the same transaction as its summaries, so that a fleet-wide series reads
+# one row per point instead of one per node and point.
+fleet_summaries = Table(
+    "fleet_summaries", metadata,
+    Column("step", Integer, nullable=False, primary_key=True),
+    Column("bucket_epoch", BigInteger, nullable=False, primary_key=True),
+    Column("nodes", Integer, nullable=False),
+    Column("cpus_pod_shared_nano", BigInteger, nullable=False),
+    Column("cpus_pod_exclusive_nano", BigInteger, nullable=False),
+)

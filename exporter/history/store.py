@@ -38,10 +38,12 @@ from exporter.history.changes import (
     anomaly_subject,
     diff_states,
 )
+from exporter.history.fleet import FleetRollup, prune_fleet_rollup, rebuild_fleet_rollup
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
     assignment_intervals,
+    fleet_summaries,
     history_gaps,
     node_summaries,
     node_summaries_hourly,
@@ -52,7 +54,7 @@ from exporter.history.timeutil import utc
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest migration. A store already there is opened without loading Alembic at all
 # (about 10 MiB of a node agent's memory); a test keeps this equal to Alembic's own head.
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 _PG_MIGRATION_LOCK = 0x706F647265730001  # "podres" + 1: pg_advisory_xact_lock key
 
 
@@ -106,7 +108,11 @@ class _WriteStatements:
             writer_id=bindparam("b_writer"), writer_seq=bindparam("b_seq"),
             last_seen=bindparam("b_last"), online_cpus=bindparam("b_online"))
         self.gap_insert = history_gaps.insert()
-        self.summary_insert = insert(node_summaries).on_conflict_do_nothing()
+        # The returned id tells whether the row was inserted. The rowcount does not: on
+        # PostgreSQL the insert returns the new id anyway, and psycopg reports -1 (true)
+        # when the conflict inserted nothing, which counted a repeated summary twice.
+        self.summary_insert = (insert(node_summaries).on_conflict_do_nothing()
+                               .returning(node_summaries.c.id))
         rollup = insert(h)
         sums = [f"sum_{c}" for c in SUMMARY_COLUMNS]
         self.rollup_upsert = rollup.on_conflict_do_update(
@@ -128,6 +134,7 @@ class _WriteStatements:
                             n.c.detail == bindparam("b_detail"), n.c.resolved_at.is_(None))
             .values(resolved_at=bindparam("b_at"), last_seen=bindparam("b_last")))
         self.anomaly_insert = n.insert()
+        self.fleet = FleetRollup(insert(fleet_summaries))
 
 
 class HistoryStore:
@@ -247,10 +254,11 @@ class HistoryStore:
             last_seen = current.last_seen
             online = current.online_cpus
             applied = 0
+            summaries: list[tuple[int, dict[str, int]]] = []  # inserted: for the fleet
             for cs in changesets:
                 if current.writer_id == writer_id and cs.seq <= current.writer_seq:
                     continue
-                rows += self._apply(conn, node_id, cs)
+                rows += self._apply(conn, node_id, cs, summaries)
                 applied = cs.seq
                 last_seen = max(last_seen, cs.at)
                 if cs.state is not None:
@@ -261,9 +269,12 @@ class HistoryStore:
                 conn.execute(self._stmts.node_update, {
                     "b_node": node_id, "b_writer": writer_id, "b_seq": applied,
                     "b_last": last_seen, "b_online": online})
+            # Last, so that the shared fleet rows stay locked for the shortest time.
+            self._stmts.fleet.add_samples(conn, node_id, summaries)
         return rows
 
-    def _apply(self, conn: Connection, node_id: int, cs: ChangeSet) -> int:
+    def _apply(self, conn: Connection, node_id: int, cs: ChangeSet,
+               summaries: list[tuple[int, dict[str, int]]]) -> int:
         rows = 0
         if cs.gap is not None:
             conn.execute(self._stmts.gap_insert, {
@@ -278,9 +289,10 @@ class HistoryStore:
             # A restarted exporter may repeat the last summary's time: keep the first.
             epoch = int(cs.at.timestamp())
             inserted = conn.execute(self._stmts.summary_insert, {
-                "node_id": node_id, "at": cs.at, "at_epoch": epoch, **cs.summary}).rowcount
-            if inserted:
+                "node_id": node_id, "at": cs.at, "at_epoch": epoch, **cs.summary}).first()
+            if inserted is not None:
                 self._roll_up(conn, node_id, epoch, cs.summary)
+                summaries.append((epoch, cs.summary))
             conn.execute(self._stmts.anomalies_seen, {"b_node": node_id, "b_at": cs.at})
             rows += 1
         return rows
@@ -294,8 +306,9 @@ class HistoryStore:
             **{f"sum_{c}": int(summary.get(c, 0)) for c in SUMMARY_COLUMNS}})
 
     def rebuild_rollup(self, node: str | None = None) -> int:
-        """Recompute the hourly roll-up from the raw summaries (after a bulk import or a
-        manual repair); returns the number of hours written."""
+        """Recompute the hourly roll-up (of ``node``, or of all) and the fleet roll-up
+        from the raw summaries (after a bulk import, a manual repair or deleting a node);
+        returns the number of hours written."""
         s, h = node_summaries, node_summaries_hourly
         hour = (s.c.at_epoch - s.c.at_epoch % 3600).label("hour_epoch")
         with self.write_transaction() as conn:
@@ -319,6 +332,7 @@ class HistoryStore:
                     r[f"sum_{c}"] = int(r[f"sum_{c}"] or 0)
             if rows:
                 conn.execute(h.insert(), rows)
+            rebuild_fleet_rollup(conn)
         return len(rows)
 
     def _full_diff(self, conn: Connection, node_id: int, cs: ChangeSet) -> Diff:
@@ -396,6 +410,7 @@ class HistoryStore:
                                               s.c.at_epoch < cutoff)).rowcount
             h = node_summaries_hourly
             conn.execute(delete(h).where(node_filter_of(h), h.c.hour_epoch + 3600 <= cutoff))
+            prune_fleet_rollup(conn, cutoff)
             rg = conn.execute(delete(g).where(node_filter_of(g), g.c.gap_to < before)).rowcount
         return PruneResult(ra, rn, rs, rg)
 
@@ -428,7 +443,7 @@ def count_rows(store: HistoryStore) -> dict[str, int]:
     out: dict[str, int] = {}
     with store.read() as conn:
         for table in (nodes, assignment_intervals, anomaly_intervals, node_summaries,
-                      node_summaries_hourly, history_gaps):
+                      node_summaries_hourly, fleet_summaries, history_gaps):
             out[table.name] = int(conn.execute(select(func.count()).select_from(table))
                                   .scalar_one())
     return out
