@@ -30,11 +30,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
 from exporter.history.store import HistoryStore, describe_error
 from exporter.history.timeutil import utc
+from exporter.runtime import release_free_memory
 from reconciler.ledger import Ledger
 
 log = logging.getLogger("podres.history")
 
 MAX_BATCH = 64  # change-sets per transaction when catching up
+RELEASE_AFTER_ROWS = 500
 
 
 def _transient(exc: BaseException) -> bool:
@@ -272,6 +274,10 @@ class HistoryWriter:
             delay = self.retry_initial
             self.last_error = None
             self.rows_written_total += rows
+            if rows >= RELEASE_AFTER_ROWS:
+                # A node's worth of rows left its statement parameters freed in the writing
+                # thread's malloc arena: hand the pages back instead of keeping the peak.
+                release_free_memory()
             for _ in batch:
                 self._pending.popleft()
             self._end_gap_if_room()
