@@ -379,7 +379,7 @@ def _memory_breakdown(result: dict[str, Any]) -> None:
         **{f"import {name}": result[f"import_{name}_mib"]
            for name in ("grpc", "aiohttp", "protobuf", "sqlalchemy", "prometheus_client")},
         "exporter imports beyond the floor": round(result["serve_imports_mib"] - floor, 1),
-        "  of which the history store's": round(
+        "  history store's imports (SQLAlchemy in them)": round(
             result["serve_imports_mib"] - result["serve_imports_no_history_mib"], 1),
         "node data and sources at run time": round(
             result["rss_no_history_mib"] - result["serve_imports_no_history_mib"], 1),
