@@ -25,6 +25,7 @@ from typing import TypeVar
 from exporter.assemble import SourceKey, parse_optional, snapshot_from_raw
 from exporter.errors import SourceError
 from exporter.rawnode import RawNode
+from exporter.runtime import release_free_memory
 from exporter.sources.checkpoint import CheckpointFiles
 from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
 from exporter.sources.pod_list import reduce_pod_list
@@ -206,6 +207,10 @@ class NodeReader:
         fresh: dict[SourceKey, SourceError] = {}
         body = await self._part(self.kubelet.fetch("/pods"), fresh)
         self._pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
+        if body is not None:
+            del body
+            # The body and its chunks were tens of MiB that glibc would keep in its arenas.
+            release_free_memory()
         self._pods_error = fresh.get(PODS)
         errors.update(fresh)
 
