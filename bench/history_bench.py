@@ -168,6 +168,22 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
+async def timed_gets(client: TestClient[Any, Any], path: str, params: dict[str, str],
+                     rounds: int) -> tuple[list[float], list[Any]]:
+    """``rounds`` GETs of ``path``: each one's seconds and JSON body; an answer other than
+    200 ends the bench."""
+    times, bodies = [], []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        resp = await client.get(path, params=params)
+        body = await resp.json()
+        times.append(time.perf_counter() - start)
+        if resp.status != 200:
+            raise SystemExit(f"{path}: HTTP {resp.status}: {body}")
+        bodies.append(body)
+    return times, bodies
+
+
 async def bench_summary_api(store: HistoryStore, rounds: int) -> dict[str, Any]:
     from exporter.history.api import add_routes
 
@@ -181,16 +197,9 @@ async def bench_summary_api(store: HistoryStore, rounds: int) -> dict[str, Any]:
         samples: list[int] = []
 
         async def timed(path: str, params: dict[str, str]) -> list[float]:
-            times = []
-            for _ in range(rounds):
-                start = time.perf_counter()
-                resp = await client.get(path, params=params)
-                body = await resp.json()
-                times.append(time.perf_counter() - start)
-                if resp.status != 200:
-                    raise SystemExit(f"{path}: HTTP {resp.status}: {body}")
-                if "points" in body:
-                    samples.append(sum(p["samples"] for p in body["points"]))
+            times, bodies = await timed_gets(client, path, params, rounds)
+            samples.extend(sum(p["samples"] for p in body["points"])
+                           for body in bodies if "points" in body)
             return times
 
         await timed("/api/v1/summary", window)  # warm up

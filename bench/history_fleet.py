@@ -42,7 +42,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import text
 
-from bench.history_bench import percentile
+from bench.history_bench import percentile, timed_gets
 from bench.pgcluster import create_database, drop_database, start_cluster
 from exporter.history import open_store
 from exporter.history.changes import ChangeSet
@@ -140,15 +140,8 @@ async def measure(store: HistoryStore, end: datetime, args: argparse.Namespace
 
         async def timed(path: str, params: dict[str, str], rounds: int
                         ) -> tuple[list[float], Any]:
-            times, body = [], None
-            for _ in range(rounds):
-                start = time.perf_counter()
-                resp = await client.get(path, params=params)
-                body = await resp.json()
-                times.append(time.perf_counter() - start)
-                if resp.status != 200:
-                    raise SystemExit(f"{path}: HTTP {resp.status}: {body}")
-            return times, body
+            times, bodies = await timed_gets(client, path, params, rounds)
+            return times, bodies[-1] if bodies else None
 
         for path, params in (("/api/v1/nodes", {"limit": "1"}),
                              *[(p, q) for _, p, q in cases(end, args.days)]):

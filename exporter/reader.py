@@ -127,7 +127,7 @@ class NodeReader:
         self._pods_at = -1e18
         self._pods: bytes | None = None
         self._pods_error: SourceError | None = None
-        self._pods_list_key = b""
+        self._pods_list: bytes | None = None
         self._key = b""
         # The last ledger and the problems found in its inputs (not the snapshot: the
         # ledger is all that is served, and a node's snapshot is megabytes).
@@ -239,12 +239,13 @@ class NodeReader:
             self._files(),
         )
         if list_raw is not None:
-            list_key = _digest(list_raw)
-            if list_key != self._pods_list_key and not pods_read and self.kubelet is not None:
+            # The List bytes are kept by the poll's raw node anyway: comparing them is cheaper
+            # than hashing them a second time.
+            if list_raw != self._pods_list and not pods_read and self.kubelet is not None:
                 self._pods_at = now
                 await self._pods_body(errors)
                 pods_read = True
-            self._pods_list_key = list_key
+            self._pods_list = list_raw
         topology, checkpoints, file_errors = files
         errors.update(file_errors)
         if LIST in errors:
