@@ -26,8 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# protobuf through what generated code imports: ``google.protobuf.message`` alone loads
+# none of protobuf's runtime (it measured 0.1 MiB), which any user of a message loads.
 FLOOR_PACKAGES = (
-    "grpc", "aiohttp", "google.protobuf.message", "sqlalchemy", "prometheus_client")
+    "grpc", "aiohttp", "google.protobuf.internal.builder", "sqlalchemy", "prometheus_client")
 
 # What ``serve`` imports, as exporter/commands/serve.py does when it runs; the history
 # store's modules (and SQLAlchemy, which nothing else imports) only when it is on.
@@ -71,9 +73,10 @@ def import_figures() -> dict[str, float]:
     for package in FLOOR_PACKAGES:
         name = package.split(".")[1 if package.startswith("google.") else 0]
         figures[f"import_{name}_mib"] = round(least((package,)) - interpreter, 1)
-    figures["serve_imports_mib"] = least(FLOOR_PACKAGES + SERVE_MODULES + HISTORY_MODULES)
-    figures["serve_imports_no_history_mib"] = least(
-        tuple(p for p in FLOOR_PACKAGES if p not in HISTORY_MODULES) + SERVE_MODULES)
+    # What serve loads, and nothing more: it never imports prometheus_client (the exporter
+    # renders its exposition itself), which the floor counts.
+    figures["serve_imports_mib"] = least(SERVE_MODULES + HISTORY_MODULES)
+    figures["serve_imports_no_history_mib"] = least(SERVE_MODULES)
     return figures
 
 

@@ -370,6 +370,32 @@ async def _rss_phase(serve_argv: list[str]) -> float:
         return vm_status(serve.pid)["VmRSS"]
 
 
+async def _one_pod_node(workdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    """``serve``'s resident set on a node of one pod, with and without the history store:
+    what the process costs before any node data, which no cut to the node's data can
+    lower."""
+    root = workdir / "one-pod"
+    root.mkdir()
+    with _process([sys.executable, "-m", "bench.scrape", "--sim-server", str(root),
+                   "--pods", "1", "--cpus", str(args.cpus),
+                   "--seed", str(args.seed)]) as sim_process:
+        sim = json.loads(await _read_url(sim_process, stream="stdout"))
+        argv = _serve_argv(sim, args.poll_interval, f"sqlite:///{root / 'history.db'}")
+        return {"rss_one_pod_mib": await _rss_phase(argv),
+                "rss_one_pod_no_history_mib": await _rss_phase([*argv[:-1], "off"])}
+
+
+def _serve_argv(sim: dict[str, str], poll_interval: str, history: str) -> list[str]:
+    return [
+        sys.executable, "-m", "exporter.cli", "serve",
+        "--web.listen-address", "127.0.0.1:0", "--log.format", "json",
+        "--podresources.socket", sim["socket"], "--topology", sim["topology"],
+        "--kubelet.url", sim["https"], "--kubelet.ca-file", sim["ca_file"],
+        "--kubelet.token-file", sim["token_file"], "--node-name", "bench",
+        "--poll.interval", poll_interval, "--history.url", history,
+    ]
+
+
 def _memory_breakdown(result: dict[str, Any]) -> None:
     """The serve RSS figures against the import floor, and where the memory goes."""
     floor = result["import_floor_mib"]
@@ -378,16 +404,18 @@ def _memory_breakdown(result: dict[str, Any]) -> None:
         "interpreter": result["interpreter_mib"],
         **{f"import {name}": result[f"import_{name}_mib"]
            for name in ("grpc", "aiohttp", "protobuf", "sqlalchemy", "prometheus_client")},
-        "exporter imports beyond the floor": round(result["serve_imports_mib"] - floor, 1),
-        "  history store's imports (SQLAlchemy in them)": round(
+        "serve's imports (prometheus_client not among them)": result["serve_imports_mib"],
+        "  of which the history store's (SQLAlchemy, sqlite3)": round(
             result["serve_imports_mib"] - result["serve_imports_no_history_mib"], 1),
-        "node data and sources at run time": round(
-            result["rss_no_history_mib"] - result["serve_imports_no_history_mib"], 1),
+        "serve on a one-pod node": result["rss_one_pod_mib"],
+        "  the same, --history.url off": result["rss_one_pod_no_history_mib"],
+        "node data over the one-pod node": round(
+            result["rss_mib"] - result["rss_one_pod_mib"], 1),
+        "  of which the rendered /metrics bodies (plain + gzip)": round(
+            (result["body_bytes"] + result["body_gzip_bytes"]) / 2**20, 1),
         "history store at run time": round(
             result["rss_mib"] - result["rss_no_history_mib"]
             - (result["serve_imports_mib"] - result["serve_imports_no_history_mib"]), 1),
-        "rendered /metrics bodies (plain + gzip)": round(
-            (result["body_bytes"] + result["body_gzip_bytes"]) / 2**20, 1),
     }
 
 
@@ -401,21 +429,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                    "--seed", str(args.seed)]) as sim_process:
         sim = json.loads(await _read_url(sim_process, stream="stdout"))
         result.update(await measure_polls(sim, rounds=args.rounds))
-        serve_argv = [
-            sys.executable, "-m", "exporter.cli", "serve",
-            "--web.listen-address", "127.0.0.1:0", "--log.format", "json",
-            "--podresources.socket", sim["socket"], "--topology", sim["topology"],
-            "--kubelet.url", sim["https"], "--kubelet.ca-file", sim["ca_file"],
-            "--kubelet.token-file", sim["token_file"], "--node-name", "bench",
-            "--poll.interval", args.poll_interval,
-            "--history.url", f"sqlite:///{workdir / 'history.db'}",
-        ]
+        serve_argv = _serve_argv(sim, args.poll_interval,
+                                 f"sqlite:///{workdir / 'history.db'}")
         await _serve_phase(serve_argv, workdir, args, result, "")
         no_history = [*serve_argv[:-1], "off"]
         if not args.quick:  # the same without the history store, for information
             await _serve_phase(no_history, workdir, args, result, "_no_history")
         else:
             result["rss_no_history_mib"] = await _rss_phase(no_history)
+    result.update(await _one_pod_node(workdir, args))
     result.update(await asyncio.to_thread(import_figures))
     _memory_breakdown(result)
     result["ok"] = bool(result["scrape_ratio"] <= SCRAPE_TARGET

@@ -37,6 +37,7 @@ from sqlalchemy.exc import (
 )
 
 from exporter.errors import UserError
+from exporter.history.schema import declare_backend
 from exporter.history.store import HistoryStore, MigrationUnreachable, describe_error
 
 log = logging.getLogger("podres.history")
@@ -98,6 +99,7 @@ def open_store(url: str | None = None, *, mode: Mode = "create",
         engine = create_engine(parsed, **kwargs)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise UserError(f"--history.url {redact_url(url)}: {exc}") from None
+    declare_backend(backend)
     if backend == "sqlite":
         configure_sqlite(engine, mode)
     migrator = _child_migrator(url) if isolated_migrations else None

@@ -86,10 +86,10 @@ assignment_intervals = Table(
     Column("numa_nodes", String(255), nullable=False, server_default=""),
     Column("valid_from", UTCDateTime(), nullable=False),
     Column("valid_to", UTCDateTime(), nullable=True),
-    # At most one open interval per container of a node: duplicates are impossible.
+    # At most one open interval per container of a node: duplicates are impossible. Its
+    # condition is declared per backend by declare_backend().
     Index("uq_assignment_intervals_open", "node_id", "namespace", "pod", "container",
-          unique=True, sqlite_where=text("valid_to IS NULL"),
-          postgresql_where=text("valid_to IS NULL")),
+          unique=True),
     Index("ix_assignment_intervals_node_from", "node_id", "valid_from"),
     Index("ix_assignment_intervals_node_to", "node_id", "valid_to"),
     Index("ix_assignment_intervals_ns_pod", "namespace", "pod"),
@@ -188,3 +188,16 @@ fleet_summaries = Table(
     Column("cpus_pod_shared_nano", BigInteger, nullable=False),
     Column("cpus_pod_exclusive_nano", BigInteger, nullable=False),
 )
+
+
+_OPEN_INTERVAL = text("valid_to IS NULL")
+
+
+def declare_backend(backend: str) -> None:
+    """Declare the partial unique index's condition for ``backend`` (``sqlite`` or
+    ``postgresql``), as the migrations create it. A backend's index options are declared
+    only once a database of that backend is opened: declaring one loads SQLAlchemy's
+    dialect for it, and PostgreSQL's is some 2 MiB that an agent on SQLite never needs."""
+    index = next(i for i in assignment_intervals.indexes
+                 if i.name == "uq_assignment_intervals_open")
+    index.dialect_options[backend]["where"] = _OPEN_INTERVAL

@@ -28,8 +28,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-import bcrypt
+if TYPE_CHECKING:
+    from types import ModuleType
 
 
 class Verdict(enum.Enum):
@@ -73,6 +75,11 @@ class BasicAuth:
 
     def __init__(self, users: Mapping[str, bytes], *, workers: int = 1, max_pending: int = 32,
                  busy_wait: float = 1.0, cache_size: int = 1024) -> None:
+        # Loaded here, not with the module: only a web config with users needs bcrypt, and
+        # every exporter imports this module.
+        import bcrypt
+
+        self._bcrypt: ModuleType = bcrypt
         self._users = {user.encode(): hashed for user, hashed in users.items()}
         cost = max(bcrypt_cost(hashed) for hashed in users.values())
         self._decoy = bcrypt.hashpw(secrets.token_bytes(16), bcrypt.gensalt(rounds=cost))
@@ -119,6 +126,6 @@ class BasicAuth:
 
     def _check_hash(self, password: bytes, hashed: bytes) -> bool:
         try:
-            return bcrypt.checkpw(password, hashed)
+            return bool(self._bcrypt.checkpw(password, hashed))
         except ValueError:  # bcrypt refuses passwords with NUL bytes, among others
             return False
