@@ -21,11 +21,13 @@ measures, each against a floor measured in the same run:
   phases, as deployed by default: the kubelet source and a SQLite history store on, against
   the import floor (a process importing the runtime dependencies and nothing else). Targets:
   ≤ 70 MiB and ≤ 1.2× the floor. Printed with where it goes (bench.memory): interpreter,
-  imports by package, the exporter's own imports, the node's data at run time, the history
-  store, the rendered bodies, and the process's mappings by allocator.
+  imports by package, what ``serve`` imports, ``serve`` on a node of one pod (the cost
+  before any node data), the node's data over it, the history store at run time, the
+  rendered bodies, and the process's mappings by allocator.
 
 A ``serve`` with ``--history.url off`` gives the history store's share of the memory;
-unless ``--quick``, its scrape figures are taken too, for information.
+unless ``--quick``, its scrape figures are taken too, for information. The one-pod node is
+served by a second simulator; ``serve`` runs on it with and without the history store.
 
 Prints a table and, as its last line, one JSON object with the figures and the ratios.
 """
