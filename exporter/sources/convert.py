@@ -112,15 +112,19 @@ class _ListReader:
         containers = []
         cpu_ids: tuple[int, ...] = ()
         memory: tuple[MemoryBlock, ...] = ()
-        for tag, start, stop in _fields(tail):
+        i, end = 0, len(tail)
+        while i < end:
+            tag = tail[i]
+            if tag != _POD_CONTAINERS and tag != _POD_CPU_IDS and tag != _POD_MEMORY:
+                raise _Unexpected  # before reading a length: it may be no length at all
+            start, stop = _span(tail, i)
             if tag == _POD_CONTAINERS:
                 containers.append(self._container(tail[start:stop]))
             elif tag == _POD_CPU_IDS:
                 cpu_ids += _int64s(tail[start:stop])
-            elif tag == _POD_MEMORY:
-                memory += (self._block(tail[start:stop]),)
             else:
-                raise _Unexpected
+                memory += (self._block(tail[start:stop]),)
+            i = stop
         return tuple(containers), cpu_ids, memory
 
     def _container(self, chunk: bytes) -> ContainerAlloc:
@@ -145,37 +149,31 @@ def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
     name = ""
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryBlock, ...] = ()
-    for tag, start, stop in _fields(chunk):
+    i, end = 0, len(chunk)
+    while i < end:
+        tag = chunk[i]
+        if tag != _NAME and tag != _CONTAINER_CPU_IDS and tag != _CONTAINER_MEMORY:
+            raise _Unexpected  # as in _pod_rest
+        start, stop = _span(chunk, i)
         if tag == _NAME:
             name = chunk[start:stop].decode()
         elif tag == _CONTAINER_CPU_IDS:
             cpu_ids += _int64s(chunk[start:stop])
-        elif tag == _CONTAINER_MEMORY:
-            memory += (block(chunk[start:stop]),)
         else:
-            raise _Unexpected
+            memory += (block(chunk[start:stop]),)
+        i = stop
     # ContainerAlloc's field order, as for PodAlloc.
     return tuple.__new__(ContainerAlloc, (name, cpu_ids, memory))
 
 
-def _fields(data: bytes) -> list[tuple[int, int, int]]:
-    """(tag, start, stop) of each length-delimited field in ``data``; a field of another
-    wire type raises ``_Unexpected``. A list built in one call costs less than a
-    generator resumed per field."""
-    fields = []
-    i, end = 0, len(data)
-    while i < end:
-        tag = data[i]
-        if tag & 0x87 != 0x02:  # a multi-byte tag, or not length-delimited
-            raise _Unexpected
-        length = data[i + 1]
-        if length < 0x80:
-            i += 2
-        else:
-            length, i = _varint(data, i + 1)
-        fields.append((tag, i, i + length))
-        i += length
-    return fields
+def _span(data: bytes, i: int) -> tuple[int, int]:
+    """Where the value of the length-delimited field whose one-byte tag is at ``data[i]``
+    starts and stops."""
+    length = data[i + 1]
+    if length < 0x80:  # _varint's common case, inline
+        return i + 2, i + 2 + length
+    length, start = _varint(data, i + 1)
+    return start, start + length
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
