@@ -85,12 +85,13 @@ class Family(Generic[T]):
     labels: tuple[str, ...]
     group: Group
     samples: Callable[[T], Iterable[Sample] | None]
-    # Optional, for a family with one series per container: ``lines(name, containers,
-    # values)`` writes the series ``samples`` gives as exposition lines, label values
-    # unescaped, each value as ``values`` formats it (line end included). On a
-    # busy node that family is most of the exposition, and a line written straight from
-    # the entry costs less than a sample tuple formatted afterwards. The renderer uses it
-    # when no label value needs escaping and no series repeats, and ``samples`` otherwise.
+    # Optional, for a family with one series per container, told apart by the container's
+    # namespace, pod and name: ``lines(name, containers, values)`` writes the series
+    # ``samples`` gives as exposition lines, label values unescaped, each value as
+    # ``values`` formats it (line end included). On a busy node that family is most of
+    # the exposition, and a line written straight from the entry costs less than a sample
+    # tuple formatted afterwards. The renderer uses it when no label value needs escaping
+    # and no container is named twice, and ``samples`` otherwise.
     lines: Callable[[str, T, Mapping[float, str]], str] | None = None
 
 
