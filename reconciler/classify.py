@@ -64,9 +64,12 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
     block = _known(pod.cpu_ids, online, pod, None, found)
     sets = [_known(c.cpu_ids, online, pod, c.name, found) for c in pod.containers]
     raw = [frozenset(c.cpu_ids) for c in pod.containers]
+    # The views below are built by tuple.__new__, in PodView's field order (plain last):
+    # without NamedTuple's Python-level __new__, as for every pod that reports CPUs.
     if pod.cpu_ids:
         assignments: list[Assignment] = ["pod_exclusive" if r else "pod_shared" for r in raw]
-        return PodView(pod, spec, block, True, False, assignments, sets, found)
+        return tuple.__new__(PodView, (pod, spec, block, True, False, assignments, sets, found,
+                                       False))
     shared_idx = _legacy_shared(raw, spec)
     if shared_idx:
         assignments = ["pod_shared" if (i in shared_idx or not r) else "pod_exclusive"
@@ -74,10 +77,11 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
         found.append(Anomaly("legacy_shared_report", pod.namespace, pod.name, None,
                              "containers report the pod shared pool as their own CPUs "
                              "(1.36 reporting); counted once as pod_shared"))
-        return PodView(pod, spec, frozenset().union(*sets), False, True, assignments, sets,
-                       found)
+        return tuple.__new__(PodView, (pod, spec, frozenset().union(*sets), False, True,
+                                       assignments, sets, found, False))
     assignments = ["node_exclusive" if r else "node_shared" for r in raw]
-    return PodView(pod, spec, EMPTY, False, False, assignments, sets, found)
+    return tuple.__new__(PodView, (pod, spec, EMPTY, False, False, assignments, sets, found,
+                                   False))
 
 
 def _known(ids: Iterable[int], online: frozenset[int], pod: PodAlloc, container: str | None,

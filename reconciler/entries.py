@@ -6,7 +6,7 @@ from __future__ import annotations
 from reconciler.classify import EMPTY, PodView
 from reconciler.estimates import legacy_cost, reclaimable_cores
 from reconciler.kube import PodSpec
-from reconciler.ledger import Basis, ContainerEntry, PodEntry
+from reconciler.ledger import ContainerEntry, PodEntry
 from reconciler.memory import MemoryRow, PodMemory
 from reconciler.ownership import Claim
 from reconciler.pools import EXCLUSIVE
@@ -44,13 +44,20 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
                       containers: list[ContainerEntry]) -> PodEntry:
     """A pod that reports nothing (no CPU, no memory): every container node_shared."""
     namespace, name = pod.namespace, pod.name
-    # _sidecar_names(None) is empty too: testing here spares a call per pod without a spec.
-    sidecars = _sidecar_names(spec) if spec is not None else _EMPTY_NAMES
     add = containers.append
+    new = tuple.__new__
+    if spec is None:
+        # The hot loop of a busy node, its entries built as in _plain_entry, in their
+        # field order: no spec, so no sidecar and no estimate basis but PodResources.
+        for c in pod.containers:
+            add(new(ContainerEntry, (namespace, name, c.name, False, "node_shared",
+                                     "node_shared", EMPTY, 0)))
+        return new(PodEntry, (namespace, name, EMPTY, None, 0, 0, 0, 0, None, 0,
+                              "podresources", "", ()))
+    sidecars = _sidecar_names(spec)
     for c in pod.containers:
-        # In ContainerEntry's field order, built as in _plain_entry (the hot loop of a node).
-        add(tuple.__new__(ContainerEntry, (namespace, name, c.name, c.name in sidecars,
-                                           "node_shared", "node_shared", EMPTY, 0)))
+        add(new(ContainerEntry, (namespace, name, c.name, c.name in sidecars, "node_shared",
+                                 "node_shared", EMPTY, 0)))
     return _plain_entry(pod, spec, ())
 
 
@@ -79,30 +86,31 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
 
 def _pod_entry(view: PodView, claim: Claim, memory: tuple[MemoryRow, ...]) -> PodEntry:
     pod, spec = view.alloc, view.spec
-    basis: Basis = "spec" if spec is not None else "podresources"
     node_exclusive = frozenset().union(*(
         s for a, s in zip(view.assignments, view.sets, strict=True) if a == "node_exclusive"))
     pod_exclusive = pod_shared = pod_idle = 0
-    if view.pod_level:
+    pod_level = view.pod_level
+    if pod_level:
         pod_exclusive = len(claim.exclusive)
         if "pod_shared" in view.assignments:
             pod_shared = len(claim.remainder)
         else:
             pod_idle = len(claim.remainder)
-    reclaimed, reclaimable = _estimates(view)
-    return PodEntry(
-        namespace=pod.namespace, name=pod.name, cpus=view.block,
-        budget_cpus=spec.budget_cpus if spec else None,
-        pod_exclusive_cpus=pod_exclusive, pod_shared_cpus=pod_shared, pod_idle_cpus=pod_idle,
-        node_exclusive_cpus=len(node_exclusive),
-        reclaimed_cpus=reclaimed, reclaimable_cpus=reclaimable, estimate_basis=basis,
-        uid=spec.uid if spec else "", memory=memory,
-    )
+    reclaimed, reclaimable = _estimates(view, pod_level)
+    # tuple.__new__ in PodEntry's field order, as in _plain_entry: a pod of its own is
+    # built without NamedTuple's Python-level __new__ too.
+    if spec is None:
+        return tuple.__new__(PodEntry, (
+            pod.namespace, pod.name, view.block, None, pod_exclusive, pod_shared, pod_idle,
+            len(node_exclusive), reclaimed, reclaimable, "podresources", "", memory))
+    return tuple.__new__(PodEntry, (
+        pod.namespace, pod.name, view.block, spec.budget_cpus, pod_exclusive, pod_shared,
+        pod_idle, len(node_exclusive), reclaimed, reclaimable, "spec", spec.uid, memory))
 
 
-def _estimates(view: PodView) -> tuple[int | None, int | None]:
+def _estimates(view: PodView, pod_level: bool) -> tuple[int | None, int | None]:
     """(reclaimed, reclaimable): the first for a pod with a block, the second without."""
-    if view.pod_level:
+    if pod_level:
         spec = view.spec
         cost = legacy_cost(
             [(a in EXCLUSIVE, len(s), cs.resources if cs is not None else None)

@@ -104,6 +104,16 @@ class ContainerEntry(NamedTuple):
         }
 
 
+class DistinctContainers(tuple[ContainerEntry, ...]):
+    """Container entries no two of which share a namespace, pod and name: what the
+    reconciler gives a ledger whose pods are each listed once, each naming its containers
+    once (nearly every node), so that the exposition need not look for repeated series.
+    A tuple of entries built any other way, or changed afterwards, is a plain tuple: not
+    known to be distinct. Equal to, and shown as, the plain tuple of the same entries."""
+
+    __slots__ = ()
+
+
 class CPUCell(NamedTuple):
     """One online CPU and who holds it, for the CPU map (not part of the ledger JSON)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
+from operator import attrgetter
 from typing import NamedTuple
 
 from reconciler.anomalies import Anomaly
@@ -23,6 +24,7 @@ MemoryKey = tuple[tuple[str, int, tuple[int, ...]], ...]
 MemoryRow = tuple[MemoryPool, str, int]  # (pool, memory_type, bytes)
 
 _POOL_SLOT = {pool: slot for slot, pool in enumerate(MEMORY_POOLS)}
+_SIZE = attrgetter("size")
 
 
 class PodMemory(NamedTuple):
@@ -42,11 +44,11 @@ def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
     """The memory classification of a pod that reports memory (at pod or container level);
     ``legacy_pattern`` is whether its CPUs showed the 1.36 pattern."""
     shares, shared_keys = _shares(pod, legacy_pattern)
-    exclusive: dict[str, int] = defaultdict(int)
+    exclusive: dict[str, int] = {}
     for c, shared in zip(pod.containers, shares, strict=True):
         if not shared:
             for b in c.memory:
-                exclusive[b.memory_type] += b.size
+                exclusive[b.memory_type] = exclusive.get(b.memory_type, 0) + b.size
     pod_total = _pod_total(pod, exclusive, shared_keys)
     found: list[Anomaly] = []
     shared_left = _shared_left(pod, pod_total, exclusive, found)
@@ -57,7 +59,8 @@ def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
     pool: MemoryPool = "pod_exclusive" if pod_level else "node_exclusive"
     rows: list[MemoryRow] = [(pool, mtype, size) for mtype, size in sorted(exclusive.items())]
     rows += [("pod_shared", mtype, size) for mtype, size in sorted(shared_left.items())]
-    return PodMemory(assignments, sizes, tuple(rows)), found
+    # tuple.__new__: PodMemory's fields in order, without NamedTuple's Python-level __new__.
+    return tuple.__new__(PodMemory, (assignments, sizes, tuple(rows))), found
 
 
 def _memory_key(c: ContainerAlloc) -> MemoryKey:
@@ -143,7 +146,7 @@ def _containers(pod: PodAlloc, shares: list[bool], pod_level: bool, shared_bytes
         if a == "pod_shared":
             sizes.append(shared_bytes)
         else:
-            sizes.append(sum(b.size for b in c.memory) if a != "node_shared" else 0)
+            sizes.append(sum(map(_SIZE, c.memory)) if a != "node_shared" else 0)
     return tuple(assignments), tuple(sizes)
 
 

@@ -16,14 +16,16 @@ from reconciler.checks import missing_exclusive, pod_checks
 from reconciler.classify import all_node_shared, classify, cpu_less_view, node_unknown_cpus
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
-from reconciler.ledger import ContainerEntry, Ledger, PodEntry
+from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger, PodEntry
 from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
 from reconciler.placement_checks import PlacementChecks
-from reconciler.snapshot import NodeSnapshot, PodAlloc
+from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
 
 _CPU_IDS_OF = attrgetter("cpu_ids")
+_NAME_OF = attrgetter("name")
+_POD_NAME_OF = attrgetter("namespace", "name")
 _MEMORY_OF = attrgetter("memory")
 # filter(None, ...) leaves out the None (and 0) estimates: C-level over every pod.
 _RECLAIMED_OF = attrgetter("reclaimed_cpus")
@@ -40,13 +42,22 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     memory: list[PodMemory] = []
     specs = facts.specs
     placement = PlacementChecks.for_node(facts)
+    # Whether a pod's containers report CPUs, memory, and each name once, by the identity
+    # of their tuple: the pods of one workload share it (exporter.sources.convert decodes
+    # each distinct one once), so most pods of a busy node look it up. Every tuple is held
+    # by the snapshot until the end of this call, so no identity is reused meanwhile.
+    reports: dict[int, tuple[bool, bool, bool]] = {}
+    names_once = len(set(map(_POD_NAME_OF, snapshot.pods))) == len(snapshot.pods)
     for index, pod in enumerate(snapshot.pods):
         spec = specs.get((pod.namespace, pod.name)) if specs else None
-        # Inline rather than in a function: this runs for every pod of a busy node.
-        cpus = pod.cpu_ids or any(map(_CPU_IDS_OF, pod.containers))
-        mem = pod.memory or any(map(_MEMORY_OF, pod.containers))
-        if cpus or mem:
-            memory.append(_reconcile_pod(index, pod, spec, bool(cpus), bool(mem), facts,
+        reported = reports.get(id(pod.containers))
+        if reported is None:
+            reported = reports[id(pod.containers)] = _reports(pod.containers)
+        if not reported[2]:
+            names_once = False
+        if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
+            memory.append(_reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
+                                         bool(pod.memory) or reported[1], facts,
                                          ownership, log, containers, pods, placement))
             continue
         # The common case: the pod reports nothing and owns nothing, so only its spec can
@@ -68,13 +79,19 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
         pods=tuple(pods),
-        containers=tuple(containers),
+        containers=DistinctContainers(containers) if names_once else tuple(containers),
         reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
         reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
     )
+
+
+def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool]:
+    """Whether the containers report any CPU, any memory, and each name once."""
+    return (any(map(_CPU_IDS_OF, containers)), any(map(_MEMORY_OF, containers)),
+            len(set(map(_NAME_OF, containers))) == len(containers))
 
 
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,

@@ -7,7 +7,7 @@ any pod or container name is valid exposition.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -24,11 +24,12 @@ from exporter.metrics.catalogue import (
     SelfFamily,
     SelfState,
 )
-from reconciler.ledger import Ledger
+from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger
 
 _PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
 _POD_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, PodFamily))
 _CONTAINER_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, ContainerFamily))
+_CONTAINER_LINES = tuple(f for f in _CONTAINER_FAMILIES if f.lines is not None)
 _SELF = tuple(f for f in FAMILIES if isinstance(f, SelfFamily))
 _KERNEL = tuple(f for f in FAMILIES if isinstance(f, KernelFamily))
 
@@ -76,9 +77,14 @@ class _Values(dict[float, str]):
         return text
 
 
+def _header(family: Family[Any]) -> str:
+    name = family.name
+    return f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.type}\n"
+
+
 def render_family(family: Family[Any], samples: Iterable[Sample], out: list[str]) -> None:
     name = family.name
-    out.append(f"# HELP {name} {escape_help(family.help)}\n# TYPE {name} {family.type}\n")
+    out.append(_header(family))
     values = _Values()
     if not family.labels:
         out.extend(f"{name} {values[value]}" for _, value in samples)
@@ -108,19 +114,21 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     """The ledger's families in catalogue order: the node-level ones and, unless
     ``pods_max_series`` is None (collector ``pods`` off), the per-pod and per-container
     ones capped at that many series."""
-    per_pod: dict[str, list[Sample]] = {}
+    per_pod: Mapping[str, list[Sample] | str] = {}
     dropped = 0
     left = None
     if pods_max_series is not None:
         per_pod, dropped, left = _per_pod_samples(facts.ledger, pods_max_series)
     out: list[str] = []
     for family in FAMILIES:
-        rows: Iterable[Sample] | None = None
+        rows: Iterable[Sample] | str | None = None
         if isinstance(family, NodeFamily):
             rows = family.samples(facts)
         elif family.name in per_pod:
             rows = per_pod[family.name]
-        if rows is not None:
+        if isinstance(rows, str):  # series lines already written
+            out += (_header(family), rows)
+        elif rows is not None:
             render_family(family, rows, out)
     return Rendered("".join(out), dropped, left)
 
@@ -167,17 +175,39 @@ def render_self(state: SelfState) -> str:
 
 
 def _per_pod_samples(ledger: Ledger, max_series: int,
-                     ) -> tuple[dict[str, list[Sample]], int, int]:
-    """Samples of the per-pod and per-container families by family name, at most
-    ``max_series`` in all; how many series were left out, and what is left of the cap.
-    A node within the cap and without repeated series (the common case) takes one call of
-    each family for all its pods or containers."""
+                     ) -> tuple[Mapping[str, list[Sample] | str], int, int]:
+    """Samples of the per-pod and per-container families by family name (or a family's
+    series lines, written by its ``lines``), at most ``max_series`` in all; how many
+    series were left out, and what is left of the cap. A node within the cap and without
+    repeated series (the common case) takes one call of each family for all its pods or
+    containers."""
+    containers = ledger.containers
     rows = {f.name: list(f.samples(ledger.pods) or ()) for f in _POD_FAMILIES}
-    rows.update({f.name: list(f.samples(ledger.containers) or ()) for f in _CONTAINER_FAMILIES})
-    count = sum(map(len, rows.values()))
-    if count <= max_series and all(map(_distinct, rows.values())):
-        return rows, 0, max_series - count
-    return _capped_samples(ledger, max_series)
+    rows.update({f.name: list(f.samples(containers) or ()) for f in _CONTAINER_FAMILIES
+                 if f not in _CONTAINER_LINES})
+    # A family with ``lines`` has a series per container.
+    count = sum(map(len, rows.values())) + len(containers) * len(_CONTAINER_LINES)
+    if count > max_series or not all(map(_distinct, rows.values())):
+        return _capped_samples(ledger, max_series)
+    out: dict[str, list[Sample] | str] = dict(rows)
+    # Containers named once in their pod, of pods listed once, give such a family distinct
+    # series; were a name repeated, its samples tell whether a series is.
+    named_once = (isinstance(containers, DistinctContainers)
+                  or len(set(map(_CONTAINER_KEY, containers))) == len(containers))
+    for family in _CONTAINER_LINES:
+        assert family.lines is not None
+        if named_once:
+            text = family.lines(family.name, containers, _Values())
+            if _verbatim(text, len(containers), len(family.labels)):
+                out[family.name] = text
+                continue
+        samples = out[family.name] = list(family.samples(containers) or ())
+        if not _distinct(samples):
+            return _capped_samples(ledger, max_series)
+    return out, 0, max_series - count
+
+
+_CONTAINER_KEY = itemgetter(*map(ContainerEntry._fields.index, ("namespace", "pod", "name")))
 
 
 def _distinct(samples: list[Sample]) -> bool:

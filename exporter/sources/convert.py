@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from exporter.pb import api_pb2
 from reconciler.snapshot import Allocatable, ContainerAlloc, MemoryBlock, PodAlloc
@@ -58,17 +58,27 @@ class _ListReader:
 
     def pods(self) -> tuple[PodAlloc, ...]:
         data = self.data
+        pods: list[PodAlloc] = []
+        add = pods.append
+        i, end = 0, len(data)
         try:
-            spans = _pod_spans(data)
+            while i < end:
+                if data[i] != 0x0A:  # a field other than pod_resources: no kubelet sends one
+                    raise _Unexpected
+                length = data[i + 1]
+                if length < 0x80:  # _varint's common case, inline: this runs for every pod
+                    i += 2
+                else:
+                    length, i = _varint(data, i + 1)
+                stop = i + length
+                try:
+                    add(self._pod(i, stop))
+                except (_Unexpected, UnicodeDecodeError):
+                    add(_pod(api_pb2.PodResources.FromString(data[i:stop])))
+                i = stop
         except _Unexpected:
             return tuple(map(_pod, api_pb2.ListPodResourcesResponse.FromString(data)
                              .pod_resources))
-        pods = []
-        for start, stop in spans:
-            try:
-                pods.append(self._pod(start, stop))
-            except (_Unexpected, UnicodeDecodeError):
-                pods.append(_pod(api_pb2.PodResources.FromString(data[start:stop])))
         return tuple(pods)
 
     def _pod(self, i: int, stop: int) -> PodAlloc:
@@ -76,18 +86,20 @@ class _ListReader:
         distinct bytes."""
         data = self.data
         name = namespace = ""
-        while i < stop and data[i] in (_NAME, _NAMESPACE):
-            tag, length = data[i], data[i + 1]
-            if length < 0x80:  # _varint's common case, inline: this runs for every pod
+        while i < stop:
+            tag = data[i]
+            if tag != _NAME and tag != _NAMESPACE:
+                break
+            length = data[i + 1]
+            if length < 0x80:
                 i += 2
             else:
                 length, i = _varint(data, i + 1)
-            text = data[i:i + length].decode()
-            i += length
             if tag == _NAME:
-                name = text
+                name = data[i:i + length].decode()
             else:
-                namespace = text
+                namespace = data[i:i + length].decode()
+            i += length
         tail = data[i:stop]
         rest = self.tails.get(tail)
         if rest is None:
@@ -100,15 +112,19 @@ class _ListReader:
         containers = []
         cpu_ids: tuple[int, ...] = ()
         memory: tuple[MemoryBlock, ...] = ()
-        for tag, start, stop in _fields(tail, 0, len(tail)):
+        i, end = 0, len(tail)
+        while i < end:
+            tag = tail[i]
+            if tag != _POD_CONTAINERS and tag != _POD_CPU_IDS and tag != _POD_MEMORY:
+                raise _Unexpected  # before reading a length: it may be no length at all
+            start, stop = _span(tail, i)
             if tag == _POD_CONTAINERS:
                 containers.append(self._container(tail[start:stop]))
             elif tag == _POD_CPU_IDS:
-                cpu_ids += _int64s(tail, start, stop)
-            elif tag == _POD_MEMORY:
-                memory += (self._block(tail[start:stop]),)
+                cpu_ids += _int64s(tail[start:stop])
             else:
-                raise _Unexpected
+                memory += (self._block(tail[start:stop]),)
+            i = stop
         return tuple(containers), cpu_ids, memory
 
     def _container(self, chunk: bytes) -> ContainerAlloc:
@@ -128,47 +144,36 @@ class _ListReader:
         return block
 
 
-def _pod_spans(data: bytes) -> list[tuple[int, int]]:
-    """Where each pod is in a ``List`` response; a field other than ``pod_resources`` (no
-    kubelet sends one) raises ``_Unexpected``."""
-    spans = []
-    i, end = 0, len(data)
-    while i < end:
-        if data[i] != 0x0A:
-            raise _Unexpected
-        length, i = _varint(data, i + 1)
-        spans.append((i, i + length))
-        i += length
-    return spans
-
-
 def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
                          ) -> ContainerAlloc:
     name = ""
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryBlock, ...] = ()
-    for tag, start, stop in _fields(chunk, 0, len(chunk)):
+    i, end = 0, len(chunk)
+    while i < end:
+        tag = chunk[i]
+        if tag != _NAME and tag != _CONTAINER_CPU_IDS and tag != _CONTAINER_MEMORY:
+            raise _Unexpected  # as in _pod_rest
+        start, stop = _span(chunk, i)
         if tag == _NAME:
             name = chunk[start:stop].decode()
         elif tag == _CONTAINER_CPU_IDS:
-            cpu_ids += _int64s(chunk, start, stop)
-        elif tag == _CONTAINER_MEMORY:
-            memory += (block(chunk[start:stop]),)
+            cpu_ids += _int64s(chunk[start:stop])
         else:
-            raise _Unexpected
-    return ContainerAlloc(name, cpu_ids, memory)
+            memory += (block(chunk[start:stop]),)
+        i = stop
+    # ContainerAlloc's field order, as for PodAlloc.
+    return tuple.__new__(ContainerAlloc, (name, cpu_ids, memory))
 
 
-def _fields(data: bytes, i: int, stop: int) -> Iterator[tuple[int, int, int]]:
-    """(tag, start, stop) of each length-delimited field in ``data[i:stop]``; a field of
-    another wire type raises ``_Unexpected``."""
-    while i < stop:
-        tag = data[i]
-        if tag & 0x87 != 0x02:  # a multi-byte tag, or not length-delimited
-            raise _Unexpected
-        length, i = _varint(data, i + 1)
-        yield tag, i, i + length
-        i += length
+def _span(data: bytes, i: int) -> tuple[int, int]:
+    """Where the value of the length-delimited field whose one-byte tag is at ``data[i]``
+    starts and stops."""
+    length = data[i + 1]
+    if length < 0x80:  # _varint's common case, inline
+        return i + 2, i + 2 + length
+    length, start = _varint(data, i + 1)
+    return start, start + length
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -185,11 +190,14 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
     return value | byte << shift, i + 1
 
 
-def _int64s(data: bytes, i: int, stop: int) -> tuple[int, ...]:
+def _int64s(packed: bytes) -> tuple[int, ...]:
     """A packed repeated int64: varints, two's complement in 64 bits."""
+    if packed.isascii():  # every id below 128: one byte each, as it is
+        return tuple(packed)
     values = []
+    i, stop = 0, len(packed)
     while i < stop:
-        value, i = _varint(data, i)
+        value, i = _varint(packed, i)
         value %= _INT64
         values.append(value - _INT64 if value >> 63 else value)
     return tuple(values)

@@ -60,6 +60,19 @@ def test_a_busy_node_reads_as_its_fields() -> None:
     assert pods[3].containers[1] is pods[0].containers[0]
 
 
+def test_long_names_and_pods_read_as_their_fields() -> None:
+    """Lengths past one varint byte: names, containers and whole pods of 128 bytes on."""
+    long = "n" * 200
+    pods = check(Message(pod_resources=[
+        api_pb2.PodResources(namespace=long, name=long + "p", cpu_ids=list(range(120, 140)),
+                             containers=[api_pb2.ContainerResources(
+                                 name=long + "c", cpu_ids=[127, 128, 2**40])]),
+        api_pb2.PodResources(namespace="ns", name="short"),
+    ]))
+    assert [(p.namespace, p.name) for p in pods] == [(long, long + "p"), ("ns", "short")]
+    assert pods[0].containers[0].cpu_ids == (127, 128, 2**40)
+
+
 def test_devices_dynamic_resources_and_unknown_fields_change_nothing() -> None:
     device = api_pb2.ContainerDevices(resource_name="gpu", device_ids=["a"])
     claim = api_pb2.DynamicResource(claim_name="c", claim_namespace="n")

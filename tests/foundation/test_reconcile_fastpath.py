@@ -53,3 +53,22 @@ def test_convert_shares_plain_containers_safely() -> None:
     assert pods[0].containers[0] is pods[2].containers[0]  # one object for a plain "app"
     assert pods[1].containers[0].cpu_ids == (1,)
     assert [c.name for p in pods for c in p.containers] == ["app", "proxy", "app", "app"]
+
+
+def test_containers_are_marked_distinct_only_when_named_once() -> None:
+    """The marker that spares the exposition its search for repeated series: pods listed
+    once, each naming its containers once; not a pod listed twice (plain or reporting
+    CPUs), nor a name used twice in a pod, wherever it comes in List."""
+    from reconciler.ledger import DistinctContainers
+
+    topo = topology(8)
+    web = [pod(f"web-{i}", ctr("app"), ctr("proxy")) for i in range(3)]
+    db = pod("db", ctr("pg", [1]), ctr("proxy"))
+    ledger = R.reconcile(snapshot(*web, db, topo=topo))
+    assert isinstance(ledger.containers, DistinctContainers)
+    assert ledger.containers == tuple(ledger.containers)
+    for pods in ([*web, web[0]], [db, *web, db],
+                 [*web, pod("twins", ctr("c", [1]), ctr("c", [2]))],
+                 [pod("twins", ctr("c"), ctr("c")), *web]):
+        containers = R.reconcile(snapshot(*pods, topo=topo)).containers
+        assert type(containers) is tuple, pods

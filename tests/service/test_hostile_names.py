@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.metrics.catalogue import BY_NAME
+from exporter.metrics import exposition
+from exporter.metrics.catalogue import BY_NAME, NodeFacts
 from exporter.metrics.exposition import escape_label, render_family
 from exporter.sources.convert import pods_to_proto
 from exporter.sources.fixture import KubeletState, load_fixture_dir
-from reconciler.snapshot import ContainerAlloc, PodAlloc
+from reconciler.reconcile import reconcile
+from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
 from tests.conftest import StartSim
 from tests.service.conftest import (
     PROMTOOL,
@@ -142,3 +145,38 @@ async def test_a_kubelet_listing_twice_keeps_the_exposition_valid(
     if os.access(PROMTOOL, os.X_OK):
         result = promtool_check(await served.metrics_text())
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+name_text = st.one_of(st.sampled_from((*HOSTILE, "app", "web-0", "default")), label_text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pods=st.lists(st.tuples(name_text, name_text,
+                               st.lists(st.tuples(name_text, st.lists(
+                                   st.integers(0, 15), max_size=3)), max_size=3)),
+                     max_size=5),
+       max_series=st.sampled_from([1000, 3]))
+def test_container_lines_render_as_their_samples(
+        pods: list[tuple[str, str, list[tuple[str, list[int]]]]], max_series: int) -> None:
+    """The per-container series written straight from the entries (the family's
+    ``lines``) are the very text rendering its samples gives: any name (escaping), a pod
+    listed twice or a container named twice in its pod (each series once), over the cap."""
+    snap = NodeSnapshot(tuple(
+        PodAlloc(ns, name, tuple(ContainerAlloc(c, tuple(ids)) for c, ids in containers))
+        for ns, name, containers in pods))
+    facts = NodeFacts(reconcile(snap), {}, None)
+    written = exposition.render_ledger(facts, pods_max_series=max_series)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(exposition, "_CONTAINER_LINES", ())
+        assert exposition.render_ledger(facts, pods_max_series=max_series) == written
+
+
+def test_container_lines_are_used_for_plain_names_only() -> None:
+    family = "podres_container_cpus"
+    plain = reconcile(NodeSnapshot((PodAlloc("ns", "p", (ContainerAlloc("c", (1,)),)),)))
+    rows = exposition._per_pod_samples(plain, 1000)[0]
+    assert rows[family] == f'{family}{{namespace="ns",pod="p",container="c",' \
+                           'assignment="node_exclusive"} 1\n'
+    hostile = reconcile(NodeSnapshot((PodAlloc("ns", 'p"', (ContainerAlloc("c"),)),)))
+    assert exposition._per_pod_samples(hostile, 1000)[0][family] == [
+        (("ns", 'p"', "c", "node_shared"), 0)]
