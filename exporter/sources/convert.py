@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import chain
 
 from exporter.pb import api_pb2
 from reconciler.snapshot import Allocatable, ContainerAlloc, MemoryBlock, PodAlloc
@@ -21,8 +22,9 @@ def pods_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[PodAlloc, .
 
 
 def pods_from_wire(data: bytes) -> tuple[PodAlloc, ...]:
-    """The pods of a ``List`` response as the kubelet sent it; ``data`` must be one that
-    protobuf parses (the caller has decoded it once to check)."""
+    """The pods of a ``List`` response as the kubelet sent it: what protobuf's decode of
+    ``data`` gives, or its ``DecodeError`` (the reader hands protobuf any part it cannot
+    read, so bytes protobuf refuses are refused alike)."""
     return _ListReader(data).pods()
 
 
@@ -33,7 +35,8 @@ _INT64 = 1 << 64
 
 
 class _Unexpected(Exception):
-    """A field the wire reader does not read itself: protobuf decodes that part."""
+    """A field the wire reader does not read itself, or a length that runs past its
+    message: protobuf decodes that part (and refuses it if it is malformed)."""
 
 
 class _ListReader:
@@ -45,9 +48,8 @@ class _ListReader:
     that holds nothing exclusive is the same bytes in every pod of it, so after the two
     names each pod's remaining bytes, each container's and each memory block's are
     decoded once per distinct value and shared (the results are immutable). A part in a
-    shape this reader does not expect (another field, an unpacked id list) is decoded by
-    protobuf instead, with the same result. ``data`` must be well-formed (protobuf parsed
-    it, or wrote it)."""
+    shape this reader does not expect (another field, an unpacked id list, bytes cut
+    short) is decoded by protobuf instead, with the same result or protobuf's error."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
@@ -71,12 +73,14 @@ class _ListReader:
                 else:
                     length, i = _varint(data, i + 1)
                 stop = i + length
+                if stop > end:
+                    raise _Unexpected
                 try:
                     add(self._pod(i, stop))
                 except (_Unexpected, UnicodeDecodeError):
                     add(_pod(api_pb2.PodResources.FromString(data[i:stop])))
                 i = stop
-        except _Unexpected:
+        except (_Unexpected, IndexError):  # IndexError: a varint cut short at the end
             return tuple(map(_pod, api_pb2.ListPodResourcesResponse.FromString(data)
                              .pod_resources))
         return tuple(pods)
@@ -100,6 +104,8 @@ class _ListReader:
             else:
                 namespace = data[i:i + length].decode()
             i += length
+        if i > stop:  # a name longer than its pod: protobuf says what is wrong
+            raise _Unexpected
         tail = data[i:stop]
         rest = self.tails.get(tail)
         if rest is None:
@@ -110,8 +116,8 @@ class _ListReader:
     def _pod_rest(self, tail: bytes) -> tuple[tuple[ContainerAlloc, ...], tuple[int, ...],
                                               tuple[MemoryBlock, ...]]:
         containers = []
-        cpu_ids: tuple[int, ...] = ()
-        memory: tuple[MemoryBlock, ...] = ()
+        ids: list[tuple[int, ...]] = []
+        memory: list[MemoryBlock] = []
         i, end = 0, len(tail)
         while i < end:
             tag = tail[i]
@@ -121,11 +127,13 @@ class _ListReader:
             if tag == _POD_CONTAINERS:
                 containers.append(self._container(tail[start:stop]))
             elif tag == _POD_CPU_IDS:
-                cpu_ids += _int64s(tail[start:stop])
+                ids.append(_int64s(tail[start:stop]))
             else:
-                memory += (self._block(tail[start:stop]),)
+                memory.append(self._block(tail[start:stop]))
             i = stop
-        return tuple(containers), cpu_ids, memory
+        if i != end:  # the last field ran past the pod (its value was read cut short)
+            raise _Unexpected
+        return tuple(containers), _joined(ids), tuple(memory)
 
     def _container(self, chunk: bytes) -> ContainerAlloc:
         container = self.containers.get(chunk)
@@ -147,8 +155,8 @@ class _ListReader:
 def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
                          ) -> ContainerAlloc:
     name = ""
-    cpu_ids: tuple[int, ...] = ()
-    memory: tuple[MemoryBlock, ...] = ()
+    ids: list[tuple[int, ...]] = []
+    memory: list[MemoryBlock] = []
     i, end = 0, len(chunk)
     while i < end:
         tag = chunk[i]
@@ -158,12 +166,22 @@ def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
         if tag == _NAME:
             name = chunk[start:stop].decode()
         elif tag == _CONTAINER_CPU_IDS:
-            cpu_ids += _int64s(chunk[start:stop])
+            ids.append(_int64s(chunk[start:stop]))
         else:
-            memory += (block(chunk[start:stop]),)
+            memory.append(block(chunk[start:stop]))
         i = stop
+    if i != end:  # as in _pod_rest
+        raise _Unexpected
     # ContainerAlloc's field order, as for PodAlloc.
-    return tuple.__new__(ContainerAlloc, (name, cpu_ids, memory))
+    return tuple.__new__(ContainerAlloc, (name, _joined(ids), tuple(memory)))
+
+
+def _joined(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """Ids from one packed field (what a kubelet sends) or from several, which protobuf
+    concatenates: joined once, not tuple by tuple (quadratic in a hostile answer)."""
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(chain.from_iterable(parts))
 
 
 def _span(data: bytes, i: int) -> tuple[int, int]:

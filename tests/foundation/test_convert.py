@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.pb import api_pb2
-from exporter.sources.convert import pods_from_proto
+from exporter.sources.convert import pods_from_proto, pods_from_wire
 from reconciler.snapshot import ContainerAlloc, MemoryBlock, PodAlloc
 
 Message = api_pb2.ListPodResourcesResponse
@@ -109,3 +111,71 @@ def test_any_answer_reads_as_its_fields(
                 name=c, cpu_ids=c_ids, memory=[block("hugepages-2Mi", s, 1) for s in sizes])
                 for c, c_ids, sizes in containers])
         for ns, name, containers, ids in pods]))
+
+
+# -- bytes that protobuf refuses, or reads in a shape the reader does not ----------------
+
+
+def _hand_made() -> list[bytes]:
+    pod = Message(pod_resources=[api_pb2.PodResources(
+        name="web", namespace="ns", cpu_ids=[1, 2],
+        containers=[api_pb2.ContainerResources(name="app", cpu_ids=[3, 300])])])
+    good = pod.SerializeToString()
+    return [
+        good,
+        b"\x0a",                      # a pod's tag and nothing else
+        b"\x0a\x05\x0a\x09ab",        # a name longer than its pod
+        b"\x0a\x03\x1a\x05\x0a",      # a container longer than its pod
+        b"\x0a\x02\x22\x81",          # a packed id cut short
+        b"\x0a\x03\x22\x01\xff",      # an id list longer than its pod
+        good[:-1], good[:-3],         # the answer cut short
+        good + b"\x0a\x80",           # a length varint cut short at the end
+    ]
+
+
+def _repeated_fields(count: int) -> bytes:
+    """One pod whose cpu_ids come as ``count`` packed fields (protobuf concatenates them)."""
+    body = b"\x0a\x01p" + b"\x22\x01\x05" * count
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out) + bytes([n])
+
+
+def _same_as_protobuf(data: bytes) -> None:
+    try:
+        expected = field_by_field(Message.FromString(data))
+    except DecodeError:
+        with pytest.raises(DecodeError):
+            pods_from_wire(data)
+    else:
+        assert pods_from_wire(data) == expected
+
+
+def test_malformed_bytes_are_refused_as_protobuf_refuses_them() -> None:
+    """Never an IndexError, never a pod read from bytes protobuf would not accept."""
+    for data in _hand_made():
+        _same_as_protobuf(data)
+
+
+def test_a_field_repeated_many_times_reads_as_one() -> None:
+    pods = pods_from_wire(_repeated_fields(20000))
+    assert pods[0].cpu_ids == (5,) * 20000
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_any_bytes_read_as_protobuf_reads_them(data: st.DataObject) -> None:
+    """Random bytes, and valid answers with a byte changed, cut or inserted."""
+    good = _hand_made()[0]
+    raw = data.draw(st.binary(max_size=64) | st.builds(
+        lambda at, b, how: (good[:at] + bytes([b]) + good[at + (how == "flip"):]
+                            if how != "cut" else good[:at]),
+        st.integers(0, len(good) - 1), st.integers(0, 255),
+        st.sampled_from(["flip", "insert", "cut"])))
+    _same_as_protobuf(raw)
