@@ -11,6 +11,7 @@ file (fixtures).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import checkpoint_facts
 from exporter.sources.convert import allocatable_from_proto, pods_from_proto, pods_from_wire
 from exporter.sources.kubelet import parse_feature_metrics
+from exporter.sources.pod_list import each_pod_item
 from exporter.sources.podresources import decode_allocatable, decode_list
 from reconciler.kube import (
     KubeletConfig,
@@ -29,6 +31,7 @@ from reconciler.kube import (
     SpecError,
     kubelet_config_from_json,
     pod_list_from_json,
+    pod_specs_from_items,
 )
 from reconciler.snapshot import CheckpointFacts, NodeSnapshot, Topology
 
@@ -89,6 +92,12 @@ def _optional(data: bytes | None, parse: Callable[[bytes], T], key: SourceKey,
 
 
 def _pod_specs(body: bytes) -> tuple[PodSpec, ...]:
+    items = each_pod_item(body)
+    if items is not None:
+        # Pod by pod (see each_pod_item); on any error the whole body is parsed again, so
+        # that what is reported is exactly what the parse of the whole says.
+        with contextlib.suppress(*MALFORMED):
+            return pod_specs_from_items(items)
     return pod_list_from_json(parse_json_object(body))
 
 

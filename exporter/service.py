@@ -35,7 +35,7 @@ from exporter.metrics.exposition import node_exposition, render_kernel, render_s
 from exporter.reader import NodeReader, Reading
 from exporter.runtime import release_free_memory
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
-from exporter.sources.cgroup import pod_refs_from_pod_list
+from exporter.sources.cgroup import pod_refs_from_body
 from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
@@ -218,7 +218,7 @@ class Exporter:
         def observe() -> KernelReport:
             # Only the pods' container references are kept, never the parsed /pods tree
             # (tens of MiB on a busy node), and the decode too stays off the loop.
-            pods = bodies.parsed("pods", raw.pods, pod_refs_from_pod_list)
+            pods = bodies.parsed("pods", raw.pods, pod_refs_from_body)
             configz = bodies.parsed("configz", raw.configz)
             return kernel.poll(reading.ledger, pods, configz, time.monotonic())
 
@@ -378,6 +378,13 @@ def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str,
     return {"node": ledger.node_name, "cpus": cells}
 
 
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
 class _ParsedBodies:
     """The kubelet's JSON bodies the kernel observer reads, parsed again only when their
     bytes change: the observer skips matching ``/pods`` to cgroups while it gets the same
@@ -387,18 +394,14 @@ class _ParsedBodies:
         self._cache: dict[str, tuple[bytes, Any]] = {}
 
     def parsed(self, name: str, body: bytes | None,
-               keep: Callable[[Any], Any] | None = None) -> Any:
-        """The body decoded, reduced by ``keep`` to what is worth holding on to."""
+               decode: Callable[[bytes], Any] = _json_or_none) -> Any:
+        """The body decoded (``None`` when malformed: the poll reports that already), by a
+        ``decode`` that keeps only what is worth holding on to."""
         if body is None:
             return None
         cached = self._cache.get(name)
         if cached is not None and cached[0] == body:
             return cached[1]
-        try:
-            value = json.loads(body)
-        except (ValueError, RecursionError):
-            value = None  # the poll reports a malformed body already
-        if value is not None and keep is not None:
-            value = keep(value)
+        value = decode(body)
         self._cache[name] = (body, value)
         return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeGuard
@@ -264,8 +264,13 @@ def pod_list_from_json(obj: object) -> tuple[PodSpec, ...]:
     """A ``v1.PodList`` as the kubelet's ``/pods`` returns it."""
     if not isinstance(obj, Mapping) or not isinstance(obj.get("items", []), list):
         raise SpecError("not a PodList: expected an object with an 'items' list")
+    return pod_specs_from_items(obj.get("items") or ())
+
+
+def pod_specs_from_items(items: Iterable[object]) -> tuple[PodSpec, ...]:
+    """The items of a ``v1.PodList``, however they were decoded."""
     pods = []
-    for item in obj.get("items") or ():
+    for item in items:
         if not _is_map(item):
             raise SpecError("PodList item is not an object")
         pods.append(pod_spec_from_json(item))

@@ -22,6 +22,8 @@ file, not a cpuset) is an entry error beside the others' readings, never an exce
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import re
@@ -32,6 +34,7 @@ from typing import Final, Literal, NamedTuple
 from exporter.errors import UserError
 from exporter.flags import parse_duration
 from exporter.sources.kernel_files import read_kernel_file
+from exporter.sources.pod_list import each_pod_item
 from reconciler.cpuset import CPUSetError, parse_cpuset
 from reconciler.enforcement import DEFAULT_RECONCILE_PERIOD, EnforcedCpusets
 
@@ -110,8 +113,26 @@ def pod_refs_from_pod_list(obj: object) -> tuple[PodRef, ...]:
     ``json.loads`` gives it). Tolerant: an item it cannot use is skipped (the pod-spec
     parser reports bad lists)."""
     items = obj.get("items") if isinstance(obj, dict) else None
+    return pod_refs_from_items(items if isinstance(items, list) else ())
+
+
+def pod_refs_from_body(body: bytes) -> tuple[PodRef, ...] | None:
+    """:func:`pod_refs_from_pod_list` of a ``/pods`` body, decoded pod by pod (see
+    ``each_pod_item``); ``None`` when the body is not JSON (the poll reports that)."""
+    items = each_pod_item(body)
+    if items is not None:
+        with contextlib.suppress(ValueError, RecursionError):
+            return pod_refs_from_items(items)
+    try:
+        return pod_refs_from_pod_list(json.loads(body))
+    except (ValueError, RecursionError):
+        return None
+
+
+def pod_refs_from_items(items: Iterable[object]) -> tuple[PodRef, ...]:
+    """The running containers of each pod among a ``v1.PodList``'s items."""
     refs: list[PodRef] = []
-    for item in items if isinstance(items, list) else ():
+    for item in items:
         if not isinstance(item, dict):
             continue
         meta, status = item.get("metadata"), item.get("status")

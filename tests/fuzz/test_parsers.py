@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import bcrypt
 import pytest
@@ -24,12 +25,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter import assemble
 from exporter.assemble import MALFORMED, parse_json_object, snapshot_from_raw
 from exporter.cli import build_parser
 from exporter.errors import UserError
 from exporter.flags import parse_duration
 from exporter.options import PollOptions, WebOptions
-from exporter.sources.cgroup import pod_refs_from_pod_list
+from exporter.sources.cgroup import pod_refs_from_body, pod_refs_from_pod_list
 from exporter.sources.checkpoint import CheckpointError, checkpoint_facts, parse_checkpoint
 from exporter.sources.fixture import load_fixture_dir
 from exporter.sources.pod_list import reduce_pod_list
@@ -104,6 +106,35 @@ def test_the_reduced_pods_body_reads_as_the_original(data: st.DataObject) -> Non
         before, after = _outcome(parse, body), _outcome(parse, reduced)
         if before[0] == "ok" or after[0] == "error":
             assert after == before, (parse.__name__, body[:300])
+
+
+def _whole_pods(body: bytes) -> tuple[object, object]:
+    """What ``/pods`` gives when it is parsed whole: the reference for the pod-by-pod
+    readers."""
+    with mock.patch.object(assemble, "each_pod_item", lambda body: None):
+        parts = assemble.parse_optional(dataclasses.replace(RAW, pods=body))
+    try:
+        refs = pod_refs_from_pod_list(json.loads(body))
+    except (ValueError, RecursionError):
+        refs = None
+    return (parts.pod_specs, {k: str(v) for k, v in parts.errors.items()}), refs
+
+
+@fuzz()
+@given(data=st.data())
+def test_pods_read_pod_by_pod_as_when_parsed_whole(data: st.DataObject) -> None:
+    """``/pods`` is decoded one item at a time (to spare the allocator a tree of the whole
+    list); the pod specs, the cgroup references and every error message are those of the
+    body parsed whole."""
+    ran("/pods pod by pod")
+    assert RAW.pods is not None
+    original = RAW.pods
+    body = data.draw(mutated_json(json.loads(original)) | mutated_bytes(original)
+                     | json_values.map(lambda v: json.dumps({"items": v}).encode()))
+    parts = assemble.parse_optional(dataclasses.replace(RAW, pods=body))
+    specs, refs = _whole_pods(body)
+    assert (parts.pod_specs, {k: str(v) for k, v in parts.errors.items()}) == specs
+    assert pod_refs_from_body(body) == refs
 
 
 # -- checkpoint files -------------------------------------------------------------------------
