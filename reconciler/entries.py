@@ -52,8 +52,7 @@ def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
         for c in pod.containers:
             add(new(ContainerEntry, (namespace, name, c.name, False, "node_shared",
                                      "node_shared", EMPTY, 0)))
-        return new(PodEntry, (namespace, name, EMPTY, None, 0, 0, 0, 0, None, 0,
-                              "podresources", "", ()))
+        return _plain_entry(pod, None, ())
     sidecars = _sidecar_names(spec)
     for c in pod.containers:
         add(new(ContainerEntry, (namespace, name, c.name, c.name in sidecars, "node_shared",
