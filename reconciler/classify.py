@@ -62,8 +62,11 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
     """The view of a pod that reports CPUs (at pod or container level)."""
     found: list[Anomaly] = []
     block = _known(pod.cpu_ids, online, pod, None, found)
+    before = len(found)
     sets = [_known(c.cpu_ids, online, pod, c.name, found) for c in pod.containers]
-    raw = [frozenset(c.cpu_ids) for c in pod.containers]
+    # What each container reported, unknown ids included: its online set, unless some ids
+    # were not online (nearly never), which saves a set per container.
+    raw = sets if len(found) == before else [frozenset(c.cpu_ids) for c in pod.containers]
     # The views below are built by tuple.__new__, in PodView's field order (plain last):
     # without NamedTuple's Python-level __new__, as for every pod that reports CPUs.
     if pod.cpu_ids:
@@ -90,13 +93,13 @@ def _known(ids: Iterable[int], online: frozenset[int], pod: PodAlloc, container:
     if not ids:
         return EMPTY
     reported = frozenset(ids)
-    known = reported & online
-    if len(known) != len(reported):
-        bad = sorted(reported - known)
-        shown = ",".join(str(i) for i in bad[:16]) + (",…" if len(bad) > 16 else "")
-        found.append(Anomaly("unknown_cpu", pod.namespace, pod.name, container,
-                             f"reported CPU ids not online on this node: {shown}"))
-    return known
+    if reported <= online:  # nearly always: no second set built
+        return reported
+    bad = sorted(reported - online)
+    shown = ",".join(str(i) for i in bad[:16]) + (",…" if len(bad) > 16 else "")
+    found.append(Anomaly("unknown_cpu", pod.namespace, pod.name, container,
+                         f"reported CPU ids not online on this node: {shown}"))
+    return reported & online
 
 
 def node_unknown_cpus(snapshot: NodeSnapshot, online: frozenset[int]) -> list[Anomaly]:

@@ -85,38 +85,45 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
 
 def _pod_entry(view: PodView, claim: Claim, memory: tuple[MemoryRow, ...]) -> PodEntry:
     pod, spec = view.alloc, view.spec
-    node_exclusive = frozenset().union(*(
-        s for a, s in zip(view.assignments, view.sets, strict=True) if a == "node_exclusive"))
-    pod_exclusive = pod_shared = pod_idle = 0
-    pod_level = view.pod_level
-    if pod_level:
+    pod_exclusive = pod_shared = pod_idle = node_exclusive = 0
+    # The estimates (docs/design.md#estimates): reclaimed for a pod with a block,
+    # reclaimable for one without.
+    reclaimed: int | None = None
+    reclaimable: int | None = None
+    if view.pod_level:
         pod_exclusive = len(claim.exclusive)
         if "pod_shared" in view.assignments:
             pod_shared = len(claim.remainder)
         else:
             pod_idle = len(claim.remainder)
-    reclaimed, reclaimable = _estimates(view, pod_level)
+        reclaimed = _legacy_cost(view) - len(view.block)
+    else:
+        # Without a block, the exclusive containers are node_exclusive (classify), and the
+        # claim's exclusive CPUs are their sets joined.
+        node_exclusive = len(claim.exclusive)
+        reclaimable = reclaimable_cores(
+            [len(s) for a, s in zip(view.assignments, view.sets, strict=True)
+             if a == "node_exclusive"])
     # tuple.__new__ in PodEntry's field order, as in _plain_entry: a pod of its own is
     # built without NamedTuple's Python-level __new__ too.
     if spec is None:
         return tuple.__new__(PodEntry, (
             pod.namespace, pod.name, view.block, None, pod_exclusive, pod_shared, pod_idle,
-            len(node_exclusive), reclaimed, reclaimable, "podresources", "", memory))
+            node_exclusive, reclaimed, reclaimable, "podresources", "", memory))
     return tuple.__new__(PodEntry, (
         pod.namespace, pod.name, view.block, spec.budget_cpus, pod_exclusive, pod_shared,
-        pod_idle, len(node_exclusive), reclaimed, reclaimable, "spec", spec.uid, memory))
+        pod_idle, node_exclusive, reclaimed, reclaimable, "spec", spec.uid, memory))
 
 
-def _estimates(view: PodView, pod_level: bool) -> tuple[int | None, int | None]:
-    """(reclaimed, reclaimable): the first for a pod with a block, the second without."""
-    if pod_level:
-        spec = view.spec
-        cost = legacy_cost(
-            [(a in EXCLUSIVE, len(s), cs.resources if cs is not None else None)
-             for a, s, cs in zip(view.assignments, view.sets,
-                                 [spec.container(c.name) if spec else None
-                                  for c in view.alloc.containers], strict=True)])
-        return cost - len(view.block), None
-    return None, reclaimable_cores(
-        [len(s) for a, s in zip(view.assignments, view.sets, strict=True)
-         if a == "node_exclusive"])
+def _legacy_cost(view: PodView) -> int:
+    """What the per-container model would have pinned for the pod's containers."""
+    spec = view.spec
+    if spec is None:  # every shared container counted as one core
+        return legacy_cost(
+            (a in EXCLUSIVE, len(s), None) for a, s in zip(view.assignments, view.sets,
+                                                           strict=True))
+    return legacy_cost(
+        (a in EXCLUSIVE, len(s), cs.resources if cs is not None else None)
+        for a, s, cs in zip(view.assignments, view.sets,
+                            [spec.container(c.name) for c in view.alloc.containers],
+                            strict=True))

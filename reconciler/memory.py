@@ -8,7 +8,6 @@ identical blocks (same size, same NUMA node).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
 from operator import attrgetter
@@ -57,10 +56,17 @@ def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
     pod_level = bool(pod_total)
     assignments, sizes = _containers(pod, shares, pod_level, sum(shared_left.values()))
     pool: MemoryPool = "pod_exclusive" if pod_level else "node_exclusive"
-    rows: list[MemoryRow] = [(pool, mtype, size) for mtype, size in sorted(exclusive.items())]
-    rows += [("pod_shared", mtype, size) for mtype, size in sorted(shared_left.items())]
+    # Most pods hold one memory type ("memory"): a dict of one item needs no sorting.
+    rows = [(pool, mtype, size) for mtype, size in _in_order(exclusive)]
+    if shared_left:
+        rows += [("pod_shared", mtype, size) for mtype, size in _in_order(shared_left)]
     # tuple.__new__: PodMemory's fields in order, without NamedTuple's Python-level __new__.
     return tuple.__new__(PodMemory, (assignments, sizes, tuple(rows))), found
+
+
+def _in_order(by_type: dict[str, int]) -> Iterable[tuple[str, int]]:
+    """The items of ``by_type`` by memory type."""
+    return by_type.items() if len(by_type) < 2 else sorted(by_type.items())
 
 
 def _memory_key(c: ContainerAlloc) -> MemoryKey:
@@ -83,10 +89,10 @@ def _shares(pod: PodAlloc, legacy_pattern: bool) -> tuple[list[bool], set[Memory
 
 
 def _by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
+    out: dict[str, int] = {}
     for b in blocks:
-        out[b.memory_type] += b.size
-    return dict(out)
+        out[b.memory_type] = out.get(b.memory_type, 0) + b.size
+    return out
 
 
 def _pod_total(pod: PodAlloc, exclusive: dict[str, int], shared_keys: set[MemoryKey],
