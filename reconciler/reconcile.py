@@ -9,18 +9,27 @@ their order in the ledger. Pod-level and container-level lists are never added t
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import chain
 from operator import attrgetter
 
 from reconciler.anomalies import AnomalyLog
 from reconciler.checks import missing_exclusive, pod_checks
-from reconciler.classify import all_node_shared, classify, cpu_less_view, node_unknown_cpus
+from reconciler.classify import (
+    PodView,
+    all_node_shared,
+    classify,
+    cpu_less_view,
+    node_unknown_cpus,
+)
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
-from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger, PodEntry
+from reconciler.ledger import ASSIGNMENTS, ContainerEntry, DistinctContainers, Ledger, PodEntry
 from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
 from reconciler.placement_checks import PlacementChecks
+from reconciler.pools import Assignment
 from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
 
 _CPU_IDS_OF = attrgetter("cpu_ids")
@@ -42,12 +51,18 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     memory: list[PodMemory] = []
     specs = facts.specs
     placement = PlacementChecks.for_node(facts)
-    # Whether a pod's containers report CPUs, memory, and each name once, by the identity
-    # of their tuple: the pods of one workload share it (exporter.sources.convert decodes
-    # each distinct one once), so most pods of a busy node look it up. Every tuple is held
-    # by the snapshot until the end of this call, so no identity is reused meanwhile.
-    reports: dict[int, tuple[bool, bool, bool]] = {}
-    names_once = len(set(map(_POD_NAME_OF, snapshot.pods))) == len(snapshot.pods)
+    # Whether a pod's containers report CPUs, memory, each name once and plain names, by
+    # the identity of their tuple: the pods of one workload share it
+    # (exporter.sources.convert decodes each distinct one once), so most pods of a busy
+    # node look it up. Every tuple is held by the snapshot until the end of this call, so
+    # no identity is reused meanwhile.
+    reports: dict[int, tuple[bool, bool, bool, bool]] = {}
+    pod_names = set(map(_POD_NAME_OF, snapshot.pods))
+    names_once = len(pod_names) == len(snapshot.pods)
+    # The assignments of the containers of pods that report something; every other
+    # container is node_shared (for DistinctContainers' counts).
+    cpu_assigned: list[Assignment] = []
+    memory_assigned: list[Assignment] = []
     for index, pod in enumerate(snapshot.pods):
         spec = specs.get((pod.namespace, pod.name)) if specs else None
         reported = reports.get(id(pod.containers))
@@ -56,9 +71,12 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         if not reported[2]:
             names_once = False
         if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
-            memory.append(_reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
-                                         bool(pod.memory) or reported[1], facts,
-                                         ownership, log, containers, pods, placement))
+            view, pod_mem = _reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
+                                           bool(pod.memory) or reported[1], facts, ownership,
+                                           log, containers, pods, placement)
+            memory.append(pod_mem)
+            cpu_assigned += view.assignments
+            memory_assigned += pod_mem.assignments
             continue
         # The common case: the pod reports nothing and owns nothing, so only its spec can
         # show something wrong.
@@ -79,7 +97,11 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
         pods=tuple(pods),
-        containers=DistinctContainers(containers) if names_once else tuple(containers),
+        containers=DistinctContainers(
+            containers, _counts(cpu_assigned, len(containers)),
+            _counts(memory_assigned, len(containers)),
+            all(r[3] for r in reports.values()) and _plain("".join(chain.from_iterable(pod_names))),
+        ) if names_once else tuple(containers),
         reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
         reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
         anomalies=log.ordered(),
@@ -88,18 +110,33 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     )
 
 
-def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool]:
-    """Whether the containers report any CPU, any memory, and each name once."""
+def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool, bool]:
+    """Whether the containers report any CPU, any memory, each name once, and plain
+    names."""
+    names = tuple(map(_NAME_OF, containers))
     return (any(map(_CPU_IDS_OF, containers)), any(map(_MEMORY_OF, containers)),
-            len(set(map(_NAME_OF, containers))) == len(containers))
+            len(set(names)) == len(names), _plain("".join(names)))
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` holds no backslash, double quote or line break."""
+    return "\\" not in text and '"' not in text and "\n" not in text
+
+
+def _counts(assigned: list[Assignment], containers: int) -> tuple[int, ...]:
+    """Containers by assignment, in ``ASSIGNMENTS`` order: ``assigned`` and, node_shared,
+    the rest of ``containers``."""
+    counts = Counter(assigned)
+    counts["node_shared"] += containers - len(assigned)
+    return tuple(counts[a] for a in ASSIGNMENTS)
 
 
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
                    containers: list[ContainerEntry], pods: list[PodEntry],
-                   placement: PlacementChecks | None) -> PodMemory:
+                   placement: PlacementChecks | None) -> tuple[PodView, PodMemory]:
     """A pod that reports CPUs or memory: appends its entries, logs its anomalies and
-    returns its memory."""
+    returns its classification and its memory."""
     view = classify(pod, spec, facts.online) if cpus else cpu_less_view(pod, spec)
     claim, claimed = ownership.claim(index, view)
     if mem:
@@ -112,4 +149,4 @@ def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, 
     if found:
         log.extend(index, found)
     pods.append(pod_entries(view, claim, pod_mem, containers))
-    return pod_mem
+    return view, pod_mem

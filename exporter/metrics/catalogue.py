@@ -25,6 +25,7 @@ from reconciler.ledger import (
     CPU_POOLS,
     MEMORY_POOLS,
     ContainerEntry,
+    DistinctContainers,
     Ledger,
     PodEntry,
 )
@@ -91,7 +92,9 @@ class Family(Generic[T]):
     # ``values`` formats it (line end included). On a busy node that family is most of
     # the exposition, and a line written straight from the entry costs less than a sample
     # tuple formatted afterwards. The renderer uses it when no label value needs escaping
-    # and no container is named twice, and ``samples`` otherwise.
+    # and no container is named twice, and ``samples`` otherwise. Its label values are
+    # the container's names and assignment: what ``DistinctContainers.plain_names``
+    # vouches for.
     lines: Callable[[str, T, Mapping[float, str]], str] | None = None
 
 
@@ -152,10 +155,19 @@ _MEMORY_ASSIGNMENT = _field(ContainerEntry._fields, "memory_assignment")
 
 def _containers(n: NodeFacts) -> list[Sample]:
     containers = n.ledger.containers
-    cpu: Counter[str] = Counter(map(_ASSIGNMENT, containers))
-    memory: Counter[str] = Counter(map(_MEMORY_ASSIGNMENT, containers))
-    return [((resource, a), float(counts.get(a, 0)))
-            for resource, counts in (("cpu", cpu), ("memory", memory)) for a in ASSIGNMENTS]
+    if isinstance(containers, DistinctContainers):  # counted by the reconciler
+        cpu, memory = containers.cpu_counts, containers.memory_counts
+    else:
+        cpu, memory = (_counts(map(get, containers))
+                       for get in (_ASSIGNMENT, _MEMORY_ASSIGNMENT))
+    return [((resource, a), float(count))
+            for resource, counts in (("cpu", cpu), ("memory", memory))
+            for a, count in zip(ASSIGNMENTS, counts, strict=True)]
+
+
+def _counts(assignments: Iterable[str]) -> tuple[int, ...]:
+    counts = Counter(assignments)
+    return tuple(counts[a] for a in ASSIGNMENTS)
 
 
 def _kubelet_info(n: NodeFacts) -> list[Sample] | None:

@@ -192,13 +192,16 @@ def _per_pod_samples(ledger: Ledger, max_series: int,
     out: dict[str, list[Sample] | str] = dict(rows)
     # Containers named once in their pod, of pods listed once, give such a family distinct
     # series; were a name repeated, its samples tell whether a series is.
-    named_once = (isinstance(containers, DistinctContainers)
-                  or len(set(map(_CONTAINER_KEY, containers))) == len(containers))
+    plain = False  # no label value needs escaping: told by the reconciler, or the text shows
+    if isinstance(containers, DistinctContainers):
+        named_once, plain = True, containers.plain_names
+    else:
+        named_once = len(set(map(_CONTAINER_KEY, containers))) == len(containers)
     for family in _CONTAINER_LINES:
         assert family.lines is not None
         if named_once:
             text = family.lines(family.name, containers, _Values())
-            if _verbatim(text, len(containers), len(family.labels)):
+            if plain or _verbatim(text, len(containers), len(family.labels)):
                 out[family.name] = text
                 continue
         samples = out[family.name] = list(family.samples(containers) or ())

@@ -3,10 +3,19 @@ full path would give them."""
 
 from __future__ import annotations
 
+import pickle
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import given
+
 from exporter.pb import api_pb2
 from exporter.sources.convert import pods_from_proto, pods_to_proto
 from foundation.helpers import cspec, ctr, pod, pspec, snapshot, topology
+from foundation.test_reconcile_properties import SETTINGS, snapshots
 from reconciler import reconcile as R
+from reconciler.ledger import ASSIGNMENTS, DistinctContainers
+from reconciler.snapshot import NodeSnapshot, Topology
 
 
 def test_plain_pods_get_the_full_path_entries() -> None:
@@ -59,8 +68,6 @@ def test_containers_are_marked_distinct_only_when_named_once() -> None:
     """The marker that spares the exposition its search for repeated series: pods listed
     once, each naming its containers once; not a pod listed twice (plain or reporting
     CPUs), nor a name used twice in a pod, wherever it comes in List."""
-    from reconciler.ledger import DistinctContainers
-
     topo = topology(8)
     web = [pod(f"web-{i}", ctr("app"), ctr("proxy")) for i in range(3)]
     db = pod("db", ctr("pg", [1]), ctr("proxy"))
@@ -72,3 +79,51 @@ def test_containers_are_marked_distinct_only_when_named_once() -> None:
                  [pod("twins", ctr("c"), ctr("c")), *web]):
         containers = R.reconcile(snapshot(*pods, topo=topo)).containers
         assert type(containers) is tuple, pods
+
+
+def _named_once(snap: NodeSnapshot) -> NodeSnapshot:
+    """``snap`` with every pod and each pod's containers named apart (a suffix on each
+    name, whatever characters it holds): its ledger gets DistinctContainers."""
+    return replace(snap, pods=tuple(
+        p._replace(name=f"{p.name}{i}", containers=tuple(
+            c._replace(name=f"{c.name}{j}") for j, c in enumerate(p.containers)))
+        for i, p in enumerate(snap.pods)))
+
+
+@SETTINGS
+@given(snapshots())
+def test_distinct_containers_carry_what_their_entries_show(
+        case: tuple[NodeSnapshot, Topology | None]) -> None:
+    """The counts and the plain-names fact the reconciler hands the exposition are what a
+    pass over the entries (and the names listed) finds, whatever the pods report and
+    their names hold."""
+    snap = _named_once(case[0])
+    containers = R.reconcile(snap).containers
+    assert isinstance(containers, DistinctContainers)
+    cpu = Counter(c.assignment for c in containers)
+    memory = Counter(c.memory_assignment for c in containers)
+    assert containers.cpu_counts == tuple(cpu[a] for a in ASSIGNMENTS)
+    assert containers.memory_counts == tuple(memory[a] for a in ASSIGNMENTS)
+    assert sum(containers.cpu_counts) == sum(containers.memory_counts) == len(containers)
+    listed = "".join(f"{p.namespace}{p.name}" + "".join(c.name for c in p.containers)
+                     for p in snap.pods)
+    assert containers.plain_names == (not any(ch in listed for ch in '\\"\n'))
+    # The facts survive a copy (pickle, as multiprocessing would do).
+    copy = pickle.loads(pickle.dumps(containers))
+    assert copy == containers and type(copy) is DistinctContainers
+    assert (copy.cpu_counts, copy.memory_counts, copy.plain_names) == \
+        (containers.cpu_counts, containers.memory_counts, containers.plain_names)
+
+
+def test_a_name_that_needs_escaping_anywhere_makes_the_names_not_plain() -> None:
+    topo = topology(8)
+    plain = R.reconcile(snapshot(pod("p", ctr("app", [1])), pod("q", ctr("app")),
+                                 topo=topo)).containers
+    assert isinstance(plain, DistinctContainers) and plain.plain_names
+    for hostile in ('a"b', "a\\b", "a\nb"):
+        for pods in ([pod(hostile, ctr("app")), pod("q", ctr("app"))],
+                     [pod("p", ctr("app")), pod("q", ctr(hostile, [2]))],
+                     [pod("p", ctr("app")), pod("q", ctr("app"), namespace=hostile)]):
+            containers = R.reconcile(snapshot(*pods, topo=topo)).containers
+            assert isinstance(containers, DistinctContainers), pods
+            assert not containers.plain_names, pods

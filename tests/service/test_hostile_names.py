@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -120,8 +121,6 @@ async def test_a_kubelet_listing_twice_keeps_the_exposition_valid(
         start_sim: StartSim, run_serve: RunServe) -> None:
     """The same pod listed twice, and two containers of one pod with the same name: no
     series may repeat (Prometheus would reject the whole scrape)."""
-    from dataclasses import replace
-
     from exporter.pb import api_pb2
 
     directory = scenario_root() / "sidecar-hybrid"
@@ -180,3 +179,27 @@ def test_container_lines_are_used_for_plain_names_only() -> None:
     hostile = reconcile(NodeSnapshot((PodAlloc("ns", 'p"', (ContainerAlloc("c"),)),)))
     assert exposition._per_pod_samples(hostile, 1000)[0][family] == [
         (("ns", 'p"', "c", "node_shared"), 0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pods=st.lists(st.tuples(name_text, name_text,
+                               st.lists(st.tuples(name_text, st.lists(
+                                   st.integers(0, 15), max_size=3)), max_size=3)),
+                     max_size=5))
+def test_what_the_reconciler_tells_renders_as_what_the_text_shows(
+        pods: list[tuple[str, str, list[tuple[str, list[int]]]]]) -> None:
+    """The container counts and the plain-names fact of DistinctContainers give the very
+    exposition the entries give by themselves (a plain tuple of them, counted and
+    searched for characters to escape by the renderer): quotes, backslashes and line
+    breaks in any name are still escaped."""
+    snap = NodeSnapshot(tuple(
+        PodAlloc(ns, f"{name}{i}", tuple(ContainerAlloc(f"{c}{j}", tuple(ids))
+                                         for j, (c, ids) in enumerate(containers)))
+        for i, (ns, name, containers) in enumerate(pods)))
+    ledger = reconcile(snap)
+    assert isinstance(ledger.containers, exposition.DistinctContainers)
+    told = exposition.node_exposition(ledger, pods_max_series=1000)
+    shown = exposition.node_exposition(replace(ledger, containers=tuple(ledger.containers)),
+                                       pods_max_series=1000)
+    assert told == shown
+    parse_exposition(told[0].decode())  # valid, each series once
