@@ -332,7 +332,7 @@ async def test_pods_is_read_when_list_changes_or_its_refresh_is_due(start_sim: A
                             base.configz)
     sim = await start_sim(no_specs.raw(), http=True)
     reader = reader_for(sim, pods_interval=100.0)
-    t0 = time.monotonic()
+    t0 = float(int(time.monotonic()))  # whole seconds: t0 + 100.0 - t0 is exactly 100.0
     first = await reader.read(t0)
     assert sim.http_requests["/pods"] == 1
     assert {p.estimate_basis for p in first.ledger.pods} == {"podresources"}
@@ -363,7 +363,7 @@ async def test_a_failed_pods_read_stands_until_the_next_read(start_sim: Any,
     (observed) only by the poll that read it."""
     sim = await start_sim(DB, http=True, misbehaviour=Misbehaviour(forbidden_paths={"/pods"}))
     reader = reader_for(sim, pods_interval=100.0)
-    t0 = time.monotonic()
+    t0 = float(int(time.monotonic()))  # whole seconds: t0 + 100.0 - t0 is exactly 100.0
     first = await reader.poll(t0)
     assert ("kubelet", "pods") in first.errors and ("kubelet", "pods") in first.observed
     later = await reader.poll(t0 + 5.0)
