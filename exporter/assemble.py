@@ -21,10 +21,10 @@ from exporter.errors import SourceError
 from exporter.pb import api_pb2
 from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import checkpoint_facts
-from exporter.sources.convert import allocatable_from_proto, pods_from_proto, pods_from_wire
+from exporter.sources.convert import allocatable_from_proto, pods_from_proto
 from exporter.sources.kubelet import parse_feature_metrics
 from exporter.sources.pod_list import each_pod_item
-from exporter.sources.podresources import decode_allocatable, decode_list
+from exporter.sources.podresources import decode_allocatable, decode_pods
 from reconciler.kube import (
     KubeletConfig,
     PodSpec,
@@ -33,7 +33,7 @@ from reconciler.kube import (
     pod_list_from_json,
     pod_specs_from_items,
 )
-from reconciler.snapshot import CheckpointFacts, NodeSnapshot, Topology
+from reconciler.snapshot import CheckpointFacts, NodeSnapshot, PodAlloc, Topology
 
 # What malformed input raises on its way through a parser: json's errors (numbers past
 # int's digit limit included), deep nesting, and values of the wrong type in an otherwise
@@ -152,17 +152,16 @@ def snapshot_from_raw(raw: RawNode, node_name: str = "", *,
     undecodable; see ``parse_optional`` for ``checkpoints``."""
     if raw.list_response is None:
         raise SourceError("podresources", "List", "no response")
-    listing = decode_list(raw.list_response)  # raises on bytes protobuf cannot parse
+    pods = decode_pods(raw.list_response)  # raises on bytes protobuf cannot parse
     parts = parse_optional(raw, checkpoints=checkpoints)
-    snapshot = assemble(listing, allocatable=parts.allocatable, pod_specs=parts.pod_specs,
+    snapshot = assemble(pods, allocatable=parts.allocatable, pod_specs=parts.pod_specs,
                         config=parts.config, topology=raw.topology, node_name=node_name,
-                        kubelet_info=kubelet_facts(raw), checkpoints=parts.checkpoints,
-                        list_wire=raw.list_response)
+                        kubelet_info=kubelet_facts(raw), checkpoints=parts.checkpoints)
     return Assembled(snapshot, parts.errors)
 
 
 def assemble(
-    listing: api_pb2.ListPodResourcesResponse,
+    listing: api_pb2.ListPodResourcesResponse | tuple[PodAlloc, ...],
     *,
     allocatable: api_pb2.AllocatableResourcesResponse | None = None,
     pod_specs: tuple[PodSpec, ...] | None = None,
@@ -171,13 +170,11 @@ def assemble(
     node_name: str = "",
     kubelet_info: dict[str, str] | None = None,
     checkpoints: CheckpointFacts | None = None,
-    list_wire: bytes | None = None,
 ) -> NodeSnapshot:
     """The snapshot of already-typed parts (``snapshot_from_raw`` after parsing; tests
-    and the model use it directly). ``list_wire``, the bytes ``listing`` was parsed from,
-    spares serialising it again for the pods' wire reader."""
+    and the model use it directly); ``listing`` is the ``List`` response or its pods."""
     return NodeSnapshot(
-        pods=pods_from_wire(list_wire) if list_wire is not None else pods_from_proto(listing),
+        pods=listing if isinstance(listing, tuple) else pods_from_proto(listing),
         node_name=node_name,
         allocatable=allocatable_from_proto(allocatable) if allocatable is not None else None,
         topology=topology,

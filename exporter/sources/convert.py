@@ -33,6 +33,9 @@ _POD_RESOURCES = 0x0A  # ListPodResourcesResponse's one field
 _NAME, _NAMESPACE, _POD_CONTAINERS, _POD_CPU_IDS, _POD_MEMORY = 0x0A, 0x12, 0x1A, 0x22, 0x2A
 _CONTAINER_CPU_IDS, _CONTAINER_MEMORY = 0x1A, 0x22
 _INT64 = 1 << 64
+# Past these many bits a varint is refused as corrupt by protobuf: ten bytes for a value,
+# five for a length.
+_VALUE_BITS, _LENGTH_BITS = 70, 35
 
 
 class _Unexpected(Exception):
@@ -197,8 +200,9 @@ def _span(data: bytes, i: int) -> tuple[int, int]:
     return start, start + length
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    """The varint at ``data[i]`` and the index after it."""
+def _varint(data: bytes, i: int, bits: int = _LENGTH_BITS) -> tuple[int, int]:
+    """The varint at ``data[i]`` (a length unless ``bits`` says otherwise) and the index
+    after it."""
     byte = data[i]
     if byte < 0x80:  # nearly every length and CPU id of a node
         return byte, i + 1
@@ -206,6 +210,8 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
     while byte >= 0x80:
         value |= (byte & 0x7F) << shift
         shift += 7
+        if shift == bits:
+            raise _Unexpected
         i += 1
         byte = data[i]
     return value | byte << shift, i + 1
@@ -218,7 +224,7 @@ def _int64s(packed: bytes) -> tuple[int, ...]:
     values = []
     i, stop = 0, len(packed)
     while i < stop:
-        value, i = _varint(packed, i)
+        value, i = _varint(packed, i, _VALUE_BITS)
         value %= _INT64
         values.append(value - _INT64 if value >> 63 else value)
     return tuple(values)

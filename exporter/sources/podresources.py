@@ -22,6 +22,8 @@ import grpc.aio
 
 from exporter.errors import SourceError
 from exporter.pb import api_pb2
+from exporter.sources.convert import pods_from_wire
+from reconciler.snapshot import PodAlloc
 
 DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT: Final = 5.0
@@ -200,6 +202,15 @@ def decode_list(raw: bytes) -> api_pb2.ListPodResourcesResponse:
     try:
         return api_pb2.ListPodResourcesResponse.FromString(raw)
     except Exception as exc:  # protobuf raises DecodeError and friends
+        raise SourceError(SOURCE, "List", f"undecodable response: {exc}") from None
+
+
+def decode_pods(raw: bytes) -> tuple[PodAlloc, ...]:
+    """The pods of a ``List`` response, read from the wire (``pods_from_wire``): what
+    ``decode_list`` would give, or its error, without building the message first."""
+    try:
+        return pods_from_wire(raw)
+    except Exception as exc:  # as in decode_list: the wire reader refuses what it refuses
         raise SourceError(SOURCE, "List", f"undecodable response: {exc}") from None
 
 

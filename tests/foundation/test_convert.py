@@ -130,6 +130,14 @@ def _hand_made() -> list[bytes]:
         b"\x0a\x03\x22\x01\xff",      # an id list longer than its pod
         good[:-1], good[:-3],         # the answer cut short
         good + b"\x0a\x80",           # a length varint cut short at the end
+        # Varints at and past the longest protobuf reads: five bytes for a length (a
+        # pod's, a name's), ten for an id (the last byte's spare bits dropped).
+        b"\x0a" + b"\x80" * 4 + b"\x00",
+        b"\x0a" + b"\x80" * 5 + b"\x00",
+        b"\x0a\x08\x0a" + b"\x82" + b"\x80" * 3 + b"\x00" + b"ab",
+        b"\x0a\x09\x0a" + b"\x82" + b"\x80" * 4 + b"\x00" + b"ab",
+        b"\x0a\x0c\x22\x0a" + b"\xff" * 9 + b"\x7f",
+        b"\x0a\x0d\x22\x0b" + b"\xff" * 10 + b"\x01",
     ]
 
 
@@ -177,5 +185,8 @@ def test_any_bytes_read_as_protobuf_reads_them(data: st.DataObject) -> None:
         lambda at, b, how: (good[:at] + bytes([b]) + good[at + (how == "flip"):]
                             if how != "cut" else good[:at]),
         st.integers(0, len(good) - 1), st.integers(0, 255),
-        st.sampled_from(["flip", "insert", "cut"])))
+        st.sampled_from(["flip", "insert", "cut"])) | st.builds(
+        # A varint made longer: continuation bytes where a length or an id starts.
+        lambda at, n: good[:at] + b"\x80" * n + good[at:],
+        st.integers(0, len(good) - 1), st.integers(1, 11)))
     _same_as_protobuf(raw)
