@@ -158,7 +158,8 @@ class WritePath(ABC, Generic[Conn]):
     ``anomalies_seen``, ``open_assignments`` and ``open_anomalies`` (columns as
     ``OPEN_*_COLUMNS``), ``assignment_close``, ``assignment_insert``, ``anomaly_resolve``,
     ``anomaly_insert``, ``fleet_raw``, ``fleet_hourly``, ``fleet_add``. Parameters named
-    ``b_*`` are the statements' own; the others are columns."""
+    ``b_*`` are the statements' own; the others are columns. Times are aware datetimes;
+    each store binds them as its schema stores them."""
 
     def __init__(self) -> None:
         self._node_ids: dict[str, int] = {}
@@ -169,9 +170,9 @@ class WritePath(ABC, Generic[Conn]):
         """A transaction holding the database's write lock from its start."""
 
     @abstractmethod
-    def _run(self, conn: Conn, name: str, params: Any) -> Any:
+    def _run(self, conn: Conn, name: str, params: Any) -> list[Any]:
         """Execute statement ``name`` with ``params`` (a list: once per element); returns
-        a cursor (``fetchone``, iteration)."""
+        the rows it returns (none for a list)."""
 
     @abstractmethod
     def _prune(self, conn: Conn, node_id: int | None, before: datetime) -> PruneResult:
@@ -187,7 +188,7 @@ class WritePath(ABC, Generic[Conn]):
         if cached is not None:
             return cached
         self._run(conn, "node_insert", {"name": name, "first_seen": at, "last_seen": at})
-        node_id = int(self._run(conn, "node_by_name", {"b_name": name}).fetchone()[0])
+        node_id = int(self._run(conn, "node_by_name", {"b_name": name})[0][0])
         with self._lock:
             self._node_ids[name] = node_id
         return node_id
@@ -201,8 +202,8 @@ class WritePath(ABC, Generic[Conn]):
         rows = 0
         with self.write_transaction() as conn:
             node_id = self._node_id(conn, node, changesets[0].at)
-            last_writer, last_seq, last_seen, online = self._run(
-                conn, "node_for_update", {"b_node": node_id}).fetchone()
+            ((last_writer, last_seq, last_seen, online),) = self._run(
+                conn, "node_for_update", {"b_node": node_id})
             last_seen = self._time(last_seen)
             applied = 0
             summaries: list[tuple[int, dict[str, int]]] = []  # inserted: for the fleet
@@ -238,9 +239,7 @@ class WritePath(ABC, Generic[Conn]):
         if cs.summary is not None:
             # A restarted exporter may repeat the last summary's time: keep the first.
             epoch = int(cs.at.timestamp())
-            inserted = self._run(conn, "summary_insert",
-                                 summary_row(node_id, cs.at, epoch, cs.summary)).fetchone()
-            if inserted is not None:
+            if self._run(conn, "summary_insert", summary_row(node_id, cs.at, epoch, cs.summary)):
                 self._run(conn, "rollup_upsert", hourly_row(node_id, epoch, cs.summary))
                 summaries.append((epoch, cs.summary))
             self._run(conn, "anomalies_seen", {"b_node": node_id, "b_at": cs.at})
@@ -284,8 +283,8 @@ class WritePath(ABC, Generic[Conn]):
         with self.write_transaction() as conn:
             node_id: int | None = None
             if node is not None:
-                found = self._run(conn, "node_by_name", {"b_name": node}).fetchone()
-                if found is None:
+                found = self._run(conn, "node_by_name", {"b_name": node})
+                if not found:
                     return PruneResult(0, 0, 0, 0)
-                node_id = int(found[0])
+                node_id = int(found[0][0])
             return self._prune(conn, node_id, before)

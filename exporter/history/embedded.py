@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -134,10 +135,11 @@ class EmbeddedStore(WritePath[sqlite3.Connection]):
         self.url = url
         self.readonly = False
         self._conn = connect(path, timeout)
+        self._conn_lock = threading.Lock()
 
     @contextmanager
     def write_transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._conn_lock:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")  # the write lock up front, not on upgrade
             try:
@@ -169,7 +171,7 @@ class EmbeddedStore(WritePath[sqlite3.Connection]):
         return stored_revision(self._conn)
 
     def close(self) -> None:
-        with self._lock:
+        with self._conn_lock:
             self._conn.close()
 
 

@@ -210,8 +210,9 @@ class HistoryStore(WritePath[Connection]):
 
     # -- writes (common.WritePath) -----------------------------------------------------
 
-    def _run(self, conn: Connection, name: str, params: Any) -> Any:
-        return conn.execute(getattr(self._stmts, name), params)
+    def _run(self, conn: Connection, name: str, params: Any) -> list[Any]:
+        result = conn.execute(getattr(self._stmts, name), params)
+        return list(result.all()) if result.returns_rows else []
 
     def rebuild_rollup(self, node: str | None = None) -> int:
         """Recompute the hourly roll-up (of ``node``, or of all) and the fleet roll-up
