@@ -85,6 +85,27 @@ def test_migrations_create_the_declared_schema(history_url: str) -> None:
     again.close()
 
 
+_MIGRATE_WITHOUT_DECLARING = """
+import sys
+from sqlalchemy import create_engine
+from exporter.history.schema import assignment_intervals
+from exporter.history.store import HistoryStore
+
+engine = create_engine(sys.argv[1])  # not open_store: nothing declared the backend
+HistoryStore(engine).migrate()
+(index,) = [i for i in assignment_intervals.indexes if i.name == "uq_assignment_intervals_open"]
+print(index.dialect_options[engine.dialect.name]["where"])
+"""
+
+
+def test_the_migration_environment_declares_the_backend(history_url: str) -> None:
+    # In a fresh interpreter, so that no open_store of another test declared it: the
+    # metadata Alembic compares with (autogenerate) has the partial index's condition.
+    out = subprocess.run([sys.executable, "-c", _MIGRATE_WITHOUT_DECLARING, history_url],
+                         check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "valid_to IS NULL"
+
+
 def test_head_revision_is_alembics_head() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
