@@ -407,7 +407,7 @@ def _memory_breakdown(result: dict[str, Any]) -> None:
         **{f"import {name}": result[f"import_{name}_mib"]
            for name in ("grpc", "aiohttp", "protobuf", "sqlalchemy", "prometheus_client")},
         "serve's imports (prometheus_client not among them)": result["serve_imports_mib"],
-        "  of which the history store's (SQLAlchemy, sqlite3)": round(
+        "  of which the history store's (its embedded write path, sqlite3)": round(
             result["serve_imports_mib"] - result["serve_imports_no_history_mib"], 1),
         "serve on a one-pod node": result["rss_one_pod_mib"],
         "  the same, --history.url off": result["rss_one_pod_no_history_mib"],

@@ -80,22 +80,23 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     web_config = load_web_config(options.web.config_file)
     sources = source_options(options.sources)
     reader = NodeReader(sources)
-    store, writer = _open_history(options.history, sources.node_name)
+    history = _open_history(options.history, sources.node_name)
     poll = options.poll
     exporter = Exporter(
         reader,
         ServiceOptions(poll_interval=poll.interval, staleness=poll.staleness,
                        pods_collector=poll.pods_collector,
                        pods_max_series=poll.pods_max_series),
-        history=writer, kernel=KernelObserver(KernelOptions.from_flags(options.kernel)))
-    app = build_app(exporter, web_config, _history_routes(store))
+        history=history.writer if history else None,
+        kernel=KernelObserver(KernelOptions.from_flags(options.kernel)))
+    app = build_app(exporter, web_config, _history_routes(history.reader if history else None))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
                                  address=options.web.listen_address, options=options.web)
     log.info("listening", extra={"url": listening.url, "socket": sources.socket})
     stop = stop or asyncio.Event()
     stop_on_signals(stop, on_hup=exporter.wake)
-    if writer is not None:
-        await writer.start()
+    if history is not None:
+        await history.writer.start()
     tune_gc()
     if on_ready is not None:
         on_ready(listening.url)
@@ -104,12 +105,8 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     finally:
         await listening.close()
         await reader.close()
-        if writer is not None:
-            with contextlib.suppress(Exception):
-                await writer.close()
-        if store is not None:
-            with contextlib.suppress(Exception):
-                store.close()
+        if history is not None:
+            await history.close()
     return 0
 
 
@@ -126,16 +123,48 @@ def _history_routes(store: Any) -> Callable[[Any], None] | None:
     return mount
 
 
-def _open_history(options: HistoryOptions, node: str) -> tuple[Any, Any]:
+@dataclass
+class _History:
+    """``serve``'s history: the writer, the store it writes to and the store the API
+    reads (the same SQLAlchemy store on PostgreSQL; on SQLite, the embedded write path and
+    a read store opened on the API's first request)."""
+
+    writer: Any
+    store: Any
+    reader: Any
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.writer.close()
+        for store in (self.store,) if self.reader is self.store else (self.store, self.reader):
+            with contextlib.suppress(Exception):
+                store.close()
+
+
+def _open_history(options: HistoryOptions, node: str) -> _History | None:
     if not options.enabled:
-        return None, None
+        return None
+    from exporter.history.location import default_history_url, plain_sqlite_database
+
+    url = options.url or default_history_url()
     try:
-        from exporter.history import HistoryWriter, default_history_url, open_store
+        from exporter.history.writer import HistoryWriter
+
+        if plain_sqlite_database(url) is not None:
+            # SQLite: the write path without SQLAlchemy (memory of every node agent).
+            from exporter.history.api import LazyReadStore
+            from exporter.history.embedded import open_embedded
+
+            store: Any = open_embedded(url)
+            reader: Any = LazyReadStore(url)
+        else:
+            from exporter.history.connect import open_store
+
+            store = reader = open_store(url, isolated_migrations=True)
     except ImportError as exc:  # an install without the history extra's driver
         print(f"podres-exporter serve: history disabled: {exc}", file=sys.stderr)
-        return None, None
-    store = open_store(options.url or default_history_url(), isolated_migrations=True)
+        return None
     writer = HistoryWriter(store, node or "localhost", max_pending=options.max_pending,
                            summary_interval=options.summary_interval,
                            retention=options.retention, prune_interval=options.prune_interval)
-    return store, writer
+    return _History(writer, store, reader)

@@ -1,10 +1,14 @@
 """The dashboard backend: a read-only JSON API over the history store (aiohttp).
 
 ``add_routes(app, store)`` mounts it (``serve`` does, and the standalone ``api`` command);
-``openapi_document()`` describes it. Each route's query parameters are declared once, in
-:data:`ROUTES`, and used both to validate requests and to write the OpenAPI document, so the
-two cannot drift apart. Bad parameters answer 400 with a message naming the parameter;
-an unreachable database answers 503; nothing a client sends gives a 500.
+``openapi_document()`` describes it. ``serve`` on SQLite passes a :class:`LazyReadStore`:
+the SQLAlchemy read store, queries and all, is loaded on the first request, so that a node
+nobody queries never loads it (docs/design.md#history).
+
+Each route's query parameters are declared once, in :data:`ROUTES`, and used both to
+validate requests and to write the OpenAPI document, so the two cannot drift apart. Bad
+parameters answer 400 with a message naming the parameter; an unreachable database answers
+503; nothing a client sends gives a 500.
 """
 
 from __future__ import annotations
@@ -14,19 +18,22 @@ import copy
 import json
 import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from sqlalchemy.exc import SQLAlchemyError
 
 from exporter import __version__
-from exporter.history import queries as q
-from exporter.history.store import HistoryStore, describe_error
+from exporter.history import window as w
+from exporter.history.common import SUMMARY_POOLS, describe_error, is_database_error
 from exporter.history.timeutil import TimeError, now, parse_time
 from reconciler.ledger import ANOMALY_KINDS, ASSIGNMENTS
+
+if TYPE_CHECKING:
+    from exporter.history.store import HistoryStore
 
 log = logging.getLogger("podres.history.api")
 
@@ -205,23 +212,57 @@ def parse_params(route: Route, query: Mapping[str, str] | Any) -> dict[str, Any]
     return out
 
 
-def _window(p: dict[str, Any]) -> q.Window:
-    return q.Window(at=p.get("at"), start=p.get("from"), end=p.get("to"))
+def _window(p: dict[str, Any]) -> w.Window:
+    return w.Window(at=p.get("at"), start=p.get("from"), end=p.get("to"))
 
 
 def _series_window(p: dict[str, Any]) -> tuple[datetime, datetime, int]:
-    start, end = q.default_window(p.get("from"), p.get("to"), now())
+    start, end = w.default_window(p.get("from"), p.get("to"), now())
     if start > end:
         raise ParamError("from: must not be later than to")
-    step = p.get("step") or q.auto_step(start, end)
+    step = p.get("step") or w.auto_step(start, end)
     try:
-        q.check_points(start, end, step)
+        w.check_points(start, end, step)
     except ValueError as exc:
         raise ParamError(f"step: {exc}") from None
     return start, end, step
 
 
+class StoreUnavailable(Exception):
+    """The read store could not be opened (answered with 503; tried again next time)."""
+
+
+class LazyReadStore:
+    """The SQLAlchemy read-only store of ``url``, opened on first use (``serve`` on SQLite
+    writes through the embedded store and loads SQLAlchemy only when the API is queried).
+    A failed open raises :class:`StoreUnavailable` and is tried again on the next use."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._store: HistoryStore | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> HistoryStore:
+        with self._lock:
+            if self._store is None:
+                try:
+                    from exporter.history.connect import open_store
+
+                    self._store = open_store(self.url, mode="readonly")
+                except Exception as exc:  # a missing driver too: the metrics go on
+                    raise StoreUnavailable(describe_error(exc)) from exc
+            return self._store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
 def _run(store: HistoryStore, name: str, p: dict[str, Any]) -> Any:
+    from exporter.history import queries as q
+
     if name == "nodes":
         return q.list_nodes(store, limit=p["limit"], cursor=p["cursor"]).to_json()
     if name == "assignments":
@@ -253,7 +294,7 @@ def error_response(status: int, message: str) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _handler(store: HistoryStore, route: Route) -> Handler:
+def _handler(store: HistoryStore | LazyReadStore, route: Route) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
             params = parse_params(route, request.query)
@@ -265,18 +306,25 @@ def _handler(store: HistoryStore, route: Route) -> Handler:
             body = await asyncio.to_thread(_answer, store, route.handler_name, params)
         except ParamError as exc:
             return error_response(400, str(exc))
-        except SQLAlchemyError as exc:
-            log.warning("history API database error",
-                        extra={"route": route.path, "error": describe_error(exc)})
-            return error_response(503, "history database unavailable")
-        except Exception:  # a bug: logged with its traceback, answered without one
+        except StoreUnavailable as exc:
+            log.warning("history API cannot open the database",
+                        extra={"route": route.path, "error": str(exc)})
+            return error_response(503, f"history database unavailable: {exc}")
+        except Exception as exc:
+            if is_database_error(exc):
+                log.warning("history API database error",
+                            extra={"route": route.path, "error": describe_error(exc)})
+                return error_response(503, "history database unavailable")
+            # A bug: logged with its traceback, answered without one.
             log.exception("history API request failed", extra={"route": route.path})
             return error_response(500, "internal error")
         return web.Response(body=body, content_type="application/json", charset="utf-8")
     return handle
 
 
-def _answer(store: HistoryStore, name: str, p: dict[str, Any]) -> bytes:
+def _answer(store: HistoryStore | LazyReadStore, name: str, p: dict[str, Any]) -> bytes:
+    if isinstance(store, LazyReadStore):
+        store = store.get()
     return _dumps(_run(store, name, p)).encode("utf-8")
 
 
@@ -284,7 +332,7 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def add_routes(app: web.Application, store: HistoryStore) -> None:
+def add_routes(app: web.Application, store: HistoryStore | LazyReadStore) -> None:
     """Mount the read-only history API (and its OpenAPI document) on ``app``."""
     for route in ROUTES:
         app.router.add_get(PREFIX + route.path, _handler(store, route))
@@ -318,9 +366,6 @@ def _page(item: str) -> dict[str, Any]:
                  "next_cursor": {"type": "string", "nullable": True}})
 
 
-_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
-          "pod_idle")
-
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": {"type": "string"}, "status": {"type": "integer"}}),
     "Node": _obj({"name": {"type": "string"}, "first_seen": _TIME, "last_seen": _TIME,
@@ -349,7 +394,7 @@ SCHEMAS: dict[str, Any] = {
     "GapPage": _page("Gap"),
     "SummaryPoint": _obj({
         "t": _TIME, "samples": {"type": "integer"},
-        "cpus": _obj({p: _NUM for p in _POOLS}),
+        "cpus": _obj({p: _NUM for p in SUMMARY_POOLS}),
         "containers": _obj({a: _NUM for a in ASSIGNMENTS}),
         "online_cpus": _NUM, "pods": _NUM, "reclaimed_cpus": _NUM,
         "reclaimable_cpus": _NUM, "anomalies": _NUM}),

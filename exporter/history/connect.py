@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -37,31 +35,17 @@ from sqlalchemy.exc import (
 )
 
 from exporter.errors import UserError
+from exporter.history.child import MIGRATE_UNREACHABLE, MIGRATE_URL_ENV, child_migrator
+from exporter.history.common import MigrationUnreachable, describe_error
+from exporter.history.location import MODES, Mode, check_sqlite_path, default_history_url
 from exporter.history.schema import declare_backend
-from exporter.history.store import HistoryStore, MigrationUnreachable, describe_error
+from exporter.history.store import HistoryStore
 
 log = logging.getLogger("podres.history")
 
-Mode = Literal["create", "readonly", "maintenance"]
-MODES: tuple[Mode, ...] = ("create", "readonly", "maintenance")
-
-# The child process that migrates for ``serve`` (``migrate_main`` below): it gets the URL in
-# the environment, never on a command line where ``ps`` would show a password. It runs this
-# module's own function, so that no second module has to import this one back.
-_CHILD = "import sys; from exporter.history.connect import migrate_main; sys.exit(migrate_main())"
-MIGRATE_URL_ENV = "PODRES_HISTORY_MIGRATE_URL"
-MIGRATE_UNREACHABLE = 3  # the child's exit code when the database did not answer
-
-
-def default_history_url() -> str:
-    """``sqlite:///$XDG_STATE_HOME/podres-exporter/history.db`` (``~/.local/state`` when the
-    variable is unset), or ``/var/lib/podres-exporter/history.db`` when running as root."""
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        base = Path("/var/lib/podres-exporter")
-    else:
-        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        base = Path(state) / "podres-exporter"
-    return f"sqlite:///{base / 'history.db'}"
+# Importable from here as before.
+__all__ = ["MIGRATE_URL_ENV", "MODES", "Mode", "configure_sqlite", "default_history_url",
+           "migrate_main", "open_store", "redact_url"]
 
 
 def redact_url(url: str) -> str:
@@ -87,7 +71,7 @@ def open_store(url: str | None = None, *, mode: Mode = "create",
     backend = parsed.get_backend_name()
     created: Path | None = None
     if backend == "sqlite":
-        created = _check_sqlite_path(parsed, mode, url == default_history_url())
+        created = check_sqlite_path(parsed.database, mode, url == default_history_url())
         kwargs: dict[str, Any] = {
             "connect_args": {"timeout": 10, "check_same_thread": False}}
     elif backend == "postgresql":
@@ -102,7 +86,7 @@ def open_store(url: str | None = None, *, mode: Mode = "create",
     declare_backend(backend)
     if backend == "sqlite":
         configure_sqlite(engine, mode)
-    migrator = _child_migrator(url) if isolated_migrations else None
+    migrator = child_migrator(url) if isolated_migrations else None
     store = HistoryStore(engine, readonly=mode == "readonly", migrator=migrator)
     try:
         _prepare(store, mode)
@@ -116,31 +100,6 @@ def open_store(url: str | None = None, *, mode: Mode = "create",
     if created is not None:
         log.info("history store created", extra={"path": str(created)})
     return store
-
-
-def _check_sqlite_path(parsed: URL, mode: Mode, default_location: bool) -> Path | None:
-    """Refuse what SQLite would silently create; returns the file that opening will create
-    (``create`` mode, file missing), else None."""
-    database = parsed.database or ""
-    if not database or database == ":memory:" or database.startswith("file:"):
-        raise UserError("--history.url: SQLite needs a file path "
-                        "(sqlite:///path/to/history.db)")
-    path = Path(database).expanduser()
-    if path.exists():
-        return None
-    if mode != "create":
-        raise UserError(f"history database {path} does not exist (the exporter creates it "
-                        "when it first writes)")
-    if default_location:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"cannot create the history directory {path.parent}: "
-                            f"{exc.strerror or exc}") from None
-    elif not path.parent.is_dir():
-        raise UserError(f"history directory {path.parent} does not exist (create it, or "
-                        "give --history.url a file in an existing directory)")
-    return path
 
 
 def _postgres_options(mode: Mode) -> dict[str, Any]:
@@ -196,24 +155,6 @@ def configure_sqlite(engine: Engine, mode: Mode) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         else:
             conn.exec_driver_sql("BEGIN")
-
-
-def _child_migrator(url: str, timeout: float = 120.0) -> Callable[[], None]:
-    def migrate_in_child() -> None:
-        env = dict(os.environ, **{MIGRATE_URL_ENV: url})
-        try:
-            proc = subprocess.run([sys.executable, "-c", _CHILD], env=env,
-                                  capture_output=True, text=True, timeout=timeout,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise MigrationUnreachable(
-                f"schema migration took longer than {timeout:g}s") from None
-        message = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        if proc.returncode == MIGRATE_UNREACHABLE:
-            raise MigrationUnreachable(message)
-        if proc.returncode != 0:
-            raise UserError(message.removeprefix("podres-exporter history: error: "))
-    return migrate_in_child
 
 
 def migrate_main() -> int:

@@ -11,124 +11,64 @@ the last unit, the sum of the nodes' rounded averages (no floating-point drift).
 
 Each writer adds its deltas at the end of its transaction, in (step, bucket) order, after
 every lock on its own node's rows: writers wait for each other on a bucket only briefly and
-never deadlock. Rows are back-filled by migration 0003 and rebuilt by
+never deadlock (the arithmetic of those deltas, shared with the embedded store, is in
+:mod:`exporter.history.fleetplan`). Rows are back-filled by migration 0003 and rebuilt by
 ``HistoryStore.rebuild_rollup``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Select, bindparam, cast, delete, func, literal
 from sqlalchemy import select as sa_select
 
-from exporter.history.schema import (
+from exporter.history.fleetplan import (
+    FLEET_COLUMNS,
+    HOUR,
+    NANO,
     SERIES_STEPS,
-    fleet_summaries,
-    node_summaries,
-    node_summaries_hourly,
+    node_average,
 )
+from exporter.history.schema import fleet_summaries, node_summaries, node_summaries_hourly
 
-NANO = 10**9  # units of a node's average CPUs in the roll-up
-_HOUR = 3600
-SUB_HOUR_STEPS = tuple(s for s in SERIES_STEPS if s < _HOUR)  # each divides an hour
-HOUR_STEPS = tuple(s for s in SERIES_STEPS if s >= _HOUR)  # each a whole number of hours
-FLEET_COLUMNS = ("cpus_pod_shared", "cpus_pod_exclusive")
-
-
-def node_average(total: int, samples: int) -> int:
-    """``total / samples`` in billionths, rounded half up: ``(2·total·10⁹ + samples) div
-    (2·samples)``, the same integer expression as :func:`_sql_average` (values are CPU
-    counts, never negative, so SQL's truncating division equals Python's floor)."""
-    return (2 * total * NANO + samples) // (2 * samples)
+__all__ = ["FLEET_COLUMNS", "NANO", "FleetStatements", "node_average"]
 
 
 def _sql_average(total: Any, samples: Any) -> Any:
+    """:func:`~exporter.history.fleetplan.node_average` in SQL."""
     total = cast(total, BigInteger)
     samples = cast(samples, BigInteger)
     return (2 * total * NANO + samples) // (2 * samples)
 
 
-@dataclass(slots=True)
-class _Bucket:
-    """One node's samples in a bucket: written by this transaction, and in all."""
-
-    added: int = 0
-    added_sums: list[int] = field(default_factory=lambda: [0, 0])
-    samples: int = 0
-    sums: list[int] = field(default_factory=lambda: [0, 0])
-
-
-class FleetRollup:
-    """The statements that keep the roll-up, built once per store (see
+class FleetStatements:
+    """The statements that keep the roll-up (``fleet_add``, ``fleet_raw``,
+    ``fleet_hourly`` of ``common.WritePath``), built once per store (see
     ``store._WriteStatements`` for why)."""
 
     def __init__(self, stmt: Any) -> None:
         """``stmt``: this backend's ``insert(fleet_summaries)`` (with ``on_conflict_*``)."""
         f, s, h = fleet_summaries, node_summaries, node_summaries_hourly
-        self.add = stmt.on_conflict_do_update(
+        self.fleet_add = stmt.on_conflict_do_update(
             index_elements=["step", "bucket_epoch"],
             set_={c: f.c[c] + stmt.excluded[c]
                   for c in ("nodes", "cpus_pod_shared_nano", "cpus_pod_exclusive_nano")})
         # Both read (time, samples, sums): a raw summary is one sample.
-        self.raw = (sa_select(s.c.at_epoch, literal(1), *[s.c[c] for c in FLEET_COLUMNS])
-                    .where(s.c.node_id == bindparam("b_node"),
-                           s.c.at_epoch >= bindparam("b_lo"), s.c.at_epoch < bindparam("b_hi")))
-        self.hourly = (sa_select(h.c.hour_epoch, h.c.samples,
-                                 *[h.c[f"sum_{c}"] for c in FLEET_COLUMNS])
-                       .where(h.c.node_id == bindparam("b_node"),
-                              h.c.hour_epoch >= bindparam("b_lo"),
-                              h.c.hour_epoch < bindparam("b_hi")))
-
-    def add_samples(self, conn: Connection, node_id: int,
-                    samples: list[tuple[int, dict[str, int]]]) -> None:
-        """Add the node's summaries just inserted (``(at_epoch, values)``; the raw rows and
-        the hourly roll-up already hold them) to every step's bucket."""
-        if not samples:
-            return
-        buckets: dict[tuple[int, int], _Bucket] = {}
-        for epoch, values in samples:
-            for step in SERIES_STEPS:
-                b = buckets.setdefault((step, epoch - epoch % step), _Bucket())
-                b.added += 1
-                for i, c in enumerate(FLEET_COLUMNS):
-                    b.added_sums[i] += int(values.get(c, 0))
-        self._count(conn, node_id, buckets)
-        rows = []
-        for (step, start), b in sorted(buckets.items()):
-            old = b.samples - b.added
-            old_sums = [t - a for t, a in zip(b.sums, b.added_sums, strict=True)]
-            shared, exclusive = (
-                node_average(new, b.samples) - (node_average(was, old) if old else 0)
-                for new, was in zip(b.sums, old_sums, strict=True))
-            rows.append({"step": step, "bucket_epoch": start, "nodes": 0 if old else 1,
-                         "cpus_pod_shared_nano": shared,
-                         "cpus_pod_exclusive_nano": exclusive})
-        conn.execute(self.add, rows)
-
-    def _count(self, conn: Connection, node_id: int,
-               buckets: dict[tuple[int, int], _Bucket]) -> None:
-        """Fill in the node's samples and sums per bucket from its raw summaries (steps
-        below an hour) and its hourly roll-up (whole hours)."""
-        for steps, stmt in ((SUB_HOUR_STEPS, self.raw), (HOUR_STEPS, self.hourly)):
-            mine = [(k, b) for k, b in buckets.items() if k[0] in steps]
-            lo = min(start for (_, start), _ in mine)
-            hi = max(start + step for (step, start), _ in mine)
-            for epoch, n, *values in conn.execute(
-                    stmt, {"b_node": node_id, "b_lo": lo, "b_hi": hi}):
-                for step in steps:
-                    b = buckets.get((step, epoch - epoch % step))
-                    if b is not None:
-                        b.samples += n
-                        for i, v in enumerate(values):
-                            b.sums[i] += int(v)
+        self.fleet_raw = (
+            sa_select(s.c.at_epoch, literal(1), *[s.c[c] for c in FLEET_COLUMNS])
+            .where(s.c.node_id == bindparam("b_node"),
+                   s.c.at_epoch >= bindparam("b_lo"), s.c.at_epoch < bindparam("b_hi")))
+        self.fleet_hourly = (
+            sa_select(h.c.hour_epoch, h.c.samples, *[h.c[f"sum_{c}"] for c in FLEET_COLUMNS])
+            .where(h.c.node_id == bindparam("b_node"), h.c.hour_epoch >= bindparam("b_lo"),
+                   h.c.hour_epoch < bindparam("b_hi")))
 
 
 def _per_node(step: int) -> Select[Any]:
     """Each node's samples and sums per bucket of ``step``: from the raw summaries below an
     hour, from the hourly roll-up for whole hours."""
-    if step < _HOUR:
+    if step < HOUR:
         s = node_summaries
         bucket = s.c.at_epoch - s.c.at_epoch % step
         return (sa_select(bucket.label("bucket_epoch"), func.count().label("samples"),

@@ -8,14 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Float, Select, and_, cast, func, or_, select, true, union_all
 
 from exporter.history.fleet import FLEET_COLUMNS, bucket_rows, whole_buckets
 from exporter.history.schema import (
-    SERIES_STEPS,
     SUMMARY_ASSIGNMENTS,
     SUMMARY_COLUMNS,
     SUMMARY_POOLS,
@@ -28,9 +27,13 @@ from exporter.history.schema import (
 )
 from exporter.history.store import HistoryStore, at_filter, overlap_filter
 from exporter.history.timeutil import format_time
+from exporter.history.window import MAX_POINTS, Window, auto_step, check_points, default_window
 
-MAX_POINTS = 20000
-
+# Importable from here as before: what needs no database is in window.py, which the API
+# imports without SQLAlchemy.
+__all__ = ["MAX_POINTS", "Page", "Window", "anomalies", "assignments", "assignments_at",
+           "auto_step", "check_points", "default_window", "events", "fleet_ratio", "gaps",
+           "list_nodes", "summary"]
 
 @dataclass(frozen=True, slots=True)
 class Page:
@@ -39,15 +42,6 @@ class Page:
 
     def to_json(self) -> dict[str, Any]:
         return {"items": self.items, "next_cursor": self.next_cursor}
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """``at`` (a point in time) or ``start``/``end`` (an overlap window), or nothing."""
-
-    at: datetime | None = None
-    start: datetime | None = None
-    end: datetime | None = None
 
 
 def _none_if_empty(text: str) -> str | None:
@@ -182,22 +176,6 @@ def gaps(store: HistoryStore, *, node: str | None = None, window: Window = Windo
     return _page(rows, limit, lambda r: {
         "id": r.id, "node": r.node, "from": format_time(r.gap_from),
         "to": format_time(r.gap_to), "dropped_writes": r.dropped_writes, "reason": r.reason})
-
-
-def auto_step(start: datetime, end: datetime, points: int = 500) -> int:
-    """The smallest round step giving at most about ``points`` points (at least 60 s)."""
-    span = max((end - start).total_seconds(), 1.0)
-    wanted = span / points
-    for step in SERIES_STEPS:
-        if step >= wanted:
-            return step
-    return math.ceil(wanted / 86400) * 86400
-
-
-def check_points(start: datetime, end: datetime, step: int) -> None:
-    if (end - start).total_seconds() / step > MAX_POINTS:
-        raise ValueError(f"too many points: (to - from) / step exceeds {MAX_POINTS}; "
-                         "use a larger step")
 
 
 def _float(value: Any) -> float | None:
@@ -406,10 +384,3 @@ def _gap_events(conn: Any, span: _Span, where_node: Any, limit: int) -> list[Eve
         "time": format_time(r.gap_from), "event": "gap", "node": r.node,
         "until": format_time(r.gap_to), "dropped_writes": r.dropped_writes,
         "detail": r.reason}) for r in rows]
-
-
-def default_window(start: datetime | None, end: datetime | None,
-                   now: datetime) -> tuple[datetime, datetime]:
-    end = end or now
-    start = start or end - timedelta(days=1)
-    return start, end

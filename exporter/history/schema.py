@@ -23,6 +23,21 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from exporter.history.common import (
+    SUMMARY_ASSIGNMENTS,
+    SUMMARY_COLUMNS,
+    SUMMARY_POOLS,
+    VERSION_TABLE,
+)
+from exporter.history.fleetplan import SERIES_STEPS
+
+# Re-exported: the schema's constants, declared where the SQLAlchemy-free write path can
+# read them too.
+__all__ = ["SERIES_STEPS", "SUMMARY_ASSIGNMENTS", "SUMMARY_COLUMNS", "SUMMARY_POOLS",
+           "VERSION_TABLE", "anomaly_intervals", "assignment_intervals", "declare_backend",
+           "fleet_summaries", "history_gaps", "metadata", "node_summaries",
+           "node_summaries_hourly", "nodes"]
+
 # Naming convention so that constraint names are the same on every backend.
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -149,16 +164,6 @@ history_gaps = Table(
     Index("ix_history_gaps_node_from", "node_id", "gap_from"),
 )
 
-SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
-                 "pod_idle")
-SUMMARY_ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")
-
-SUMMARY_COLUMNS = ("online_cpus", "cpus_reserved", "cpus_node_shared", "cpus_node_exclusive",
-                   "cpus_pod_exclusive", "cpus_pod_shared", "cpus_pod_idle",
-                   "containers_node_exclusive", "containers_pod_exclusive",
-                   "containers_pod_shared", "containers_node_shared", "pods",
-                   "reclaimed_cpus", "reclaimable_cpus", "anomalies")
-
 # Hourly roll-up of node_summaries (sums and sample counts), kept by the writer in the same
 # transaction as each summary, so that long-range series read 24 rows a day, not 1440.
 node_summaries_hourly = Table(
@@ -171,10 +176,6 @@ node_summaries_hourly = Table(
     *[Column(f"sum_{c}", BigInteger, nullable=False) for c in SUMMARY_COLUMNS],
     Index("ix_node_summaries_hourly_hour_epoch", "hour_epoch"),
 )
-
-# The automatic steps of the series (the API picks the smallest giving about 500 points).
-SERIES_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800,
-                604800)
 
 # Fleet roll-up (exporter/history/fleet.py): per automatic step and bucket, the nodes with
 # summaries in it and the sum over them of each node's average CPUs in billionths, kept by

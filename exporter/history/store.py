@@ -6,10 +6,8 @@ Everything here is synchronous; async callers run it in a thread (``asyncio.to_t
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,16 +27,17 @@ from sqlalchemy import (
 )
 
 from exporter.errors import UserError
-from exporter.history.changes import (
-    AnomalyKey,
-    AssignmentKey,
-    AssignmentRow,
-    ChangeSet,
-    Diff,
-    anomaly_subject,
-    diff_states,
+from exporter.history.common import (
+    HEAD_REVISION,
+    OPEN_ANOMALY_COLUMNS,
+    OPEN_ASSIGNMENT_COLUMNS,
+    VERSION_TABLE,
+    MigrationUnreachable,
+    PruneResult,
+    WritePath,
+    describe_error,
 )
-from exporter.history.fleet import FleetRollup, prune_fleet_rollup, rebuild_fleet_rollup
+from exporter.history.fleet import FleetStatements, prune_fleet_rollup, rebuild_fleet_rollup
 from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
@@ -49,40 +48,17 @@ from exporter.history.schema import (
     node_summaries_hourly,
     nodes,
 )
-from exporter.history.timeutil import utc
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-# The newest migration. A store already there is opened without loading Alembic at all
-# (about 10 MiB of a node agent's memory); a test keeps this equal to Alembic's own head.
-HEAD_REVISION = "0003"
 _PG_MIGRATION_LOCK = 0x706F647265730001  # "podres" + 1: pg_advisory_xact_lock key
+# Importable from here as before; declared in common.py, which SQLAlchemy does not load.
+__all__ = ["HEAD_REVISION", "MIGRATIONS", "HistoryStore", "MigrationUnreachable",
+           "PruneResult", "at_filter", "count_rows", "describe_error", "overlap_filter"]
 
 
-class MigrationUnreachable(Exception):
-    """The database did not answer a migration; migrate again on first use."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for a log field or a message: the driver's error, not SQLAlchemy's
-    wrapping of it (which adds the statement and a link)."""
-    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return reason[0] if reason else type(exc).__name__
-
-
-@dataclass(frozen=True, slots=True)
-class PruneResult:
-    assignments: int
-    anomalies: int
-    summaries: int
-    gaps: int
-
-    def to_json(self) -> dict[str, int]:
-        return {"assignments": self.assignments, "anomalies": self.anomalies,
-                "summaries": self.summaries, "gaps": self.gaps}
-
-
-class _WriteStatements:
-    """The write path's statements, built once per store and executed with parameters.
+class _WriteStatements(FleetStatements):
+    """The write path's statements (named as ``common.WritePath`` runs them), built once
+    per store and executed with parameters.
 
     Building a statement per write made cyclic garbage on every change-set (the roll-up's
     ``excluded`` alias alone proxies 19 columns), which only the cyclic collector frees; at
@@ -134,10 +110,14 @@ class _WriteStatements:
                             n.c.detail == bindparam("b_detail"), n.c.resolved_at.is_(None))
             .values(resolved_at=bindparam("b_at"), last_seen=bindparam("b_last")))
         self.anomaly_insert = n.insert()
-        self.fleet = FleetRollup(insert(fleet_summaries))
+        self.open_assignments = select(*[a.c[c] for c in OPEN_ASSIGNMENT_COLUMNS]).where(
+            a.c.node_id == bindparam("b_node"), a.c.valid_to.is_(None))
+        self.open_anomalies = select(*[n.c[c] for c in OPEN_ANOMALY_COLUMNS]).where(
+            n.c.node_id == bindparam("b_node"), n.c.resolved_at.is_(None))
+        super().__init__(insert(fleet_summaries))
 
 
-class HistoryStore:
+class HistoryStore(WritePath[Connection]):
     """A history database. Thread-safe (one engine, pooled connections).
 
     ``migrator``, when given, brings the schema to the newest revision instead of running
@@ -145,14 +125,13 @@ class HistoryStore:
 
     def __init__(self, engine: Engine, *, readonly: bool = False,
                  migrator: Callable[[], None] | None = None) -> None:
+        super().__init__()
         self.engine = engine
         self._migrator = migrator
         self.readonly = readonly
         self.dialect = engine.dialect.name
         self.url = engine.url.render_as_string(hide_password=True)
-        self._node_ids: dict[str, int] = {}
         self._stmts = _WriteStatements(self.dialect)
-        self._lock = threading.Lock()
         # Set when the database was unreachable at open: migrate before the first use.
         self.migration_pending = False
 
@@ -195,9 +174,9 @@ class HistoryStore:
 
     def _stored_revision(self) -> str | None:
         with self.engine.connect() as conn:
-            if not inspect(conn).has_table("podres_alembic_version"):
+            if not inspect(conn).has_table(VERSION_TABLE):
                 return None
-            value = conn.execute(text("SELECT version_num FROM podres_alembic_version")).scalar()
+            value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
             return str(value) if value is not None else None
 
     def revision(self) -> str | None:
@@ -205,7 +184,7 @@ class HistoryStore:
 
         with self.engine.connect() as conn:
             ctx = MigrationContext.configure(
-                conn, opts={"version_table": "podres_alembic_version"})
+                conn, opts={"version_table": VERSION_TABLE})
             return ctx.get_current_revision()
 
     def close(self) -> None:
@@ -229,81 +208,11 @@ class HistoryStore:
         with self.engine.connect() as conn, conn.begin():
             yield conn
 
-    # -- writes ------------------------------------------------------------------------
+    # -- writes (common.WritePath) -----------------------------------------------------
 
-    def _node_id(self, conn: Connection, name: str, at: datetime) -> int:
-        cached = self._node_ids.get(name)
-        if cached is not None:
-            return cached
-        conn.execute(self._stmts.node_insert, {"name": name, "first_seen": at, "last_seen": at})
-        node_id = conn.execute(self._stmts.node_by_name, {"b_name": name}).scalar_one()
-        with self._lock:
-            self._node_ids[name] = int(node_id)
-        return int(node_id)
-
-    def write(self, node: str, writer_id: str, changesets: Sequence[ChangeSet]) -> int:
-        """Apply change-sets in order, in one transaction; change-sets this writer already
-        applied (a retry after a lost commit acknowledgement) are skipped. Returns the
-        number of rows written."""
-        if not changesets:
-            return 0
-        rows = 0
-        with self.write_transaction() as conn:
-            node_id = self._node_id(conn, node, changesets[0].at)
-            current = conn.execute(self._stmts.node_for_update, {"b_node": node_id}).one()
-            last_seen = current.last_seen
-            online = current.online_cpus
-            applied = 0
-            summaries: list[tuple[int, dict[str, int]]] = []  # inserted: for the fleet
-            for cs in changesets:
-                if current.writer_id == writer_id and cs.seq <= current.writer_seq:
-                    continue
-                rows += self._apply(conn, node_id, cs, summaries)
-                applied = cs.seq
-                last_seen = max(last_seen, cs.at)
-                if cs.state is not None:
-                    online = cs.state.online_cpus
-                elif cs.summary is not None:
-                    online = cs.summary.get("online_cpus", online)
-            if applied:
-                conn.execute(self._stmts.node_update, {
-                    "b_node": node_id, "b_writer": writer_id, "b_seq": applied,
-                    "b_last": last_seen, "b_online": online})
-            # Last, so that the shared fleet rows stay locked for the shortest time.
-            self._stmts.fleet.add_samples(conn, node_id, summaries)
-        return rows
-
-    def _apply(self, conn: Connection, node_id: int, cs: ChangeSet,
-               summaries: list[tuple[int, dict[str, int]]]) -> int:
-        rows = 0
-        if cs.gap is not None:
-            conn.execute(self._stmts.gap_insert, {
-                "node_id": node_id, "gap_from": cs.gap.gap_from, "gap_to": cs.gap.gap_to,
-                "dropped_writes": cs.gap.dropped_writes, "reason": cs.gap.reason})
-            rows += 1
-        diff = self._full_diff(conn, node_id, cs) if cs.state is not None else cs.diff
-        if diff:
-            assert diff is not None
-            rows += self._apply_diff(conn, node_id, diff, cs.at, cs.prev_at)
-        if cs.summary is not None:
-            # A restarted exporter may repeat the last summary's time: keep the first.
-            epoch = int(cs.at.timestamp())
-            inserted = conn.execute(self._stmts.summary_insert, {
-                "node_id": node_id, "at": cs.at, "at_epoch": epoch, **cs.summary}).first()
-            if inserted is not None:
-                self._roll_up(conn, node_id, epoch, cs.summary)
-                summaries.append((epoch, cs.summary))
-            conn.execute(self._stmts.anomalies_seen, {"b_node": node_id, "b_at": cs.at})
-            rows += 1
-        return rows
-
-    def _roll_up(self, conn: Connection, node_id: int, epoch: int,
-                 summary: dict[str, int]) -> None:
-        hour_epoch = epoch - epoch % 3600
-        conn.execute(self._stmts.rollup_upsert, {
-            "node_id": node_id, "hour_epoch": hour_epoch,
-            "hour": datetime.fromtimestamp(hour_epoch, UTC), "samples": 1,
-            **{f"sum_{c}": int(summary.get(c, 0)) for c in SUMMARY_COLUMNS}})
+    def _run(self, conn: Connection, name: str, params: Any) -> list[Any]:
+        result = conn.execute(getattr(self._stmts, name), params)
+        return list(result.all()) if result.returns_rows else []
 
     def rebuild_rollup(self, node: str | None = None) -> int:
         """Recompute the hourly roll-up (of ``node``, or of all) and the fleet roll-up
@@ -335,83 +244,22 @@ class HistoryStore:
             rebuild_fleet_rollup(conn)
         return len(rows)
 
-    def _full_diff(self, conn: Connection, node_id: int, cs: ChangeSet) -> Diff:
-        assert cs.state is not None
-        a = assignment_intervals
-        old: dict[AssignmentKey, AssignmentRow] = {}
-        for r in conn.execute(select(
-                a.c.namespace, a.c.pod, a.c.container, a.c.pod_uid, a.c.sidecar,
-                a.c.assignment, a.c.memory_assignment, a.c.cpuset, a.c.cpu_count,
-                a.c.memory_bytes, a.c.numa_nodes)
-                .where(a.c.node_id == node_id, a.c.valid_to.is_(None))):
-            row = AssignmentRow(r.namespace, r.pod, r.container, r.pod_uid, bool(r.sidecar),
-                                r.assignment, r.memory_assignment, r.cpuset, r.cpu_count,
-                                r.memory_bytes, r.numa_nodes)
-            old[row.key] = row
-        n = anomaly_intervals
-        old_anomalies: set[AnomalyKey] = {
-            (r.kind, r.namespace, r.pod, r.container, r.detail)
-            for r in conn.execute(select(n.c.kind, n.c.namespace, n.c.pod, n.c.container,
-                                         n.c.detail)
-                                  .where(n.c.node_id == node_id, n.c.resolved_at.is_(None)))}
-        return diff_states(old, old_anomalies, cs.state)
+    def _prune(self, conn: Connection, node_id: int | None, before: datetime
+               ) -> PruneResult:
+        def mine(table: Any) -> Any:
+            return table.c.node_id == node_id if node_id is not None else True
 
-    def _apply_diff(self, conn: Connection, node_id: int, diff: Diff, at: datetime,
-                    prev_at: datetime) -> int:
-        if diff.close:
-            conn.execute(self._stmts.assignment_close, [
-                {"b_node": node_id, "b_ns": ns, "b_pod": pod, "b_container": c, "b_to": at}
-                for ns, pod, c in diff.close])
-        if diff.open:
-            conn.execute(self._stmts.assignment_insert, [{
-                "node_id": node_id, "pod_uid": r.pod_uid, "namespace": r.namespace,
-                "pod": r.pod, "container": r.container, "sidecar": r.sidecar,
-                "assignment": r.assignment, "memory_assignment": r.memory_assignment,
-                "cpuset": r.cpuset, "cpu_count": r.cpu_count, "memory_bytes": r.memory_bytes,
-                "numa_nodes": r.numa_nodes, "valid_from": at, "valid_to": None}
-                for r in diff.open])
-        if diff.resolve:
-            conn.execute(self._stmts.anomaly_resolve, [
-                {"b_node": node_id, "b_kind": k, "b_ns": ns, "b_pod": pod,
-                 "b_container": c, "b_detail": d, "b_at": at, "b_last": min(prev_at, at)}
-                for k, ns, pod, c, d in diff.resolve])
-        if diff.raise_:
-            conn.execute(self._stmts.anomaly_insert, [{
-                "node_id": node_id, "kind": k, "namespace": ns, "pod": pod, "container": c,
-                "subject": anomaly_subject(ns, pod, c), "detail": d, "first_seen": at,
-                "last_seen": at, "resolved_at": None} for k, ns, pod, c, d in diff.raise_])
-        return diff.rows
-
-    def prune(self, before: datetime, node: str | None = None) -> PruneResult:
-        """Delete closed intervals, resolved anomalies, summaries and gaps that ended before
-        ``before`` (of one node, or of all)."""
-        before = utc(before)
-        with self.write_transaction() as conn:
-            node_filter: Any = True
-            if node is not None:
-                node_id = conn.execute(select(nodes.c.id).where(nodes.c.name == node)) \
-                    .scalar_one_or_none()
-                if node_id is None:
-                    return PruneResult(0, 0, 0, 0)
-
-                def node_filter_of(table: Any) -> Any:
-                    return table.c.node_id == node_id
-            else:
-                def node_filter_of(table: Any) -> Any:
-                    return node_filter
-
-            a, n, s, g = assignment_intervals, anomaly_intervals, node_summaries, history_gaps
-            ra = conn.execute(delete(a).where(node_filter_of(a), a.c.valid_to.is_not(None),
-                                              a.c.valid_to < before)).rowcount
-            rn = conn.execute(delete(n).where(node_filter_of(n), n.c.resolved_at.is_not(None),
-                                              n.c.resolved_at < before)).rowcount
-            cutoff = int(before.timestamp())
-            rs = conn.execute(delete(s).where(node_filter_of(s),
-                                              s.c.at_epoch < cutoff)).rowcount
-            h = node_summaries_hourly
-            conn.execute(delete(h).where(node_filter_of(h), h.c.hour_epoch + 3600 <= cutoff))
-            prune_fleet_rollup(conn, cutoff)
-            rg = conn.execute(delete(g).where(node_filter_of(g), g.c.gap_to < before)).rowcount
+        a, n, s, g = assignment_intervals, anomaly_intervals, node_summaries, history_gaps
+        ra = conn.execute(delete(a).where(mine(a), a.c.valid_to.is_not(None),
+                                          a.c.valid_to < before)).rowcount
+        rn = conn.execute(delete(n).where(mine(n), n.c.resolved_at.is_not(None),
+                                          n.c.resolved_at < before)).rowcount
+        cutoff = int(before.timestamp())
+        rs = conn.execute(delete(s).where(mine(s), s.c.at_epoch < cutoff)).rowcount
+        h = node_summaries_hourly
+        conn.execute(delete(h).where(mine(h), h.c.hour_epoch + 3600 <= cutoff))
+        prune_fleet_rollup(conn, cutoff)
+        rg = conn.execute(delete(g).where(mine(g), g.c.gap_to < before)).rowcount
         return PruneResult(ra, rn, rs, rg)
 
     # -- reads -------------------------------------------------------------------------
@@ -419,7 +267,7 @@ class HistoryStore:
     def has_history(self) -> bool:
         """Whether an exporter ever created the schema here (without migrating anything)."""
         with self.engine.connect() as conn:
-            return inspect(conn).has_table("podres_alembic_version")
+            return inspect(conn).has_table(VERSION_TABLE)
 
 
 # Small helpers shared by the queries module.

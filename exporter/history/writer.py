@@ -13,6 +13,9 @@ one and writes them in the background, in order, surviving database outages.
   only coarser inside the recorded gap.
 - The first write after start reconciles the node's open intervals in the database with the
   first ledger (closes what vanished, keeps what is unchanged) instead of duplicating them.
+
+The store is either write path of ``common.WritePath``: the SQLAlchemy store or, for
+``serve`` on SQLite, the embedded one; nothing here imports SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -24,11 +27,10 @@ import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-
-from sqlalchemy.exc import DBAPIError, OperationalError
+from typing import Any
 
 from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
-from exporter.history.store import HistoryStore, describe_error
+from exporter.history.common import WritePath, describe_error, is_transient
 from exporter.history.timeutil import utc
 from exporter.runtime import release_free_memory
 from reconciler.ledger import Ledger
@@ -39,17 +41,8 @@ MAX_BATCH = 64  # change-sets per transaction when catching up
 RELEASE_AFTER_ROWS = 500
 
 
-def _transient(exc: BaseException) -> bool:
-    """Errors worth retrying as they are: connection loss, locks, timeouts."""
-    if isinstance(exc, OperationalError):
-        return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, OSError | TimeoutError)
-
-
 class HistoryWriter:
-    def __init__(self, store: HistoryStore, node: str, *, max_pending: int = 10000,
+    def __init__(self, store: WritePath[Any], node: str, *, max_pending: int = 10000,
                  summary_interval: float = 60.0, retention: float = 30 * 86400,
                  prune_interval: float = 3600.0, retry_initial: float = 0.5,
                  retry_max: float = 30.0) -> None:
@@ -263,7 +256,7 @@ class HistoryWriter:
             except Exception as exc:
                 self._busy = False
                 self.last_error = describe_error(exc)
-                if not _transient(exc) and not self._make_robust(batch, exc):
+                if not is_transient(exc) and not self._make_robust(batch, exc):
                     continue
                 log.warning("history write failed; retrying", extra={
                     "node": self.node, "error": self.last_error, "retry_in_seconds": delay})

@@ -367,11 +367,12 @@ def test_hidden_knobs_reach_their_consumers(short_tmp: Path) -> None:
     assert source_options(args).pods_interval == 300.0
     history = HistoryOptions.from_args(args)
     assert history.prune_interval == 7200.0
-    store, writer = _open_history(history, "n1")
+    opened = _open_history(history, "n1")
+    assert opened is not None
     try:
-        assert writer.prune_interval == 7200.0
+        assert opened.writer.prune_interval == 7200.0
     finally:
-        store.close()
+        opened.store.close()
 
 
 def test_options_groups_refuse_unknown_fields() -> None:

@@ -1,13 +1,15 @@
 """What a ``serve`` process loads: modules that only some configurations need stay out of
-the others' resident memory (docs/performance.md#memory). Each check runs in a fresh
-interpreter, so modules imported by other tests do not hide a regression."""
+the others' resident memory (docs/performance.md#memory, docs/design.md#history). The
+checks of what is loaded run in a fresh interpreter, so modules imported by other tests do
+not hide a regression; the last test checks the schema's declaration in this one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex
@@ -15,30 +17,80 @@ from sqlalchemy.schema import CreateIndex
 from exporter.history.schema import assignment_intervals, declare_backend
 
 ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "tests" / "data" / "scenarios" / "database-pod-scope"
 
+# A real ``serve`` with SQLite history, polling the test's simulated kubelet: the modules
+# loaded once its first ledger is in the database, then after one request to the API.
 _SERVE_ON_SQLITE = """
-import json, sys
-import exporter.cli, exporter.commands.serve, exporter.service, exporter.web.app
-import exporter.web.webconfig, exporter.history.api
-from exporter.history import HistoryWriter, open_store
-store = open_store(sys.argv[1], isolated_migrations=True)
-store.close()
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
-      ("bcrypt", "alembic", "prometheus_client", "sqlalchemy", "yaml"))))
+import asyncio, json, sqlite3, sys
+from exporter.cli import build_parser
+from exporter.commands.serve import serve
+
+WATCHED = ("alembic", "bcrypt", "prometheus_client", "sqlalchemy", "yaml")
+socket, database = sys.argv[1:]
+
+
+def loaded():
+    return sorted(m for m in sys.modules if m.split(".")[0] in WATCHED)
+
+
+def rows():
+    try:
+        with sqlite3.connect(database) as conn:
+            return conn.execute("SELECT count(*) FROM assignment_intervals").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+async def main():
+    import aiohttp
+
+    args = build_parser().parse_args([
+        "serve", "--web.listen-address", "127.0.0.1:0", "--node-name", "weigh",
+        "--sysfs", "/nonexistent-sysfs", "--cgroup.root", "", "--proc.root", "",
+        "--podresources.socket", socket, "--poll.interval", "100ms",
+        "--history.url", "sqlite:///" + database])
+    stop = asyncio.Event()
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(args, on_ready=ready.set_result, stop=stop))
+    base = await asyncio.wait_for(ready, 60)
+    for _ in range(1200):  # until the first ledger is written (at most a minute)
+        if rows():
+            break
+        await asyncio.sleep(0.05)
+    out = {"rows": rows(), "writing": loaded()}
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/api/v1/nodes") as resp:
+            out["status"] = resp.status
+            out["nodes"] = [n["name"] for n in (await resp.json())["items"]]
+    out["queried"] = loaded()
+    stop.set()
+    await task
+    print(json.dumps(out))
+
+
+asyncio.run(main())
 """
 
 
-def test_an_agent_on_sqlite_loads_no_postgresql_alembic_bcrypt_or_yaml(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", _SERVE_ON_SQLITE, f"sqlite:///{tmp_path}/history.db"],
-        check=True, capture_output=True, text=True, cwd=ROOT,
+async def test_serve_on_sqlite_loads_sqlalchemy_only_when_the_api_is_queried(
+        start_sim: Any, short_tmp: Path) -> None:
+    sim = await start_sim(SCENARIO)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _SERVE_ON_SQLITE, sim.socket_path, f"{short_tmp}/history.db",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "GRPC_VERBOSITY": "ERROR"})
-    loaded = json.loads(out.stdout)
-    assert "sqlalchemy.dialects.sqlite" in loaded  # the store was really opened
-    assert not [m for m in loaded if m.startswith("sqlalchemy.dialects.postgresql")]
-    assert not [m for m in loaded if m.split(".")[0] in ("alembic", "bcrypt", "yaml",
-                                                          "prometheus_client")]
-    assert (tmp_path / "history.db").stat().st_size > 0  # migrated, in a child process
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 180)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    result = json.loads(stdout.decode().splitlines()[-1])
+    assert result["rows"] > 0  # the history was written, with none of these loaded
+    assert result["writing"] == []
+    assert result["status"] == 200 and result["nodes"] == ["weigh"]
+    queried = result["queried"]
+    assert "sqlalchemy.dialects.sqlite" in queried  # the read store, opened on demand
+    assert not [m for m in queried if m.startswith("sqlalchemy.dialects.postgresql")]
+    assert not [m for m in queried if m.split(".")[0] in ("alembic", "bcrypt", "yaml",
+                                                           "prometheus_client")]
 
 
 def test_the_open_interval_index_is_partial_on_both_backends() -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for the history tests: every store test runs on SQLite and on a real PostgreSQL.
+"""Fixtures for the history tests: every store test runs on SQLite and on a real PostgreSQL,
+and every test of the write path also on the embedded store (``history``, backends.py).
 
 PostgreSQL is ``$PODRES_TEST_POSTGRES_URL`` when set (each test gets a fresh database created
 on it), else a throwaway cluster (bench/pgcluster.py, shared with the benchmarks) started
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backends import BACKENDS, History
 
 from bench.pgcluster import PgCluster, create_database, drop_database, start_cluster
 
@@ -50,10 +52,9 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
         drop_database(pg_server_url, url)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty history database URL: SQLite file, then real PostgreSQL."""
-    if request.param == "sqlite":
+def _fresh_url(request: pytest.FixtureRequest, tmp_path: Path, backend: str
+               ) -> Iterator[str]:
+    if backend != "postgresql":
         yield f"sqlite:///{tmp_path / 'history.db'}"
         return
     server = request.getfixturevalue("pg_server_url")
@@ -62,6 +63,29 @@ def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         yield url
     finally:
         drop_database(server, url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty history database URL: SQLite file, then real PostgreSQL."""
+    yield from _fresh_url(request, tmp_path, request.param)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """``(url, backend)``: a fresh history database and the write path under test."""
+    for url in _fresh_url(request, tmp_path, request.param):
+        yield url, request.param
+
+
+@pytest.fixture
+def history(backend_url: tuple[str, str]) -> Iterator[History]:
+    """A fresh history store, written by each write path in turn, read by SQLAlchemy."""
+    store = History(*backend_url)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 @pytest.fixture

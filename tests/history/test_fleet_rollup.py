@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from backends import History
 from sqlalchemy import create_engine, func, select
 
 from exporter.history import open_store
@@ -108,9 +109,9 @@ def assert_ratio_matches(store: HistoryStore, start: datetime, end: datetime,
             assert p["ratio"] is None
 
 
-def test_roll_up_equals_the_raw_aggregation(history_url: str) -> None:
+def test_roll_up_equals_the_raw_aggregation(history: History) -> None:
     rng = random.Random(13)
-    store = open_store(history_url)
+    store = history
     span = timedelta(days=16)
     for i in range(4):
         # Nodes join late, pause and drift: buckets with 1 to 4 nodes.
@@ -138,9 +139,9 @@ def hourly_rows(store: HistoryStore) -> list[Any]:
                                                .order_by(node_summaries_hourly.c.hour_epoch))]
 
 
-def test_a_repeated_summary_changes_no_roll_up(history_url: str) -> None:
+def test_a_repeated_summary_changes_no_roll_up(history: History) -> None:
     rng = random.Random(2)
-    store = open_store(history_url)
+    store = history
     summaries = random_summaries(rng, 50, T0, max_gap=60)
     write(store, "a", summaries, rng)
     before, hours = fleet_rows(store), hourly_rows(store)
@@ -215,9 +216,9 @@ def test_migration_0003_back_fills_an_existing_database(history_url: str) -> Non
     assert fleet_rows(store) == rebuilt_rows(store)
 
 
-def test_one_nodes_prune_leaves_the_others_answered(history_url: str) -> None:
+def test_one_nodes_prune_leaves_the_others_answered(history: History) -> None:
     rng = random.Random(4)
-    store = open_store(history_url)
+    store = history
     for node in ("a", "b"):
         write(store, node, random_summaries(rng, 3 * 1440, T0, max_gap=60), rng, sizes=(64,))
     cutoff = T0 + timedelta(days=2)

@@ -9,9 +9,10 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from backends import History
 from histsim import actual_assignments, expected_assignments
 
-from exporter.history import HistoryWriter, open_store
+from exporter.history import HistoryWriter
 from exporter.history import queries as q
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
@@ -104,8 +105,8 @@ class ReconciledNode:
                                       allocatable=ALLOCATABLE))
 
 
-async def test_reconciled_churn(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_reconciled_churn(history: History) -> None:
+    store = history
     node = ReconciledNode(17)
     writer = HistoryWriter(store, "real", summary_interval=30)
     await writer.start()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from backends import Flaky, History
 from histsim import SimNode, actual_assignments, expected_assignments
 from sqlalchemy import func, select, text
 
@@ -84,6 +85,27 @@ def test_migrations_create_the_declared_schema(history_url: str) -> None:
     again.close()
 
 
+_MIGRATE_WITHOUT_DECLARING = """
+import sys
+from sqlalchemy import create_engine
+from exporter.history.schema import assignment_intervals
+from exporter.history.store import HistoryStore
+
+engine = create_engine(sys.argv[1])  # not open_store: nothing declared the backend
+HistoryStore(engine).migrate()
+(index,) = [i for i in assignment_intervals.indexes if i.name == "uq_assignment_intervals_open"]
+print(index.dialect_options[engine.dialect.name]["where"])
+"""
+
+
+def test_the_migration_environment_declares_the_backend(history_url: str) -> None:
+    # In a fresh interpreter, so that no open_store of another test declared it: the
+    # metadata Alembic compares with (autogenerate) has the partial index's condition.
+    out = subprocess.run([sys.executable, "-c", _MIGRATE_WITHOUT_DECLARING, history_url],
+                         check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "valid_to IS NULL"
+
+
 def test_head_revision_is_alembics_head() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
@@ -123,8 +145,8 @@ def test_sqlite_is_in_wal_mode(tmp_path: Any) -> None:
         assert conn.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"
 
 
-async def test_unchanged_cycle_writes_no_rows(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_unchanged_cycle_writes_no_rows(history: History) -> None:
+    store = history
     sim = SimNode("n1", 1, pods=30)
     writer = HistoryWriter(store, "n1", summary_interval=3600)
     await writer.start()
@@ -140,8 +162,8 @@ async def test_unchanged_cycle_writes_no_rows(history_url: str) -> None:
     await writer.close()
 
 
-async def test_churn_history_at_returns_the_ledger_current_then(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_churn_history_at_returns_the_ledger_current_then(history: History) -> None:
+    store = history
     sim = SimNode("churny", 7, pods=12)
     timeline = await run_churn(store, sim, 120, summary_interval=60)
     check_timeline(store, "churny", timeline)
@@ -157,8 +179,8 @@ async def test_churn_history_at_returns_the_ledger_current_then(history_url: str
     assert count_rows(store)["node_summaries"] == 20
 
 
-async def test_restart_reconciles_open_intervals(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_restart_reconciles_open_intervals(history: History) -> None:
+    store = history
     sim = SimNode("n", 3, pods=8)
     first = await run_churn(store, sim, 10)
     rows = count_rows(store)["assignment_intervals"]
@@ -179,8 +201,8 @@ async def test_restart_reconciles_open_intervals(history_url: str) -> None:
     assert actual_assignments(now) == expected_assignments(sim.ledger())
 
 
-async def test_restart_after_pods_vanished_while_down(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_restart_after_pods_vanished_while_down(history: History) -> None:
+    store = history
     sim = SimNode("n", 4, pods=6)
     await run_churn(store, sim, 3)
     sim.pods = sim.pods[2:]
@@ -191,27 +213,8 @@ async def test_restart_after_pods_vanished_while_down(history_url: str) -> None:
     open_intervals_unique(store)
 
 
-class FlakyStore(HistoryStore):
-    """The real store, but writes fail (as a lost connection does) while ``down``."""
-
-    down = False
-    attempts = 0
-
-    def write(self, node: str, writer_id: str, changesets: Any) -> int:
-        self.attempts += 1
-        if self.down:
-            from sqlalchemy.exc import OperationalError
-            raise OperationalError("INSERT", {}, ConnectionRefusedError("database down"))
-        return super().write(node, writer_id, changesets)
-
-
-def flaky(url: str) -> FlakyStore:
-    real = open_store(url)
-    return FlakyStore(real.engine)
-
-
-async def test_outage_buffers_in_order_and_loses_nothing(history_url: str) -> None:
-    store = flaky(history_url)
+async def test_outage_buffers_in_order_and_loses_nothing(backend_url: tuple[str, str]) -> None:
+    store = Flaky(*backend_url)
     sim = SimNode("n", 11, pods=10)
     writer = HistoryWriter(store, "n", retry_initial=0.01, retry_max=0.02,
                            summary_interval=30)
@@ -240,8 +243,8 @@ async def test_outage_buffers_in_order_and_loses_nothing(history_url: str) -> No
     check_timeline(store, "n", timeline)
 
 
-async def test_overflow_records_an_explicit_gap(history_url: str) -> None:
-    store = flaky(history_url)
+async def test_overflow_records_an_explicit_gap(backend_url: tuple[str, str]) -> None:
+    store = Flaky(*backend_url)
     sim = SimNode("n", 12, pods=10)
     writer = HistoryWriter(store, "n", max_pending=5, retry_initial=0.01, retry_max=0.02,
                            summary_interval=3600)
@@ -278,8 +281,8 @@ async def test_overflow_records_an_explicit_gap(history_url: str) -> None:
     open_intervals_unique(store)
 
 
-async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history: History) -> None:
+    store = history
     sim = SimNode("n", 13, pods=5)
     writer = HistoryWriter(store, "n", retry_initial=0.01)
     await writer.start()
@@ -288,7 +291,7 @@ async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history_url:
     # Someone wrote an open interval behind the writer's back, for the next pod.
     sim.add_pod()
     ghost = sim.pods[-1]
-    with store.write_transaction() as conn:
+    with store.edit() as conn:
         conn.execute(assignment_intervals.insert().values(
             node_id=1, namespace=ghost.namespace, pod=ghost.name, container="c0",
             assignment="node_shared", memory_assignment="node_shared", cpuset="",
@@ -302,16 +305,16 @@ async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history_url:
     open_intervals_unique(store)
 
 
-async def test_hostile_names_round_trip(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_hostile_names_round_trip(history: History) -> None:
+    store = history
     sim = SimNode("node'; DROP TABLE nodes;--", 5, pods=15, hostile=True)
     timeline = await run_churn(store, sim, 30)
     check_timeline(store, sim.name, timeline)
     assert [n["name"] for n in q.list_nodes(store).items] == [sim.name]
 
 
-async def test_nul_and_overlong_names_are_stored_cleaned(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_nul_and_overlong_names_are_stored_cleaned(history: History) -> None:
+    store = history
     sim = SimNode("n", 6, pods=1)
     sim.pods[0].name = "nul\x00byte" + "x" * 400
     await run_churn(store, sim, 1)
@@ -319,8 +322,8 @@ async def test_nul_and_overlong_names_are_stored_cleaned(history_url: str) -> No
     assert item["pod"].startswith("nul\ufffdbyte") and len(item["pod"]) == 253
 
 
-async def test_prune_deletes_only_what_ended_before_the_cutoff(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_prune_deletes_only_what_ended_before_the_cutoff(history: History) -> None:
+    store = history
     sim = SimNode("n", 8, pods=10)
     timeline = await run_churn(store, sim, 50, summary_interval=10)
     cutoff = at(25)
@@ -333,8 +336,8 @@ async def test_prune_deletes_only_what_ended_before_the_cutoff(history_url: str)
                                              "summaries": 0, "gaps": 0}
 
 
-async def test_writer_prunes_by_retention(history_url: str) -> None:
-    store = open_store(history_url)
+async def test_writer_prunes_by_retention(history: History) -> None:
+    store = history
     sim = SimNode("n", 9, pods=5)
     await run_churn(store, sim, 40, retention=100.0, summary_interval=10,
                     prune_interval=0.0)
@@ -363,9 +366,9 @@ def test_open_errors_are_one_line(tmp_path: Any) -> None:
         open_store(f"sqlite:///{tmp_path}/missing.db", mode="readonly")
 
 
-async def test_submit_never_waits_for_the_database(history_url: str,
+async def test_submit_never_waits_for_the_database(backend_url: tuple[str, str],
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    store = flaky(history_url)
+    store = Flaky(*backend_url)
     store.down = True
     writer = HistoryWriter(store, "n", retry_initial=10.0)
     await writer.start()
@@ -386,11 +389,11 @@ async def test_submit_never_waits_for_the_database(history_url: str,
     assert lost and vars(lost[0])["lost"] > 0
 
 
-def test_writes_leave_no_cyclic_garbage(history_url: str) -> None:
+def test_writes_leave_no_cyclic_garbage(history: History) -> None:
     """Each write runs pre-built statements: nothing for the cyclic collector to find
     afterwards (statements built per write left hundreds of objects in reference cycles
     per change-set, and with them a resident set that crept up between collections)."""
-    store = open_store(history_url)
+    store = history
     sim = SimNode("garbage", seed=3)
     prev = state_of(sim.ledger())
     store.write(sim.name, "w", [ChangeSet(1, at(0), at(0), state=prev, summary=prev.summary)])
@@ -416,4 +419,3 @@ def test_writes_leave_no_cyclic_garbage(history_url: str) -> None:
         gc.enable()
     assert count_rows(store)["node_summaries"] == 40
     assert garbage == 0
-    store.close()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from backends import History
 from sqlalchemy import create_engine, select
 
 from exporter.history import open_store
@@ -58,8 +59,8 @@ def brute_force(store: HistoryStore, node: str | None, start: datetime, end: dat
 
 
 @pytest.mark.parametrize("step", [60, 600, 3600, 7200])
-def test_summary_series_match_the_raw_rows(history_url: str, step: int) -> None:
-    store = open_store(history_url)
+def test_summary_series_match_the_raw_rows(history: History, step: int) -> None:
+    store = history
     write_summaries(store, "a", 6 * 60, seed=1)
     write_summaries(store, "b", 6 * 60, seed=2)
     for start, end in ((T0 + timedelta(minutes=37), T0 + timedelta(hours=5, minutes=11)),
@@ -89,8 +90,8 @@ def test_summary_series_match_the_raw_rows(history_url: str, step: int) -> None:
                 sum(a["cpus_pod_exclusive"] for _, a in per_node), abs=1e-2)
 
 
-def test_repeated_summary_time_is_kept_once(history_url: str) -> None:
-    store = open_store(history_url)
+def test_repeated_summary_time_is_kept_once(history: History) -> None:
+    store = history
     write_summaries(store, "a", 3, seed=1)
     write_summaries(store, "a", 3, seed=1)  # a restarted writer repeating the same times
     with store.read() as conn:
@@ -137,8 +138,8 @@ def test_migration_0002_back_fills_the_roll_up(history_url: str) -> None:
     assert first == hourly[int(T0.timestamp())].samples + 1
 
 
-def test_prune_removes_whole_hours_of_the_roll_up(history_url: str) -> None:
-    store = open_store(history_url)
+def test_prune_removes_whole_hours_of_the_roll_up(history: History) -> None:
+    store = history
     write_summaries(store, "a", 180, seed=3, offset=0)
     store.prune(T0 + timedelta(minutes=90))
     with store.read() as conn:
