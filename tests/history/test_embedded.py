@@ -28,7 +28,7 @@ from exporter.history import queries as q
 from exporter.history.api import LazyReadStore, add_routes
 from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
 from exporter.history.common import is_transient
-from exporter.history.embedded import EmbeddedStore, db_time, open_embedded
+from exporter.history.embedded import EmbeddedStore, connect, db_time, open_embedded
 from exporter.history.location import plain_sqlite_database
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -305,3 +305,13 @@ async def test_the_read_store_opens_on_the_first_request_and_retries(tmp_path: P
         assert [n["name"] for n in (await resp.json())["items"]] == ["n"]
     lazy.close()
     store.close()
+
+
+
+def test_the_writer_connection_keeps_a_small_page_cache(tmp_path: Path) -> None:
+    """256 KiB instead of SQLite's 2 MiB: memory of every node agent."""
+    conn = connect(tmp_path / "h.db", 1.0)
+    try:
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -256
+    finally:
+        conn.close()
