@@ -206,7 +206,12 @@ class NodeReader:
         assert self.kubelet is not None
         fresh: dict[SourceKey, SourceError] = {}
         body = await self._part(self.kubelet.fetch("/pods"), fresh)
-        self._pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
+        pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
+        # The same pods again (a periodic refresh, mostly): keep the bytes already held, so
+        # that whoever kept the last ones (a parsed-body cache, the last reading) does not
+        # hold a second copy of a body of ~1.5 KB a pod.
+        if pods is None or pods != self._pods:
+            self._pods = pods
         if body is not None:
             del body
             # The body and its chunks were tens of MiB that glibc would keep in its arenas.

@@ -357,6 +357,26 @@ async def test_pods_is_read_when_list_changes_or_its_refresh_is_due(start_sim: A
     assert sim.http_requests["/pods"] == 3
 
 
+async def test_pods_read_again_unchanged_keeps_the_bytes_held(start_sim: Any,
+                                                              reader_for: Any) -> None:
+    """A refresh that finds the same pods hands on the bytes already held, so that a cache
+    keyed by the last body (the kernel's) never keeps a second copy; changed pods replace
+    them."""
+    sim = await start_sim(DB, http=True)
+    reader = reader_for(sim, pods_interval=10.0)
+    t0 = float(int(time.monotonic()))
+    first = await reader.read(t0)
+    again = await reader.read(t0 + 10.0)
+    assert sim.http_requests["/pods"] == 2
+    assert first.raw.pods is not None and again.raw.pods is first.raw.pods
+    base = load_fixture_dir(DB).kubelet
+    assert base.pod_list is not None
+    sim.set_state(replace(base, pod_list={**base.pod_list, "items": base.pod_list["items"][1:]}))
+    changed = await reader.read(t0 + 20.0)
+    assert sim.http_requests["/pods"] == 3
+    assert changed.raw.pods is not None and changed.raw.pods != first.raw.pods
+
+
 async def test_a_failed_pods_read_stands_until_the_next_read(start_sim: Any,
                                                              reader_for: Any) -> None:
     """A /pods failure is reported on every poll until /pods is read again, and counted
