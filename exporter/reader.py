@@ -128,6 +128,7 @@ class NodeReader:
         self._pods: bytes | None = None
         self._pods_error: SourceError | None = None
         self._pods_list: bytes | None = None
+        self._pods_digest: tuple[bytes | None, bytes | None] = (None, None)
         self._key = b""
         # The last ledger and the problems found in its inputs (not the snapshot: the
         # ledger is all that is served, and a node's snapshot is megabytes).
@@ -265,10 +266,19 @@ class NodeReader:
         checkpoints = [part for name, data in raw.checkpoints for part in (name.encode(), data)]
         topology = self.topology.generation if self.topology is not None and raw.topology \
             else 0
-        return _digest(raw.list_response, raw.allocatable, raw.pods, raw.configz,
-                       self._metrics_key, topology.to_bytes(8, "little"),
+        return _digest(raw.list_response, raw.allocatable, self._digest_of_pods(raw.pods),
+                       raw.configz, self._metrics_key, topology.to_bytes(8, "little"),
                        ",".join(sorted(raw.unimplemented)).encode(),
                        self.options.node_name.encode(), *checkpoints)
+
+    def _digest_of_pods(self, pods: bytes | None) -> bytes | None:
+        """The digest of a /pods body, computed once per body held: it is ~1.5 KB a pod and
+        the same object from one read to the next (about 1 ms a poll on a 1000-pod node)."""
+        if pods is None:
+            return None
+        if pods is not self._pods_digest[0]:
+            self._pods_digest = (pods, _digest(pods))
+        return self._pods_digest[1]
 
     async def poll(self, now: float | None = None) -> Poll:
         """Read every source once. Never raises for a source: a failing one is reported
