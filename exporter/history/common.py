@@ -188,10 +188,7 @@ class WritePath(ABC, Generic[Conn]):
         if cached is not None:
             return cached
         self._run(conn, "node_insert", {"name": name, "first_seen": at, "last_seen": at})
-        node_id = int(self._run(conn, "node_by_name", {"b_name": name})[0][0])
-        with self._lock:
-            self._node_ids[name] = node_id
-        return node_id
+        return int(self._run(conn, "node_by_name", {"b_name": name})[0][0])
 
     def write(self, node: str, writer_id: str, changesets: Sequence[ChangeSet]) -> int:
         """Apply change-sets in order, in one transaction; change-sets this writer already
@@ -225,6 +222,9 @@ class WritePath(ABC, Generic[Conn]):
             if summaries:
                 self._run(conn, "fleet_add", fleet_additions(summaries, lambda name, lo, hi:
                           self._run(conn, name, {"b_node": node_id, "b_lo": lo, "b_hi": hi})))
+        # Remembered once committed: a rolled-back first write takes the node's row with it.
+        with self._lock:
+            self._node_ids[node] = node_id
         return rows
 
     def _apply(self, conn: Conn, node_id: int, cs: ChangeSet,

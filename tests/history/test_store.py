@@ -305,6 +305,29 @@ async def test_database_disagreeing_is_repaired_by_a_full_reconcile(history: His
     open_intervals_unique(store)
 
 
+def test_a_first_write_rolled_back_leaves_no_node_behind(history: History,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         ) -> None:
+    """The node's row is created in the first write's transaction: if that transaction
+    fails, the row is gone and the store must not remember its id (the retry would write
+    under a node that does not exist)."""
+    state = state_of(SimNode("n1", 1, pods=3).ledger())
+    first = ChangeSet(1, at(0), at(0), state=state)
+    apply = history.writer._apply
+
+    def failing(*args: Any) -> int:
+        raise history.connection_lost()
+
+    monkeypatch.setattr(history.writer, "_apply", failing)
+    with pytest.raises(type(history.connection_lost())):
+        history.write("n1", "w", [first])
+    assert count_rows(history)["nodes"] == 0
+    monkeypatch.setattr(history.writer, "_apply", apply)
+    assert history.write("n1", "w", [first]) > 0
+    assert [n["name"] for n in q.list_nodes(history.reader).items] == ["n1"]
+    assert count_rows(history)["assignment_intervals"] == len(state.assignments)
+
+
 async def test_hostile_names_round_trip(history: History) -> None:
     store = history
     sim = SimNode("node'; DROP TABLE nodes;--", 5, pods=15, hostile=True)
