@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.history.changes import clean, diff_states, state_of
-from reconciler.ledger import Anomaly, ContainerEntry, Ledger, PoolCounts
+from reconciler.cpuset import format_cpuset
+from reconciler.ledger import Anomaly, ContainerEntry, CPUCell, Ledger, PoolCounts
 
 NAMES = st.sampled_from(["a", "b", "c", "o'x", "%", "ü"])
 ASSIGN = st.sampled_from(["node_exclusive", "pod_exclusive", "pod_shared", "node_shared"])
@@ -50,6 +53,26 @@ def test_first_listing_of_a_duplicated_container_wins(a: Ledger) -> None:
         firsts.setdefault((c.namespace, c.pod, c.name), c)
     assert {k: v.assignment for k, v in state.assignments.items()} == \
         {k: v.assignment for k, v in firsts.items()}
+
+
+@given(ledgers(), st.lists(st.none() | st.integers(0, 3), min_size=16, max_size=16))
+def test_a_row_says_what_its_container_holds(a: Ledger, numa: list[int | None]) -> None:
+    """Cpuset, count and NUMA nodes as the CPU map places them (CPUs of no known node
+    leave none), an empty cpuset and no nodes for a container without CPUs; names and the
+    assignment as listed."""
+    a = replace(a, cpu_map=tuple(CPUCell(i, "node_shared", numa_node=n)
+                                 for i, n in enumerate(numa)))
+    state = state_of(a)
+    firsts: dict[tuple[str, str, str], ContainerEntry] = {}
+    for c in a.containers:
+        firsts.setdefault((c.namespace, c.pod, c.name), c)
+    for key, c in firsts.items():
+        row = state.assignments[key]
+        assert (row.cpuset, row.cpu_count) == (format_cpuset(c.cpus), len(c.cpus))
+        assert row.numa_nodes == ",".join(map(str, sorted(
+            {n for cpu in c.cpus if (n := numa[cpu]) is not None})))
+        assert (row.assignment, row.memory_assignment, row.memory_bytes, row.sidecar) == (
+            c.assignment, c.memory_assignment, c.memory_bytes, c.sidecar)
 
 
 def test_clean() -> None:
