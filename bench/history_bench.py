@@ -1,7 +1,10 @@
 """History benchmarks: ``python -m bench.history_bench [--pods 1000] [--rounds 5]
 [--postgres URL]``.
 
-In one run, on a SQLite file (and on PostgreSQL when ``--postgres`` is given):
+In one run, on a SQLite file written by ``serve``'s embedded store (stdlib ``sqlite3``),
+on one written by the SQLAlchemy store (the commands' and PostgreSQL's write path), and on
+PostgreSQL when ``--postgres`` is given; reads always through the SQLAlchemy store, as the
+dashboard API does:
 
 - unchanged cycle: a 1000-pod ledger is written, then a new but identical ledger is
   submitted: the rows written must be 0;
@@ -35,6 +38,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.history import HistoryWriter, open_store
 from exporter.history.changes import ChangeSet, state_of
+from exporter.history.common import WritePath
+from exporter.history.embedded import EmbeddedStore, open_embedded
 from exporter.history.schema import node_summaries, nodes
 from exporter.history.store import HistoryStore, count_rows
 from reconciler.ledger import ContainerEntry, CPUCell, Ledger, PodEntry, PoolCounts
@@ -72,9 +77,10 @@ async def write_and_wait(writer: HistoryWriter, ledger: Ledger, at: datetime) ->
     return time.perf_counter() - start
 
 
-async def bench_writes(store: HistoryStore, pods: int, cpus: int, rounds: int
-                       ) -> dict[str, Any]:
-    writer = HistoryWriter(store, "bench", summary_interval=1e9)
+async def bench_writes(writes: WritePath[Any], store: HistoryStore, pods: int, cpus: int,
+                       rounds: int) -> dict[str, Any]:
+    """``writes``: the write path under test; ``store``: the same database, read."""
+    writer = HistoryWriter(writes, "bench", summary_interval=1e9)
     await writer.start()
     gen = 0
     first = await write_and_wait(writer, synthetic_ledger(pods, cpus, gen), T0)
@@ -99,7 +105,7 @@ async def bench_writes(store: HistoryStore, pods: int, cpus: int, rounds: int
             "full_churn_s_max": round(max(churn), 4), "full_churn_rows": churn_rows[0]}
 
 
-def bench_summary_writes(store: HistoryStore, pods: int, cpus: int, rounds: int
+def bench_summary_writes(store: WritePath[Any], pods: int, cpus: int, rounds: int
                          ) -> dict[str, Any]:
     summary = state_of(synthetic_ledger(pods, cpus, 0)).summary
     times = []
@@ -220,15 +226,18 @@ async def bench_summary_api(store: HistoryStore, rounds: int) -> dict[str, Any]:
 
 async def run_backend(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(url)
+    writes: EmbeddedStore | HistoryStore = open_embedded(url) if name == "embedded" else store
     figures: dict[str, Any] = {"backend": name}
-    figures.update(await bench_writes(store, args.pods, args.cpus, args.rounds))
-    figures.update(bench_summary_writes(store, args.pods, args.cpus, args.summary_writes))
+    figures.update(await bench_writes(writes, store, args.pods, args.cpus, args.rounds))
+    figures.update(bench_summary_writes(writes, args.pods, args.cpus, args.summary_writes))
     figures.update(await bench_summary_api(store, args.api_rounds))
+    if writes is not store:
+        writes.close()
     store.close()
     return figures
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--cpus", type=int, default=512)
@@ -237,11 +246,12 @@ def main() -> None:
     parser.add_argument("--summary-writes", type=int, default=200)
     parser.add_argument("--postgres", default=None, metavar="URL",
                         help="also run on this (empty, disposable) PostgreSQL database")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = []
-    with tempfile.TemporaryDirectory() as d:
-        results.append(asyncio.run(run_backend(
-            "sqlite", f"sqlite:///{Path(d) / 'bench.db'}", args)))
+    for backend in ("embedded", "sqlite"):
+        with tempfile.TemporaryDirectory() as d:
+            results.append(asyncio.run(run_backend(
+                backend, f"sqlite:///{Path(d) / 'bench.db'}", args)))
     if args.postgres:
         results.append(asyncio.run(run_backend("postgresql", args.postgres, args)))
     floor = sqlite_floor(results[0]["full_churn_rows"], args.rounds)

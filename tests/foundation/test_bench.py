@@ -15,7 +15,7 @@ from reconciler.reconcile import reconcile
 if str(REPO) not in sys.path:  # bench/ is run from the checkout (python -m bench.cycle)
     sys.path.insert(0, str(REPO))
 
-from bench import cycle, synth
+from bench import cycle, history_bench, synth
 
 
 @pytest.mark.parametrize(("pods", "cpus"), [(1000, 512), (100, 64), (10, 8), (3, 2)])
@@ -86,3 +86,16 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 < low <= result[f"{stage}_ms"] <= high
     assert result["exposition_bytes"] > 20 * 100 and result["gzip_ms"] > 0
     assert any(line.startswith("cold") for line in lines)
+
+
+def test_history_bench_measures_serves_write_path_and_the_sqlalchemy_one(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    history_bench.main(["--pods", "10", "--rounds", "1", "--api-rounds", "2",
+                        "--summary-writes", "3"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    by_backend = {r["backend"]: r for r in result["backends"]}
+    assert list(by_backend) == ["embedded", "sqlite"]
+    for r in by_backend.values():
+        # Three containers a pod: a full churn closes and opens an interval for each.
+        assert r["unchanged_cycle_rows"] == 0 and r["full_churn_rows"] == 2 * 3 * 10
+        assert r["summary_rows"] == 30 * 24 * 60
