@@ -40,10 +40,8 @@ VERSION_TABLE = "podres_alembic_version"
 SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
                  "pod_idle")
 SUMMARY_ASSIGNMENTS = ("node_exclusive", "pod_exclusive", "pod_shared", "node_shared")
-SUMMARY_COLUMNS = ("online_cpus", "cpus_reserved", "cpus_node_shared", "cpus_node_exclusive",
-                   "cpus_pod_exclusive", "cpus_pod_shared", "cpus_pod_idle",
-                   "containers_node_exclusive", "containers_pod_exclusive",
-                   "containers_pod_shared", "containers_node_shared", "pods",
+SUMMARY_COLUMNS = ("online_cpus", *[f"cpus_{p}" for p in SUMMARY_POOLS],
+                   *[f"containers_{a}" for a in SUMMARY_ASSIGNMENTS], "pods",
                    "reclaimed_cpus", "reclaimable_cpus", "anomalies")
 
 # Columns each insert of the write path gives, in the order of the rows built below.
@@ -51,9 +49,7 @@ ASSIGNMENT_COLUMNS = ("node_id", "pod_uid", "namespace", "pod", "container", "si
                       "assignment", "memory_assignment", "cpuset", "cpu_count",
                       "memory_bytes", "numa_nodes", "valid_from", "valid_to")
 # An open interval as :class:`AssignmentRow` holds it (the full reconcile reads these).
-OPEN_ASSIGNMENT_COLUMNS = ("namespace", "pod", "container", "pod_uid", "sidecar",
-                           "assignment", "memory_assignment", "cpuset", "cpu_count",
-                           "memory_bytes", "numa_nodes")
+OPEN_ASSIGNMENT_COLUMNS: tuple[str, ...] = AssignmentRow._fields
 ANOMALY_COLUMNS = ("node_id", "kind", "namespace", "pod", "container", "subject", "detail",
                    "first_seen", "last_seen", "resolved_at")
 OPEN_ANOMALY_COLUMNS = ("kind", "namespace", "pod", "container", "detail")

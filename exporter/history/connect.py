@@ -37,7 +37,13 @@ from sqlalchemy.exc import (
 from exporter.errors import UserError
 from exporter.history.child import MIGRATE_UNREACHABLE, MIGRATE_URL_ENV, child_migrator
 from exporter.history.common import MigrationUnreachable, describe_error
-from exporter.history.location import MODES, Mode, check_sqlite_path, default_history_url
+from exporter.history.location import (
+    MODES,
+    Mode,
+    check_sqlite_path,
+    default_history_url,
+    sqlite_settings,
+)
 from exporter.history.schema import declare_backend
 from exporter.history.store import HistoryStore
 
@@ -137,16 +143,8 @@ def configure_sqlite(engine: Engine, mode: Mode) -> None:
         # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so that writes can take the
         # write lock up front (BEGIN IMMEDIATE) instead of failing on upgrade.
         dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 10000")
-        if mode == "create":
-            # Stored in the file: set by the writer that creates it, not by a command that
-            # must leave a file that is not a history untouched.
-            cur.execute("PRAGMA journal_mode = WAL")
-        cur.execute("PRAGMA synchronous = NORMAL")
-        cur.execute("PRAGMA foreign_keys = ON")
-        if mode == "readonly":
-            cur.execute("PRAGMA query_only = ON")
+        cur = dbapi_conn.cursor()  # any DBAPI connection (the driver may be an adapter)
+        sqlite_settings(cur, mode)
         cur.close()
 
     @event.listens_for(engine, "begin")

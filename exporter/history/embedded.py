@@ -42,6 +42,7 @@ from exporter.history.location import (
     check_sqlite_path,
     default_history_url,
     plain_sqlite_database,
+    sqlite_settings,
 )
 
 log = logging.getLogger("podres.history")
@@ -182,13 +183,9 @@ def connect(path: Path, timeout: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None,
                            check_same_thread=False)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
         # A writer's statements touch a few pages each: 256 KiB of page cache instead of
         # SQLite's 2 MiB saves some 0.8 MiB of every node agent (docs/performance.md).
-        conn.execute("PRAGMA cache_size = -256")
+        sqlite_settings(conn, "create", timeout=timeout, cache_kib=256)
     except BaseException:
         conn.close()
         raise

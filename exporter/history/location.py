@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote
 
 from exporter.errors import UserError
@@ -58,3 +58,21 @@ def check_sqlite_path(database: str | None, mode: Mode, default_location: bool) 
         raise UserError(f"history directory {path.parent} does not exist (create it, or "
                         "give --history.url a file in an existing directory)")
     return path
+
+
+def sqlite_settings(conn: Any, mode: Mode, *, timeout: float = 10.0,
+                    cache_kib: int | None = None) -> None:
+    """The settings of every connection to a history on SQLite, whichever store opens it
+    (``conn``: anything with ``execute``: a ``sqlite3`` connection, a DBAPI cursor).
+    ``cache_kib``: a page cache other than SQLite's 2 MiB."""
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    if mode == "create":
+        # Stored in the file: set by the writer that creates it, not by a command that
+        # must leave a file that is not a history untouched.
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if mode == "readonly":
+        conn.execute("PRAGMA query_only = ON")
+    if cache_kib is not None:
+        conn.execute(f"PRAGMA cache_size = -{cache_kib}")
