@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from reconciler.anomalies import Anomaly
 from reconciler.classify import PodView
 from reconciler.cpuset import format_cpuset
-from reconciler.kube import PodSpec
+from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.node_facts import NodeFacts
 from reconciler.ownership import Claim
 from reconciler.pools import EXCLUSIVE, Assignment
@@ -92,11 +92,18 @@ def missing_exclusive(pod: PodAlloc, spec: PodSpec, assignments: Sequence[Assign
                       ) -> list[Anomaly]:
     """Under the static policy: eligible containers (docs/design.md#allocator) that
     got no exclusive CPU."""
-    found: list[Anomaly] = []
     if spec.has_pod_cpu_budget and spec.budget_cpus is None:
-        return found  # a fractional pod budget gets no exclusive CPUs at all
+        return []  # a fractional pod budget gets no exclusive CPUs at all
+    if not spec.guaranteed:
+        return []  # only a Guaranteed pod's containers are eligible
+    # The first spec container of a name, as spec.container() finds it: looked up once per
+    # pod rather than per container (every pod of a node with specs comes here).
+    by_name: dict[str, ContainerSpec] = {}
+    for listed in spec.long_running:
+        by_name.setdefault(listed.name, listed)
+    found: list[Anomaly] = []
     for c, assignment in zip(pod.containers, assignments, strict=True):
-        cspec = spec.container(c.name)
+        cspec = by_name.get(c.name)
         if cspec is not None and assignment not in EXCLUSIVE and spec.eligible(cspec):
             found.append(Anomaly(
                 "missing_exclusive", pod.namespace, pod.name, c.name,

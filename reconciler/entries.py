@@ -6,7 +6,7 @@ from __future__ import annotations
 from reconciler.classify import EMPTY, PodView
 from reconciler.estimates import legacy_cost, reclaimable_cores
 from reconciler.kube import PodSpec
-from reconciler.ledger import ContainerEntry, PodEntry
+from reconciler.ledger import ContainerEntry, ContainerRun, NodeSharedPod, PodEntry
 from reconciler.memory import MemoryRow, PodMemory
 from reconciler.ownership import Claim
 from reconciler.pools import EXCLUSIVE
@@ -40,28 +40,19 @@ def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, .
                                     0, 0, None, 0, "spec", spec.uid, memory))
 
 
-def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None,
-                      containers: list[ContainerEntry]) -> PodEntry:
-    """A pod that reports nothing (no CPU, no memory): every container node_shared."""
-    namespace, name = pod.namespace, pod.name
-    add = containers.append
-    new = tuple.__new__
-    if spec is None:
-        # The hot loop of a busy node, its entries built as in _plain_entry, in their
-        # field order: no spec, so no sidecar and no estimate basis but PodResources.
-        for c in pod.containers:
-            add(new(ContainerEntry, (namespace, name, c.name, False, "node_shared",
-                                     "node_shared", EMPTY, 0)))
-        return _plain_entry(pod, None, ())
-    sidecars = _sidecar_names(spec)
-    for c in pod.containers:
-        add(new(ContainerEntry, (namespace, name, c.name, c.name in sidecars, "node_shared",
-                                 "node_shared", EMPTY, 0)))
+def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None, runs: list[ContainerRun],
+                      ) -> PodEntry:
+    """A pod that reports nothing (no CPU, no memory): its containers, every one
+    node_shared, added to ``runs`` as one ``NodeSharedPod`` (not built as entries: see
+    ``DistinctContainers``); returns its pod entry."""
+    # tuple.__new__ in NodeSharedPod's field order, as in _plain_entry.
+    runs.append(tuple.__new__(NodeSharedPod, (pod.namespace, pod.name, pod.containers,
+                                              _sidecar_names(spec))))
     return _plain_entry(pod, spec, ())
 
 
 def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
-                containers: list[ContainerEntry]) -> PodEntry:
+                containers: list[ContainerRun]) -> PodEntry:
     """Adds the pod's container entries; returns its pod entry."""
     pod = view.alloc
     namespace, pod_name = pod.namespace, pod.name

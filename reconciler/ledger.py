@@ -10,9 +10,9 @@ names.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from reconciler.anomalies import ANOMALY_KINDS as ANOMALY_KINDS
 from reconciler.anomalies import Anomaly as Anomaly
@@ -23,7 +23,7 @@ from reconciler.pools import CPU_POOLS as CPU_POOLS
 from reconciler.pools import MEMORY_POOLS as MEMORY_POOLS
 from reconciler.pools import Assignment as Assignment
 from reconciler.pools import CPUPool as CPUPool
-from reconciler.snapshot import CheckpointFacts
+from reconciler.snapshot import CheckpointFacts, ContainerAlloc
 
 SCHEMA = "podres.ledger/v1"
 
@@ -105,34 +105,111 @@ class ContainerEntry(NamedTuple):
         }
 
 
-class DistinctContainers(tuple[ContainerEntry, ...]):
+class NodeSharedPod(NamedTuple):
+    """The containers of a pod that reports no CPU and no memory (most pods of a node), kept
+    as the pod's names and its ``List`` containers rather than built as entries: every one
+    is node_shared and holds nothing, a sidecar when its name is in ``sidecars``. See
+    ``DistinctContainers``."""
+
+    namespace: str
+    pod: str
+    containers: tuple[ContainerAlloc, ...]
+    sidecars: frozenset[str]
+
+    def entries(self) -> list[ContainerEntry]:
+        namespace, pod, sidecars, new = self.namespace, self.pod, self.sidecars, tuple.__new__
+        # ContainerEntry's fields in order, without NamedTuple's Python-level __new__.
+        return [new(ContainerEntry, (namespace, pod, c.name, c.name in sidecars, "node_shared",
+                                     "node_shared", _NO_CPUS, 0)) for c in self.containers]
+
+
+ContainerRun = ContainerEntry | NodeSharedPod
+_NO_CPUS: frozenset[int] = frozenset()
+
+
+def each_entry(runs: Iterable[ContainerRun]) -> Iterator[ContainerEntry]:
+    """The container entries of ``runs``, in order."""
+    for run in runs:
+        if isinstance(run, NodeSharedPod):
+            yield from run.entries()
+        else:
+            yield run
+
+
+class DistinctContainers(Sequence[ContainerEntry]):
     """Container entries no two of which share a namespace, pod and name: what the
     reconciler gives a ledger whose pods are each listed once, each naming its containers
     once (nearly every node), so that the exposition need not look for repeated series.
     A tuple of entries built any other way, or changed afterwards, is a plain tuple: not
-    known to be distinct. Equal to, and shown as, the plain tuple of the same entries.
+    known to be distinct. Equal to, hashed and shown as the plain tuple of its entries.
 
-    It carries two more facts about its entries that the reconciler learns on its way
+    The entries of a pod that reports nothing are not built until read: the reconciler
+    keeps such a pod as one ``NodeSharedPod`` in ``runs``, in its place among the
+    entries of the other pods. Building some 3,600 entries on a busy node was a fifth of
+    its reconcile, and the exposition, which reads ``runs``, needs only their names:
+    the entries are built by whoever iterates (the history, the JSON API), off the path
+    from a changed node to its published metrics. Iterating builds them afresh each time
+    without keeping them; indexing keeps them.
+
+    It carries three more facts about its entries that the reconciler learns on its way
     (each a pass over some 4,000 containers on a busy node, were the exposition to find
     them again): how many hold each assignment, CPU and memory (``cpu_counts``,
-    ``memory_counts``, in ``ASSIGNMENTS`` order), and whether every namespace, pod and
+    ``memory_counts``, in ``ASSIGNMENTS`` order), whether every namespace, pod and
     container name the node listed is plain (``plain_names``: no backslash, double quote
-    or line break, so it stands verbatim between quotes)."""
+    or line break, so it stands verbatim between quotes), and their number."""
 
-    cpu_counts: tuple[int, ...]
-    memory_counts: tuple[int, ...]
-    plain_names: bool
+    __slots__ = ("_built", "_length", "cpu_counts", "memory_counts", "plain_names", "runs")
 
-    def __new__(cls, entries: Iterable[ContainerEntry], cpu_counts: tuple[int, ...],
-                memory_counts: tuple[int, ...], plain_names: bool) -> DistinctContainers:
-        self = super().__new__(cls, entries)
+    def __init__(self, runs: Sequence[ContainerRun], length: int,
+                 cpu_counts: tuple[int, ...], memory_counts: tuple[int, ...],
+                 plain_names: bool) -> None:
+        self.runs = runs
+        self._length = length
         self.cpu_counts, self.memory_counts = cpu_counts, memory_counts
         self.plain_names = plain_names
-        return self
+        self._built: tuple[ContainerEntry, ...] | None = None
+
+    @classmethod
+    def of(cls, entries: Iterable[ContainerEntry], cpu_counts: tuple[int, ...],
+           memory_counts: tuple[int, ...], plain_names: bool) -> DistinctContainers:
+        """Entries already built, with their facts."""
+        runs = tuple(entries)
+        return cls(runs, len(runs), cpu_counts, memory_counts, plain_names)
+
+    def _entries(self) -> tuple[ContainerEntry, ...]:
+        if self._built is None:
+            self._built = tuple(each_entry(self.runs))
+        return self._built
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[ContainerEntry]:
+        return iter(self._built) if self._built is not None else each_entry(self.runs)
+
+    @overload
+    def __getitem__(self, index: int) -> ContainerEntry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ContainerEntry, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> ContainerEntry | tuple[ContainerEntry, ...]:
+        return self._entries()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DistinctContainers | tuple):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return DistinctContainers, (tuple(self), self.cpu_counts, self.memory_counts,
-                                    self.plain_names)
+        return DistinctContainers, (tuple(self.runs), self._length, self.cpu_counts,
+                                    self.memory_counts, self.plain_names)
 
 
 class CPUCell(NamedTuple):
@@ -156,7 +233,7 @@ class Ledger:
     cpu_pools_by_numa: tuple[tuple[int, PoolCounts], ...]
     memory_pools: tuple[tuple[str, tuple[int, int, int]], ...]  # type → (node_ex, pod_ex, pod_sh)
     pods: tuple[PodEntry, ...]
-    containers: tuple[ContainerEntry, ...]
+    containers: Sequence[ContainerEntry]  # a DistinctContainers, mostly
     reclaimed_cpus: int
     reclaimable_cpus: int
     anomalies: tuple[Anomaly, ...]

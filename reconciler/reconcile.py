@@ -24,7 +24,14 @@ from reconciler.classify import (
 )
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
-from reconciler.ledger import ASSIGNMENTS, ContainerEntry, DistinctContainers, Ledger, PodEntry
+from reconciler.ledger import (
+    ASSIGNMENTS,
+    ContainerRun,
+    DistinctContainers,
+    Ledger,
+    PodEntry,
+    each_entry,
+)
 from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
@@ -47,7 +54,9 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     log = AnomalyLog()
     log.extend(-1, node_unknown_cpus(snapshot, facts.online))  # node-level: before any pod
     pods: list[PodEntry] = []
-    containers: list[ContainerEntry] = []
+    # The container entries in pod order, a pod that reports nothing as one NodeSharedPod.
+    containers: list[ContainerRun] = []
+    node_shared_containers = 0  # the containers of those pods
     memory: list[PodMemory] = []
     specs = facts.specs
     placement = PlacementChecks.for_node(facts)
@@ -81,6 +90,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         # The common case: the pod reports nothing and owns nothing, so only its spec can
         # show something wrong.
         pods.append(plain_pod_entries(pod, spec, containers))
+        node_shared_containers += len(pod.containers)
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
                                                 all_node_shared(len(pod.containers))[0]))
@@ -88,6 +98,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
     pools, by_numa, cells = cpu_pools(facts, ownership.owner)
+    count = len(cpu_assigned) + node_shared_containers  # the entries, built or not
     return Ledger(
         node_name=snapshot.node_name,
         online_cpus=len(facts.online),
@@ -98,10 +109,9 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         memory_pools=memory_pools(memory),
         pods=tuple(pods),
         containers=DistinctContainers(
-            containers, _counts(cpu_assigned, len(containers)),
-            _counts(memory_assigned, len(containers)),
+            tuple(containers), count, _counts(cpu_assigned, count), _counts(memory_assigned, count),
             all(r[3] for r in reports.values()) and _plain("".join(chain.from_iterable(pod_names))),
-        ) if names_once else tuple(containers),
+        ) if names_once else tuple(each_entry(containers)),
         reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
         reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
         anomalies=log.ordered(),
@@ -133,7 +143,7 @@ def _counts(assigned: list[Assignment], containers: int) -> tuple[int, ...]:
 
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
-                   containers: list[ContainerEntry], pods: list[PodEntry],
+                   containers: list[ContainerRun], pods: list[PodEntry],
                    placement: PlacementChecks | None) -> tuple[PodView, PodMemory]:
     """A pod that reports CPUs or memory: appends its entries, logs its anomalies and
     returns its classification and its memory."""

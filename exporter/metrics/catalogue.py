@@ -25,8 +25,10 @@ from reconciler.ledger import (
     CPU_POOLS,
     MEMORY_POOLS,
     ContainerEntry,
+    ContainerRun,
     DistinctContainers,
     Ledger,
+    NodeSharedPod,
     PodEntry,
 )
 
@@ -208,10 +210,40 @@ def _container_cpus_lines(name: str, containers: Sequence[ContainerEntry],
                           values: Mapping[float, str]) -> str:
     # The series of _container_cpus, one f-string each, labels in the family's order.
     # Unpacking fails loudly if ContainerEntry changes shape.
+    if isinstance(containers, DistinctContainers):
+        return _lines_by_run(name, containers.runs, values)
     return "".join([
         f'{name}{{namespace="{namespace}",pod="{pod}",container="{container}",'
         f'assignment="{assignment}"}} {values[len(cpus)]}'
         for namespace, pod, container, _, assignment, _, cpus, _ in containers])
+
+
+def _lines_by_run(name: str, runs: Sequence[ContainerRun], values: Mapping[float, str],
+                  ) -> str:
+    """_container_cpus_lines over the reconciler's runs: a pod that reports nothing
+    (``NodeSharedPod``) is written as its series' common start joined with what follows
+    the pod name in each, the latter made once per distinct tuple of containers (the pods
+    of one workload share theirs)."""
+    out: list[str] = []
+    add = out.append
+    # By the identity of a containers tuple: each is held by ``runs`` meanwhile.
+    tails: dict[int, list[str]] = {}
+    zero = values[0]
+    for run in runs:
+        if isinstance(run, NodeSharedPod):
+            namespace, pod, containers, _ = run
+            tail = tails.get(id(containers))
+            if tail is None:
+                # A leading "": the join puts the start before every container's part.
+                tail = tails[id(containers)] = ["", *(
+                    f'",container="{c.name}",assignment="node_shared"}} {zero}'
+                    for c in containers)]
+            add(f'{name}{{namespace="{namespace}",pod="{pod}'.join(tail))
+        else:
+            namespace, pod, container, _, assignment, _, cpus, _ = run
+            add(f'{name}{{namespace="{namespace}",pod="{pod}",container="{container}",'
+                f'assignment="{assignment}"}} {values[len(cpus)]}')
+    return "".join(out)
 
 
 def _pool_busy(k: KernelFacts) -> list[Sample] | None:

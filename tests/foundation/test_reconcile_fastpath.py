@@ -14,7 +14,7 @@ from exporter.sources.convert import pods_from_proto, pods_to_proto
 from foundation.helpers import cspec, ctr, pod, pspec, snapshot, topology
 from foundation.test_reconcile_properties import SETTINGS, snapshots
 from reconciler import reconcile as R
-from reconciler.ledger import ASSIGNMENTS, DistinctContainers
+from reconciler.ledger import ASSIGNMENTS, DistinctContainers, NodeSharedPod, each_entry
 from reconciler.snapshot import NodeSnapshot, Topology
 
 
@@ -113,6 +113,58 @@ def test_distinct_containers_carry_what_their_entries_show(
     assert copy == containers and type(copy) is DistinctContainers
     assert (copy.cpu_counts, copy.memory_counts, copy.plain_names) == \
         (containers.cpu_counts, containers.memory_counts, containers.plain_names)
+
+
+def test_pods_that_report_nothing_are_kept_unbuilt_until_read() -> None:
+    """Each pod that reports nothing is one NodeSharedPod among the built entries of the
+    others, in List order; read (iterated or indexed), the sequence is the entries the
+    full path builds, equal to and hashed as their plain tuple."""
+    topo = topology(8)
+    spec = pspec("w-1", cspec("app", "1"), sidecars=[cspec("proxy", sidecar=True)])
+    web = [pod(f"w-{i}", ctr("proxy"), ctr("app")) for i in range(3)]
+    db = pod("db", ctr("pg", [1]), ctr("proxy"))
+    ledger = R.reconcile(snapshot(web[0], db, *web[1:], pod("empty"), topo=topo,
+                                  specs=[spec]))
+    containers = ledger.containers
+    assert isinstance(containers, DistinctContainers)
+    kinds = [(type(r).__name__, r.pod) for r in containers.runs]
+    assert kinds == [("NodeSharedPod", "w-0"), ("ContainerEntry", "db"),
+                     ("ContainerEntry", "db"), ("NodeSharedPod", "w-1"),
+                     ("NodeSharedPod", "w-2"), ("NodeSharedPod", "empty")]
+    assert containers.runs[3] == NodeSharedPod("default", "w-1", web[1].containers,
+                                               frozenset({"proxy"}))
+    entries = tuple(containers)
+    assert len(containers) == len(entries) == 8
+    assert [(c.pod, c.name, c.sidecar, c.assignment) for c in entries] == [
+        ("w-0", "proxy", False, "node_shared"), ("w-0", "app", False, "node_shared"),
+        ("db", "pg", False, "node_exclusive"), ("db", "proxy", False, "node_shared"),
+        ("w-1", "proxy", True, "node_shared"), ("w-1", "app", False, "node_shared"),
+        ("w-2", "proxy", False, "node_shared"), ("w-2", "app", False, "node_shared")]
+    assert [containers[i] for i in range(len(containers))] == list(entries)
+    assert containers[2:4] == entries[2:4] and containers[-1] == entries[-1]
+    assert containers == entries and entries == containers and containers != entries[1:]
+    assert hash(containers) == hash(entries) and repr(containers) == repr(entries)
+    assert tuple(containers) == entries  # iterated again after indexing kept them
+
+
+@SETTINGS
+@given(snapshots())
+def test_unbuilt_entries_read_as_the_built_ones(
+        case: tuple[NodeSnapshot, Topology | None]) -> None:
+    """Whatever the pods report: iterating, indexing and the length agree, there is an
+    entry for every listed container in List order, and only pods that report nothing
+    are kept unbuilt."""
+    snap = _named_once(case[0])
+    containers = R.reconcile(snap).containers
+    assert isinstance(containers, DistinctContainers)
+    built = tuple(each_entry(containers.runs))
+    assert tuple(containers) == built == tuple(containers[i] for i in range(len(built)))
+    assert len(containers) == len(built) == sum(len(p.containers) for p in snap.pods)
+    assert [(c.namespace, c.pod, c.name) for c in built] == [
+        (p.namespace, p.name, c.name) for p in snap.pods for c in p.containers]
+    for run in containers.runs:
+        if isinstance(run, NodeSharedPod):
+            assert all(not c.cpu_ids and not c.memory for c in run.containers)
 
 
 def test_a_name_that_needs_escaping_anywhere_makes_the_names_not_plain() -> None:
