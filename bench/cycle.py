@@ -29,8 +29,9 @@ the simulator's HTTPS server and the decode of all four bodies (protobuf and JSO
 as ``kubelet_floor_ms`` with the steady and cold ratios to it. The synthetic ``/pods`` is
 sized like a kubelet's (``pods_bytes``).
 
-The process runs with the daemon's garbage-collector settings (``exporter.runtime.tune_gc``,
-applied by ``serve`` after start-up). Medians over the rounds. Prints a table and, as its
+The process runs with the daemon's garbage-collector and TLS read-buffer settings
+(``exporter.runtime.tune_gc`` and ``shrink_tls_read_buffer``, applied by ``serve``).
+Medians over the rounds. Prints a table and, as its
 last line, one JSON object with the figures and the ratios to the floor.
 """
 
@@ -59,7 +60,7 @@ from exporter.metrics.compression import GzipPrefix
 from exporter.metrics.exposition import node_exposition
 from exporter.options import PollOptions
 from exporter.reader import NodeReader, SourceOptions
-from exporter.runtime import tune_gc
+from exporter.runtime import shrink_tls_read_buffer, tune_gc
 from exporter.sim.cgroupfs import ProcStatWriter, decorate_pod_list
 from exporter.sim.server import SimKubelet
 from exporter.sources.kubelet import KubeletClient
@@ -367,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     containers_per_pod=args.containers_per_pod)
     workdir = Path(tempfile.mkdtemp(prefix="podres-bench-", dir="/tmp"))
     tune_gc()
+    shrink_tls_read_buffer()
     try:
         result = asyncio.run(measure(node, rounds=args.rounds, kubelet=args.kubelet,
                                      workdir=workdir))

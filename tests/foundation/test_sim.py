@@ -5,7 +5,9 @@ its command line."""
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
+import gc
 import json
 import shutil
 import signal
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from exporter.errors import SourceError
+from exporter.runtime import TLS_READ_BUFFER, shrink_tls_read_buffer
 from exporter.sim.server import Misbehaviour
 from exporter.sources.fixture import KubeletState, load_fixture_dir
 from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
@@ -184,8 +187,15 @@ async def test_https_delay_past_timeout(start_sim: Any) -> None:
         await client.close()
 
 
-async def test_large_pods_body_is_read_whole(start_sim: Any) -> None:
-    """Regression: the body of a busy node's /pods arrives in many chunks."""
+@pytest.mark.parametrize("tls_buffer", [None, TLS_READ_BUFFER], ids=["asyncio", "serve"])
+async def test_large_pods_body_is_read_whole(start_sim: Any, tls_buffer: int | None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the body of a busy node's /pods arrives in many chunks; also through
+    the smaller TLS read buffer ``serve`` sets, its size checked on the live connection."""
+    if tls_buffer is not None:
+        monkeypatch.setattr(asyncio.sslproto.SSLProtocol, "max_size",
+                            asyncio.sslproto.SSLProtocol.max_size)  # restored afterwards
+        shrink_tls_read_buffer()
     base = load_fixture_dir(DB).kubelet
     items = [{"metadata": {"name": f"pod-{i}", "namespace": "ns", "uid": f"u{i}"},
               "spec": {"containers": [{"name": "c" * 200}]}} for i in range(5000)]
@@ -195,6 +205,11 @@ async def test_large_pods_body_is_read_whole(start_sim: Any) -> None:
     client = KubeletClient(sim.http_url, ca_file=str(sim.cert_path), token_file=None)
     try:
         raw = await client.fetch("/pods")
+        if tls_buffer is not None:
+            buffers = [len(o._ssl_buffer) for o in gc.get_objects()
+                       if isinstance(o, asyncio.sslproto.SSLProtocol)
+                       and o._app_protocol is not None]
+            assert buffers and max(buffers) <= tls_buffer, buffers
     finally:
         await client.close()
     assert len(raw) > 1 << 20

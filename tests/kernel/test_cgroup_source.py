@@ -3,6 +3,7 @@ every way one entry can fail without the rest failing."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ from exporter.sources.cgroup import (
     PodRef,
     cpu_manager_reconcile_period,
     detect_layout,
+    pod_refs_from_body,
     pod_refs_from_pod_list,
     read_enforced,
 )
@@ -275,6 +277,24 @@ def test_pod_refs_from_pod_list() -> None:
     )
     assert pod_refs_from_pod_list({"items": "nope"}) == ()
     assert pod_refs_from_pod_list(None) == ()
+
+
+def test_pod_refs_share_the_strings_pods_repeat() -> None:
+    """Namespaces, container names and runtimes repeated across pods are one object each
+    in the refs (kept until /pods changes), whatever object each item's decode made."""
+    def item(i: int) -> dict[str, object]:
+        return json.loads(json.dumps({
+            "metadata": {"namespace": "team", "name": f"web-{i}", "uid": f"u{i}"},
+            "status": {"containerStatuses": [
+                {"name": "app", "containerID": f"containerd://{i:064x}"}]}}))
+    refs = pod_refs_from_body(json.dumps({"items": [item(i) for i in range(3)]}).encode())
+    assert refs is not None and [r.name for r in refs] == ["web-0", "web-1", "web-2"]
+    first, *others = refs
+    for other in others:
+        assert other.namespace is first.namespace
+        assert other.containers[0].name is first.containers[0].name
+        assert other.containers[0].runtime is first.containers[0].runtime
+        assert other.containers[0].id != first.containers[0].id
 
 
 @pytest.mark.parametrize(("body", "seconds"), [
