@@ -5,6 +5,7 @@ malformed optional input degrades its own source, never the poll."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,12 +13,15 @@ from typing import Any
 
 import pytest
 
+from exporter import reader as reader_module
+from exporter.assemble import snapshot_from_raw
 from exporter.errors import SourceError
 from exporter.pb import api_pb2
 from exporter.reader import NodeReader, SourceOptions
 from exporter.sim.server import Misbehaviour
 from exporter.sources.fixture import KubeletState, load_fixture_dir
 from foundation.helpers import SCENARIOS
+from reconciler.reconcile import reconcile
 
 DB = SCENARIOS / "database-pod-scope"
 HYBRID = SCENARIOS / "sidecar-hybrid"
@@ -51,6 +55,31 @@ async def test_unchanged_node_is_not_recomputed(start_sim: Any, reader_for: Any)
     assert not second.changed
     assert second.ledger is first.ledger
     assert second.raw == first.raw
+
+
+@pytest.mark.parametrize("limit", [1 << 30, 0], ids=["small", "over the limit"])
+async def test_a_small_node_is_reconciled_on_the_loop_a_large_one_off_it(
+        start_sim: Any, reader_for: Any, monkeypatch: pytest.MonkeyPatch, limit: int,
+) -> None:
+    """Under INLINE_BYTES of answers the recompute runs on the event loop's thread (a
+    thread hand-off would cost more); over it, in a worker thread, so that scrapes are
+    answered meanwhile. Same ledger either way."""
+    monkeypatch.setattr(reader_module, "INLINE_BYTES", limit)
+    sim = await start_sim(DB, http=True)
+    reader = reader_for(sim)
+    threads: list[int] = []
+    compute = reader._compute
+
+    def recorded(raw: Any) -> Any:
+        threads.append(threading.get_ident())
+        return compute(raw)
+
+    monkeypatch.setattr(reader, "_compute", recorded)
+    reading = await reader.read()
+    assert reading.changed and reading.errors == {}
+    on_loop = threads == [threading.get_ident()]
+    assert len(threads) == 1 and on_loop == (limit > 0)
+    assert reading.ledger == reconcile(snapshot_from_raw(reading.raw, "").snapshot)
 
 
 async def test_any_change_means_a_full_recompute(start_sim: Any, reader_for: Any) -> None:
