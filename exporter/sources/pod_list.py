@@ -89,10 +89,15 @@ def reduce_pod_list(body: bytes) -> bytes:
             body.decode("utf-8")  # msgspec does not check the bytes of what it skips
         except UnicodeDecodeError:
             return body
+    # Encoded into a buffer and copied out: ``encode`` returns its working buffer, which
+    # holds some 30% more than the body (1.56 MB for 1.2 on a 1000-pod node), for as long
+    # as the body is kept.
+    buffer = bytearray()
     try:
-        return _ENCODER.encode(_DECODER.decode(body))
+        _ENCODER.encode_into(_DECODER.decode(body), buffer)
     except (msgspec.DecodeError, msgspec.EncodeError, RecursionError):
         return body
+    return bytes(buffer)
 
 
 class _Items(msgspec.Struct, forbid_unknown_fields=True):

@@ -5,12 +5,15 @@ null fields keep their meaning, and a body it cannot reduce is left to the parse
 from __future__ import annotations
 
 import json
+import sys
+import tracemalloc
 
 import pytest
 
 from bench.synth import generate
 from exporter.assemble import parse_json_object
 from exporter.sim.cgroupfs import decorate_pod_list
+from exporter.sources import pod_list as pod_list_module
 from exporter.sources.cgroup import pod_refs_from_pod_list
 from exporter.sources.pod_list import reduce_pod_list
 from reconciler.kube import SpecError, pod_list_from_json
@@ -30,6 +33,25 @@ def test_a_kubelet_sized_body_reads_the_same_and_shrinks() -> None:
     for dropped in (b"annotations", b"ownerReferences", b"env", b"livenessProbe",
                     b"volumeMounts", b"conditions"):
         assert dropped in body and dropped not in reduced
+
+
+def test_the_reduced_body_holds_no_more_memory_than_its_bytes() -> None:
+    """The reduced body is kept until /pods changes: its allocation, traced, is its own
+    size (the encoder's working buffer for this node's body is a third larger)."""
+    node = generate(1000, 512)
+    assert node.state.pod_list is not None
+    body = json.dumps(decorate_pod_list(node.state.pod_list)).encode()
+    reduce_pod_list(body)  # any first-use allocation out of the way
+    tracemalloc.start()
+    try:
+        reduced = reduce_pod_list(body)
+        kept = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, pod_list_module.__file__)])
+    finally:
+        tracemalloc.stop()
+    largest = max(trace.size for trace in kept.traces)
+    assert len(reduced) > 1_000_000
+    assert largest <= sys.getsizeof(reduced), (largest, len(reduced))
 
 
 def test_absent_and_null_fields_keep_their_meaning() -> None:
