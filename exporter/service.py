@@ -39,10 +39,6 @@ from exporter.sources.cgroup import pod_refs_from_body
 from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
-# The containers up to which a changed ledger is rendered on the event loop (see the
-# reader's INLINE_BYTES): 4,000 take about a millisecond.
-INLINE_CONTAINERS = 12_000
-
 log = logging.getLogger("podres.exporter")
 
 # What each source can fail at, from the sources' own declarations, and the poll loop's own
@@ -287,15 +283,12 @@ class Exporter:
         for key in current - self._seen_anomalies:
             self.anomalies_observed[key[0]] += 1
         self._seen_anomalies = current
-        render = functools.partial(node_exposition, ledger, pods_max_series=(
-            self.options.pods_max_series if self.options.pods_collector else None))
-        # A large ledger is rendered in a worker thread, like the reconcile before it:
-        # scrapes keep being answered (from the previous exposition) meanwhile. A small one
-        # is rendered on the loop, as the reader reconciles a small node there.
-        if len(ledger.containers) <= INLINE_CONTAINERS:
-            exposition, dropped, series_left = render()
-        else:
-            exposition, dropped, series_left = await asyncio.to_thread(render)
+        # Rendered in a worker thread whatever the node's size: scrapes keep being answered
+        # (from the previous exposition) while a large ledger is rendered, and a small one
+        # rendered on the loop cost 0.7 MiB of resident memory (docs/design.md#data-path).
+        exposition, dropped, series_left = await asyncio.to_thread(
+            functools.partial(node_exposition, ledger, pods_max_series=(
+                self.options.pods_max_series if self.options.pods_collector else None)))
         if dropped:
             self.pods_dropped_total += dropped
             log.warning("per-pod series capped", extra={

@@ -1,8 +1,8 @@
-"""Work that grows with the node runs on the event loop only up to a bound (a node under
-the reader's INLINE_BYTES, a ledger under the service's INLINE_CONTAINERS: a few
-milliseconds, less than a thread hand-off costs); past it, while a changed node is
-reconciled, or its new ledger rendered, scrapes are answered from the previous exposition.
-The scenario here is small, so the bounds are set to nothing to put it past them.
+"""Work that grows with the node runs on the event loop only up to a bound (the reconcile
+of a node under the reader's INLINE_BYTES: a few milliseconds, less than a thread hand-off
+costs); past it, while a changed node is reconciled, or its new ledger rendered (always in
+a worker thread), scrapes are answered from the previous exposition. The scenario here is
+small, so the bound is set to nothing to put it past it.
 
 The slow step is injected (it waits on an event the test sets only after a scrape was
 answered), so nothing here depends on how fast the machine is: with the work on the loop,
@@ -36,7 +36,6 @@ async def test_scrape_is_answered_while_a_changed_node_is_processed(
         start_sim: StartSim, run_serve: RunServe, monkeypatch: pytest.MonkeyPatch,
         module: str, name: str) -> None:
     monkeypatch.setattr("exporter.reader.INLINE_BYTES", 0)
-    monkeypatch.setattr("exporter.service.INLINE_CONTAINERS", 0)
     directory = scenario_root() / SCENARIO
     sim = await start_sim(directory, http=True)
     served = await run_serve(sim, "--topology", str(directory / "topology.json"),
