@@ -208,8 +208,9 @@ def _container_cpus(containers: Sequence[ContainerEntry]) -> list[Sample]:
 
 def _container_cpus_lines(name: str, containers: Sequence[ContainerEntry],
                           values: Mapping[float, str]) -> str:
-    # The series of _container_cpus, one f-string each, labels in the family's order.
-    # Unpacking fails loudly if ContainerEntry changes shape.
+    # The series of _container_cpus, labels in the family's order: from the reconciler's
+    # runs when it gave them, else one f-string an entry. Unpacking fails loudly if
+    # ContainerEntry changes shape.
     if isinstance(containers, DistinctContainers):
         return _lines_by_run(name, containers.runs, values)
     return "".join([
