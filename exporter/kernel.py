@@ -35,8 +35,11 @@ from reconciler.enforcement import (
     DriftState,
     EnforcedCpusets,
     EnforcementOptions,
+    Expectations,
+    compare,
     drift_counts,
-    observe,
+    expected_cpusets,
+    track,
 )
 from reconciler.kube import KubeletConfig, SpecError, kubelet_config_from_json
 from reconciler.ledger import Anomaly, Ledger
@@ -99,6 +102,11 @@ class KernelObserver:
         self.busy: Mapping[int, float] = {}
         self._holders: dict[int, CPUHolder] = {}
         self._holders_of: Ledger | None = None
+        # What the ledger implies each cgroup should run on, for the ledger and the kubelet
+        # settings it was worked out from: an unchanged node reuses it (it is a pass over
+        # every container, whose entries are built anew each time: docs/design.md#data-path).
+        self._expected: Expectations | None = None
+        self._expected_of: tuple[Ledger, bool, bool] | None = None
         self._usage: UsageCounters | None = None
 
     @property
@@ -127,10 +135,19 @@ class KernelObserver:
                                           f"{first.message}")
         options = EnforcementOptions.from_kubelet_config(
             _config(configz), cpu_manager_reconcile_period(configz))
-        self.drift_state, drifts = observe(self.drift_state, ledger, reading.enforced,
-                                           options, now)
+        self.drift_state, drifts = track(
+            self.drift_state, compare(self._expectations(ledger, options), reading.enforced),
+            now, options.reconcile_period)
         return KernelReport(drifts, drift_counts(drifts), reading.enforced, usage, errors,
                             reading.errors, busy=self.busy)
+
+    def _expectations(self, ledger: Ledger, options: EnforcementOptions) -> Expectations:
+        key = (ledger, options.static_policy, options.strict_cpu_reservation)
+        cached = self._expected_of
+        if (self._expected is None or cached is None or cached[0] is not ledger
+                or cached[1:] != key[1:]):
+            self._expected, self._expected_of = expected_cpusets(ledger, options), key
+        return self._expected
 
     def _pod_refs(self, pod_list: Any) -> tuple[PodRef, ...] | None:
         """``pod_list``: the parsed ``/pods``, or its references already taken from it (a

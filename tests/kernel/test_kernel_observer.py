@@ -4,11 +4,14 @@ period, usage counters whose rates equal the injected load, and the ways a sourc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from exporter import kernel
 from exporter.kernel import KernelObserver, KernelOptions
 from exporter.sim.cgroupfs import (
     ProcStatWriter,
@@ -71,6 +74,39 @@ def test_poll_after_poll(tmp_path: Path) -> None:
     write_cgroup_tree(tmp_path / "cg", model_tree(node.model), online)  # the fix
     fourth = observer.poll(ledger, pod_list, configz, 9.0)
     assert fourth.drifts == () and not observer.drift_state.pending
+
+
+def test_expectations_are_worked_out_once_per_ledger_and_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each cgroup should run on is a pass over every container: an unchanged node
+    (the same ledger, the same kubelet settings) reuses it; a new ledger, or a change of
+    the settings it depends on, works it out again, and the drifts follow."""
+    node = place("1.37", "pod", 1)
+    ledger, _ = ledger_of(node)
+    state = node.state()
+    pod_list = decorate_pod_list(state.pod_list)
+    online = node.model.topo.online
+    write_cgroup_tree(tmp_path / "cg", model_tree(node.model), online)
+    worked_out: list[object] = []
+    real = kernel.expected_cpusets
+
+    def counted(of: Any, options: Any) -> Any:
+        worked_out.append(of)
+        return real(of, options)
+
+    monkeypatch.setattr(kernel, "expected_cpusets", counted)
+    observer = KernelObserver(KernelOptions(str(tmp_path / "cg"), "auto", None, 100))
+    for now in (0.0, 1.0, 2.0):
+        assert observer.poll(ledger, pod_list, state.configz, now).drifts == ()
+    assert worked_out == [ledger]
+    same_again = dataclasses.replace(ledger)  # equal, but another object: a recompute
+    observer.poll(same_again, pod_list, state.configz, 3.0)
+    assert len(worked_out) == 2 and worked_out[1] is same_again
+    strict = copy.deepcopy(state.configz)
+    strict["kubeletconfig"]["cpuManagerPolicyOptions"] = {  # type: ignore[index]
+        "strict-cpu-reservation": "true"}
+    observer.poll(same_again, pod_list, strict, 4.0)
+    assert len(worked_out) == 3
 
 
 def test_sources_off_and_failing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
