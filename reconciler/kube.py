@@ -287,6 +287,7 @@ class KubeletConfig:
     memory_manager_policy: str = "None"
     topology_manager_policy: str = "none"
     topology_manager_scope: str = "container"
+    topology_manager_policy_options: tuple[tuple[str, str], ...] = ()
     feature_gates: tuple[tuple[str, bool], ...] = ()
     kube_reserved: tuple[tuple[str, str], ...] = ()
     system_reserved: tuple[tuple[str, str], ...] = ()
@@ -303,6 +304,14 @@ class KubeletConfig:
         for key, value in self.cpu_manager_policy_options:
             if key == name:
                 return value
+        return None
+
+    def max_numa_nodes(self) -> int | None:
+        """The topology manager's ``max-allowable-numa-nodes`` option, when set and a
+        number."""
+        for key, value in self.topology_manager_policy_options:
+            if key == "max-allowable-numa-nodes":
+                return int(value) if value.isascii() and value.isdigit() else None
         return None
 
     @property
@@ -378,6 +387,7 @@ def kubelet_config_from_json(obj: object) -> KubeletConfig:
     return KubeletConfig(
         cpu_manager_policy=str(get("cpuManagerPolicy") or "none"),
         cpu_manager_policy_options=_pairs(get("cpuManagerPolicyOptions")),
+        topology_manager_policy_options=_pairs(get("topologyManagerPolicyOptions")),
         reserved_system_cpus=_reserved_system_cpus(get("reservedSystemCPUs")),
         memory_manager_policy=str(get("memoryManagerPolicy") or "None"),
         topology_manager_policy=str(get("topologyManagerPolicy") or "none"),

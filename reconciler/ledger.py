@@ -18,6 +18,7 @@ from reconciler.anomalies import ANOMALY_KINDS as ANOMALY_KINDS
 from reconciler.anomalies import Anomaly as Anomaly
 from reconciler.anomalies import AnomalyKind as AnomalyKind
 from reconciler.cpuset import format_cpuset
+from reconciler.kubelet_topology import Divergence
 from reconciler.pools import ASSIGNMENTS as ASSIGNMENTS
 from reconciler.pools import CPU_POOLS as CPU_POOLS
 from reconciler.pools import MEMORY_POOLS as MEMORY_POOLS
@@ -233,6 +234,9 @@ class Ledger:
     cpu_map: tuple[CPUCell, ...] = field(default=(), compare=False)
     # The snapshot's checkpoint facts, passed through (not part of the ledger JSON).
     checkpoints: CheckpointFacts | None = None
+    # Where the kubelet's topology differs from the kernel's (docs/design.md#topology);
+    # None when the topology was not read from sysfs. Not part of the ledger JSON.
+    topology_divergences: tuple[Divergence, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -25,7 +25,7 @@ class NodeFacts:
 
 
 def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
-    config, topology = snapshot.kubelet_config, snapshot.topology
+    config, topology = snapshot.kubelet_config, known_topology(snapshot)
     online = _online_cpus(snapshot)
     return NodeFacts(
         online=online,
@@ -40,10 +40,17 @@ def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
     )
 
 
+def known_topology(snap: NodeSnapshot) -> Topology | None:
+    """The snapshot's topology when the kubelet could read one: a machine whose topology
+    ``Discover`` fails has no CPUs to place (docs/design.md#topology)."""
+    topology = snap.topology
+    return topology if topology is not None and topology.cpus else None
+
+
 def _online_cpus(snap: NodeSnapshot) -> frozenset[int]:
     """From the topology; without it, every id the node reports (valid ones only)."""
-    if snap.topology is not None:
-        return snap.topology.online
+    if (topology := known_topology(snap)) is not None:
+        return topology.online
     ids: set[int] = set()
     if snap.allocatable is not None:
         ids.update(snap.allocatable.cpu_ids)

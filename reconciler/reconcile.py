@@ -24,6 +24,7 @@ from reconciler.classify import (
 )
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
+from reconciler.kubelet_topology import Divergence, divergences
 from reconciler.ledger import (
     ASSIGNMENTS,
     ContainerRun,
@@ -117,7 +118,16 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
+        topology_divergences=_divergences(snapshot),
     )
+
+
+def _divergences(snapshot: NodeSnapshot) -> tuple[Divergence, ...] | None:
+    topology, config = snapshot.topology, snapshot.kubelet_config
+    if topology is None or topology.kernel is None:
+        return None
+    return divergences(topology, topology_policy=config.topology_manager_policy if config
+                       else None, max_numa_nodes=config.max_numa_nodes() if config else None)
 
 
 def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool, bool]:

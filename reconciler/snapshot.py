@@ -53,16 +53,47 @@ class CPUInfo:
     core: int
     socket: int
     numa_node: int
-    # The uncore (L3) cache the CPU shares; ``None`` when not read (docs/design.md#snapshot).
+    # The uncore (L3) cache the CPU shares; ``None`` when not known, which the kubelet reads
+    # as the socket's id (docs/design.md#topology).
     uncore: int | None = None
+
+
+class TopologyCounts(NamedTuple):
+    """The counts the kubelet's ``topology.Discover`` sets (``NumCPUs``, ``NumCores``,
+    ``NumSockets``, ``NumNUMANodes``, ``NumUncoreCache``). The CPU manager divides by them
+    (CPUs per core is ``cpus // cores``), and on some machines they are not what the CPU
+    rows add up to: offline threads, CPUs listed under two NUMA nodes."""
+
+    cpus: int
+    cores: int
+    sockets: int
+    numa_nodes: int
+    uncore_caches: int
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTopology:
+    """What the kernel says where the kubelet may see otherwise (docs/design.md#topology):
+    the online CPUs, every NUMA node the topology manager counts (CPU-less ones too), the
+    SMT sibling groups of ``thread_siblings_list``, and why ``Discover`` failed, if it
+    did."""
+
+    online: frozenset[int] = frozenset()
+    numa_nodes: tuple[int, ...] = ()
+    siblings: tuple[frozenset[int], ...] = ()
+    discover_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Online CPUs with their place in the machine, and memory per NUMA node."""
+    """Online CPUs as the kubelet sees them, with their place in the machine, and memory
+    per NUMA node. ``CPUInfo.core`` is the kubelet's CoreID (the lowest CPU id of the
+    physical core): build one with ``reconciler.kubelet_topology.topology``."""
 
     cpus: tuple[CPUInfo, ...]
     memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
+    counts: TopologyCounts | None = None
+    kernel: KernelTopology | None = None
 
     @property
     def online(self) -> frozenset[int]:

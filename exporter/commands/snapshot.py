@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
                                      node_name=SourcesOptions.from_args(args).node_name)
     else:
         ledger = asyncio.run(read_live(args, "snapshot")).ledger
+    warn_divergences(ledger, "snapshot")
     if args.output == "json":
         body = ledger.to_json()
         if args.from_dir:
@@ -75,6 +76,14 @@ def ledger_from_fixture(directory: str, node_name: str = "") -> Ledger:
         message = str(exc).removeprefix(f"{exc.source} {exc.operation}: ")
         raise UserError(f"{where}: {message}")
     return reconcile(assembled.snapshot)
+
+
+def warn_divergences(ledger: Ledger, command: str) -> None:
+    """Where the kubelet sees the machine otherwise than the kernel, the ledger follows the
+    kubelet: say so (docs/design.md#topology)."""
+    for d in ledger.topology_divergences or ():
+        print(f"podres-exporter {command}: warning: topology {d.kind}: {d.detail}",
+              file=sys.stderr)
 
 
 async def read_live(args: argparse.Namespace, command: str) -> Reading:

@@ -10,79 +10,33 @@ from typing import Any, Final
 
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes
-from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
-from reconciler.snapshot import CPUInfo, Topology
+from exporter.sources.sysfs_topology import read_kubelet_topology
+from reconciler import kubelet_topology
+from reconciler.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
+from reconciler.snapshot import CPUInfo, KernelTopology, Topology, TopologyCounts
 
 OPERATIONS: Final = {"sysfs": ("read",), "topology": ("read", "parse")}
 _CPU_DIR = re.compile(r"^cpu(\d+)$")
-_NODE_DIR = re.compile(r"^node(\d+)$")
-_MEMTOTAL = re.compile(r"MemTotal:\s+(\d+)\s*kB")
 
 
-def _read(path: Path) -> str:
-    return path.read_text(encoding="ascii", errors="replace").strip()
-
-
-def read_sysfs_topology(root: str | Path = "/sys") -> Topology:
-    """Online CPUs with core, package and NUMA node, and memory per NUMA node.
+def read_sysfs_topology(root: str | Path = "/sys", *, proc: str | Path | None = None,
+                        goarch: str | None = None) -> Topology:
+    """The CPUs as the kubelet sees them (core, package, NUMA node, uncore cache), memory
+    per NUMA node, and what the kernel says beside it (docs/design.md#topology).
 
     ``root`` is the sysfs mount (``/sys`` on a host, ``/host/sys`` in a DaemonSet, a
-    fixture tree in tests).
+    fixture tree in tests); ``proc`` a procfs for ``cpuinfo``, by default the ``proc``
+    beside ``root`` when there is one. A tree the kubelet cannot read gives a topology
+    with no CPUs and the reason in ``kernel.discover_error``; a root with no CPU
+    directory at all is a ``SourceError`` (a wrong ``--sysfs``, not a machine).
     """
     base = Path(root)
     cpu_dir = base / "devices" / "system" / "cpu"
-    node_dir = base / "devices" / "system" / "node"
-    try:
-        online_text = _read(cpu_dir / "online")
-        online = parse_cpuset(online_text)
-    except FileNotFoundError:
-        online = frozenset(int(m.group(1)) for p in _safe_iterdir(cpu_dir)
-                           if (m := _CPU_DIR.match(p.name)))
-    except (OSError, CPUSetError) as exc:
-        raise SourceError("sysfs", "read", f"{cpu_dir / 'online'}: {exc}") from None
-    if not online:
+    if not any(_CPU_DIR.match(p.name) for p in _safe_iterdir(cpu_dir)):
         raise SourceError("sysfs", "read", f"no CPUs found under {cpu_dir}")
-
-    numa_of: dict[int, int] = {}
-    memory: list[tuple[int, int]] = []
-    for node_path in sorted(_safe_iterdir(node_dir), key=lambda p: p.name):
-        m = _NODE_DIR.match(node_path.name)
-        if not m:
-            continue
-        node = int(m.group(1))
-        try:
-            for cpu in parse_cpuset(_read(node_path / "cpulist")):
-                numa_of[cpu] = node
-        except (OSError, CPUSetError) as exc:
-            raise SourceError("sysfs", "read", f"{node_path / 'cpulist'}: {exc}") from None
-        try:
-            mem = _MEMTOTAL.search(_read(node_path / "meminfo"))
-            if mem:
-                memory.append((node, int(mem.group(1)) * 1024))
-        except OSError:
-            pass
-
-    cpus = []
-    for cpu in sorted(online):
-        topo = cpu_dir / f"cpu{cpu}" / "topology"
-        try:
-            core = int(_read(topo / "core_id"))
-            socket = int(_read(topo / "physical_package_id"))
-        except (OSError, ValueError) as exc:
-            raise SourceError("sysfs", "read", f"{topo}: {exc}") from None
-        cpus.append(CPUInfo(cpu, core, socket, numa_of.get(cpu, 0),
-                            _uncore_id(cpu_dir / f"cpu{cpu}")))
-    return Topology(tuple(cpus), tuple(memory))
-
-
-def _uncore_id(cpu_path: Path) -> int | None:
-    """The id of the CPU's L3 (uncore) cache, ``cache/index3/id``; ``None`` where the
-    kernel does not expose one (no L3, older kernels, some VMs): the CPU manager then puts
-    every CPU in one cache."""
-    try:
-        return int(_read(cpu_path / "cache" / "index3" / "id"))
-    except (OSError, ValueError):
-        return None
+    if proc is None and (base.parent / "proc" / "cpuinfo").is_file():
+        proc = base.parent / "proc"
+    return read_kubelet_topology(base, proc=proc, goarch=goarch)
 
 
 def _safe_iterdir(path: Path) -> list[Path]:
@@ -119,9 +73,37 @@ def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
         except (KeyError, TypeError, ValueError, OverflowError):
             raise SourceError("topology", "parse",
                               f"{origin}: bad memory entry {_short(item)}") from None
-    if not cpus:
+    counts = _counts_from_json(obj.get("counts"), origin)
+    kernel = _kernel_from_json(obj.get("kernel"), origin)
+    if not cpus and kernel is None:
         raise SourceError("topology", "parse", f"{origin}: no CPUs")
-    return Topology(tuple(sorted(cpus, key=lambda c: c.id)), tuple(memory))
+    if not cpus:  # a machine the kubelet reads no CPU of (docs/design.md#topology)
+        return Topology((), tuple(memory), counts=counts, kernel=kernel)
+    return kubelet_topology.topology(cpus, tuple(memory), counts=counts, kernel=kernel)
+
+
+def _counts_from_json(obj: Any, origin: str) -> TopologyCounts | None:
+    if obj is None:
+        return None
+    try:
+        return TopologyCounts(*(int(obj[k]) for k in TopologyCounts._fields))
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise SourceError("topology", "parse", f"{origin}: bad 'counts' {_short(obj)}") from None
+
+
+def _kernel_from_json(obj: Any, origin: str) -> KernelTopology | None:
+    """The kernel's side of a recorded node (docs/design.md#topology)."""
+    if obj is None:
+        return None
+    try:
+        error = obj.get("discover_error")
+        return KernelTopology(
+            online=parse_cpuset(str(obj.get("online", ""))),
+            numa_nodes=tuple(sorted(int(n) for n in obj.get("numa_nodes", ()))),
+            siblings=tuple(parse_cpuset(str(g)) for g in obj.get("siblings", ())),
+            discover_error=None if error is None else str(error)[:500])
+    except (AttributeError, TypeError, ValueError, OverflowError, CPUSetError):
+        raise SourceError("topology", "parse", f"{origin}: bad 'kernel' {_short(obj)}") from None
 
 
 def _short(item: object) -> str:
@@ -138,10 +120,21 @@ def cpu_to_json(c: CPUInfo) -> dict[str, int]:
 
 
 def topology_to_json(topology: Topology) -> dict[str, Any]:
-    return {
+    """The ``topology.json`` form; the kubelet's counts and the kernel's view only where a
+    live read gave them, so hand-written files stay as they are."""
+    out: dict[str, Any] = {
         "cpus": [cpu_to_json(c) for c in topology.cpus],
         "memory": [{"numa_node": n, "bytes": b} for n, b in topology.memory],
     }
+    if topology.counts is not None and topology.counts != kubelet_topology.counts_of(
+            topology.cpus):
+        out["counts"] = topology.counts._asdict()
+    if (kernel := topology.kernel) is not None:
+        out["kernel"] = {"online": format_cpuset(kernel.online),
+                         "numa_nodes": list(kernel.numa_nodes),
+                         "siblings": [format_cpuset(g) for g in kernel.siblings],
+                         "discover_error": kernel.discover_error}
+    return out
 
 
 MAX_FILE_BYTES = 16 << 20

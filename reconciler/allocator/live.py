@@ -71,7 +71,7 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
     """The model of ``snapshot``'s node under ``config``, its free CPUs those the ledger
     puts in the node shared pool (reserved CPUs and every pod's CPUs are taken) and its free
     memory what the pods' reports leave of the allocatable memory."""
-    if snapshot.topology is None:
+    if snapshot.topology is None or not snapshot.topology.cpus:
         raise LiveNodeError("the node's CPU topology is unknown (sysfs or --topology)")
     topo = from_snapshot(snapshot.topology)
     model = NodeModel(topo, config)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from reconciler.snapshot import CPUInfo, Topology
+from reconciler.kubelet_topology import counts_of, kubelet_identity
+from reconciler.snapshot import CPUInfo, Topology, TopologyCounts
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 MAX_CPUS = 4096
@@ -24,12 +25,16 @@ class TopologyError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class CPUTopology:
-    """Immutable description of the CPUs. ``core`` ids are unique machine-wide."""
+    """Immutable description of the CPUs. ``core`` ids are the kubelet's CoreIDs, unique
+    machine-wide (``reconciler.kubelet_topology``, docs/design.md#topology)."""
 
     cpus: tuple[CPUInfo, ...]
     memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
-    # (cpu, uncore/L3 cache id); without it the kubelet puts every CPU in cache 0.
+    # (cpu, uncore cache id); a CPU not listed is in cache 0, the Go zero value of the
+    # kubelet's hand-written test topologies. Real machines list every CPU (from_snapshot).
     uncore: tuple[tuple[int, int], ...] = ()
+    # The kubelet's NumCPUs, NumCores... where they are not what the rows add up to.
+    counts: TopologyCounts | None = None
     # Derived lookups (filled in __post_init__).
     by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
     core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
@@ -74,8 +79,15 @@ class CPUTopology:
         return tuple(self.numa_cpus)
 
     @property
+    def kubelet_counts(self) -> TopologyCounts:
+        return self.counts or counts_of(self.cpus)
+
+    @property
     def threads_per_core(self) -> int:
-        return max(len(c) for c in self.core_cpus.values())
+        """The kubelet's ``CPUsPerCore``: NumCPUs / NumCores, integer division (1 on a
+        hybrid machine whose E-cores have one thread), at least 1."""
+        counts = self.kubelet_counts
+        return max(1, counts.cpus // counts.cores) if counts.cores else 1
 
     def memory_of(self, numa: int) -> int:
         for node, size in self.memory:
@@ -100,7 +112,8 @@ class CPUTopology:
         cpus = self.cpus
         if self.uncore:
             cpus = tuple(replace(c, uncore=self.uncore_of[c.id]) for c in cpus)
-        return Topology(cpus=tuple(sorted(cpus, key=lambda c: c.id)), memory=self.memory)
+        return Topology(cpus=tuple(sorted(cpus, key=lambda c: c.id)), memory=self.memory,
+                        counts=self.counts)
 
     def to_json(self) -> dict[str, object]:
         """The ``topology.json`` form of a fixture directory (docs/design.md#sources)."""
@@ -114,12 +127,13 @@ class CPUTopology:
 
 
 def from_snapshot(topology: Topology) -> CPUTopology:
-    """The model's topology; CPUs whose uncore cache is unknown share cache 0, as in the
-    kubelet."""
-    cpus = tuple(sorted((replace(c, uncore=None) for c in topology.cpus), key=lambda c: c.id))
-    uncore = tuple((c.id, c.uncore) for c in sorted(topology.cpus, key=lambda c: c.id)
-                   if c.uncore is not None)
-    return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore)
+    """The model's topology. A CPU whose uncore cache is unknown is in its socket's, the
+    kubelet's ``getUncoreCacheID`` where a core has no uncore cache."""
+    rows = sorted(kubelet_identity(topology.cpus), key=lambda c: c.id)
+    cpus = tuple(replace(c, uncore=None) for c in rows)
+    uncore = tuple((c.id, c.socket if c.uncore is None else c.uncore) for c in rows)
+    return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore,
+                       counts=topology.counts)
 
 
 def from_spec(spec: str, numa_per_socket: int = 1,

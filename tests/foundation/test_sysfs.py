@@ -21,42 +21,52 @@ from exporter.sources.topology import (
     topology_to_json,
 )
 from foundation.helpers import SCENARIOS, arun_cli
-from reconciler.snapshot import CPUInfo, Topology
+from reconciler import kubelet_topology
+from reconciler.kubelet_topology import divergences
+from reconciler.snapshot import CPUInfo, TopologyCounts
 
 SYSFS = Path(__file__).parent / "data" / "sysfs"
 
 
 def test_smt_two_socket_tree() -> None:
     topo = read_sysfs_topology(SYSFS / "smt-2socket")
+    # sysfs core_id restarts in each package (0, 1, 0, 1); the kubelet names a core after
+    # its lowest CPU, so the two packages' cores stay apart.
     assert [(c.id, c.core, c.socket, c.numa_node) for c in topo.cpus] == [
-        (0, 0, 0, 0), (1, 1, 0, 0), (2, 0, 1, 1), (3, 1, 1, 1),
-        (4, 0, 0, 0), (5, 1, 0, 0), (6, 0, 1, 1), (7, 1, 1, 1)]
+        (0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 1), (3, 3, 1, 1),
+        (4, 0, 0, 0), (5, 1, 0, 0), (6, 2, 1, 1), (7, 3, 1, 1)]
     assert topo.online == frozenset(range(8))
     assert topo.numa_nodes == (0, 1)
     assert topo.memory == ((0, 16384000 * 1024), (1, 16384000 * 1024))
-    # SMT siblings share (socket, core).
-    siblings: dict[tuple[int, int], list[int]] = {}
+    siblings: dict[int, list[int]] = {}
     for c in topo.cpus:
-        siblings.setdefault((c.socket, c.core), []).append(c.id)
+        siblings.setdefault(c.core, []).append(c.id)
     assert sorted(siblings.values()) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert topo.counts == TopologyCounts(cpus=8, cores=4, sockets=2, numa_nodes=2,
+                                         uncore_caches=2)
 
 
 def test_uncore_cache_ids() -> None:
-    """``cache/index3/id`` gives each CPU its L3 cache; an unreadable id is unknown."""
+    """A core's first CPU's L3 (shared by fewer CPUs than its NUMA node has) is its uncore
+    cache. The first cache that cannot be read (cpu3's ``id``) ends its node's walk: core
+    {3, 7} falls back to its socket's id, 1, the same number as socket 0's second L3: the
+    kubelet's ids collide there, and so do ours."""
     topo = read_sysfs_topology(SYSFS / "uncore")
     assert [(c.id, c.uncore) for c in topo.cpus] == [
-        (0, 0), (1, 1), (2, 2), (3, 3), (4, 0), (5, 1), (6, 2), (7, None)]
-    # Trees without cache directories leave every id unknown.
-    assert {c.uncore for c in read_sysfs_topology(SYSFS / "smt-2socket").cpus} == {None}
-    # topology.json carries the ids, and the model groups CPUs by them (unknown: cache 0).
+        (0, 0), (1, 1), (2, 2), (3, 1), (4, 0), (5, 1), (6, 2), (7, 1)]
+    # Trees without cache directories: every core in its socket's cache.
+    assert [c.uncore for c in read_sysfs_topology(SYSFS / "smt-2socket").cpus] == [
+        0, 0, 1, 1, 0, 0, 1, 1]
     assert topology_from_json(json.loads(json.dumps(topology_to_json(topo)))) == topo
-    assert "uncore" not in topology_to_json(topo)["cpus"][7]
     from reconciler.allocator import from_snapshot
 
     model = from_snapshot(topo)
-    assert model.uncore_cpus == {0: frozenset({0, 4, 7}), 1: frozenset({1, 5}),
-                                 2: frozenset({2, 6}), 3: frozenset({3})}
+    assert model.uncore_cpus == {0: frozenset({0, 4}), 1: frozenset({1, 5, 3, 7}),
+                                 2: frozenset({2, 6})}
     assert from_snapshot(model.to_snapshot()).uncore_cpus == model.uncore_cpus
+    # topology.json without uncore ids: the socket's, as the kubelet's getUncoreCacheID.
+    bare = topology_from_json({"cpus": [{"id": 0, "socket": 0}, {"id": 1, "socket": 1}]})
+    assert from_snapshot(bare).uncore_cpus == {0: frozenset({0}), 1: frozenset({1})}
 
 
 def test_bad_uncore_in_topology_json() -> None:
@@ -80,17 +90,29 @@ def test_without_online_file_cpus_come_from_directories() -> None:
     assert {c.numa_node for c in topo.cpus} == {0}  # no NUMA information: node 0
 
 
+def test_a_cpu_without_topology_files_is_dropped_as_the_kubelet_drops_it() -> None:
+    """cAdvisor skips a CPU whose ``core_id`` is missing: the kubelet never assigns it,
+    and the topology says so beside the kernel's online CPUs."""
+    topo = read_sysfs_topology(SYSFS / "broken-missing-topology")
+    assert topo.online == frozenset({0, 1, 3})
+    assert topo.kernel is not None and topo.kernel.online == frozenset(range(4))
+    kinds = {d.kind: d.cpus for d in divergences(topo)}
+    assert kinds == {"cpus_dropped": frozenset({2})}
+
+
 @pytest.mark.parametrize(("tree", "needle"), [
-    ("broken-missing-topology", "cpu2/topology"),
-    ("broken-online", "online"),
-    ("broken-core-id", "cpu1/topology"),
+    ("broken-online", "could not detect number of cpus"),
+    ("broken-core-id", "cpu1/topology: 'one' is not an integer"),
 ])
-def test_broken_trees_give_a_clear_source_error(tree: str, needle: str) -> None:
-    with pytest.raises(SourceError) as info:
-        read_sysfs_topology(SYSFS / tree)
-    message = str(info.value)
-    assert message.startswith("sysfs read: ") and needle in message
-    assert "\n" not in message
+def test_trees_the_kubelet_cannot_read(tree: str, needle: str) -> None:
+    """An unparsable ``cpu/online`` takes every CPU offline for cAdvisor; a ``core_id``
+    that is not a number fails its whole read. Either way ``Discover`` has no machine and
+    the static policy cannot start: no CPUs, and the reason."""
+    topo = read_sysfs_topology(SYSFS / tree)
+    assert topo.cpus == () and topo.kernel is not None
+    assert topo.kernel.discover_error is not None and needle in topo.kernel.discover_error
+    assert "\n" not in topo.kernel.discover_error
+    assert [d.kind for d in divergences(topo)] == ["discover_failed"]
 
 
 def test_empty_or_missing_root(short_tmp: Path) -> None:
@@ -99,12 +121,20 @@ def test_empty_or_missing_root(short_tmp: Path) -> None:
             read_sysfs_topology(root)
 
 
-def test_unreadable_cpulist(short_tmp: Path) -> None:
+def test_cpus_come_from_the_node_links_not_cpulist(short_tmp: Path) -> None:
+    """cAdvisor reads a node's ``cpuN`` links; ``cpulist`` stands in only where a dump
+    lost them, so a bad ``cpulist`` beside good links changes nothing."""
     tree = short_tmp / "sys"
     shutil.copytree(SYSFS / "smt-2socket", tree)
+    expected = read_sysfs_topology(tree)
+    for cpu in (2, 3, 6, 7):
+        (tree / f"devices/system/node/node1/cpu{cpu}").write_text("")
     (tree / "devices/system/node/node1/cpulist").write_text("0-")
-    with pytest.raises(SourceError, match="node1/cpulist"):
-        read_sysfs_topology(tree)
+    assert read_sysfs_topology(tree).cpus == expected.cpus
+    (tree / "devices/system/node/node1/cpu7").unlink()
+    (tree / "devices/system/node/node0/cpu7").write_text("")
+    moved = {c.id: c.numa_node for c in read_sysfs_topology(tree).cpus}
+    assert moved[7] == 0 and moved[3] == 1
 
 
 def test_host_sysfs_if_present() -> None:
@@ -126,9 +156,13 @@ def test_topology_json_round_trip() -> None:
        st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2**50)), max_size=4))
 def test_topology_json_round_trip_property(cpus: list[tuple[int, int, int, int, int | None]],
                                            memory: list[tuple[int, int]]) -> None:
-    topo = Topology(tuple(sorted((CPUInfo(*c) for c in cpus), key=lambda c: c.id)),
-                    tuple(memory))
+    topo = kubelet_topology.topology((CPUInfo(*c) for c in cpus), tuple(memory))
     assert topology_from_json(topology_to_json(topo)) == topo
+    # Each core is named after its lowest CPU and lies in one NUMA node and package.
+    for c in topo.cpus:
+        mates = [o for o in topo.cpus if o.core == c.core]
+        assert min(o.id for o in mates) == c.core
+        assert {(o.numa_node, o.socket) for o in mates} == {(c.numa_node, c.socket)}
 
 
 def test_topology_json_defaults() -> None:
@@ -173,6 +207,8 @@ async def test_snapshot_with_broken_sysfs_warns(start_sim: Any) -> None:
     sim = await start_sim(SCENARIOS / "sidecar-hybrid")
     run = await arun_cli("snapshot", "--output", "json", "--podresources.socket",
                          sim.socket_path, "--sysfs", str(SYSFS / "broken-missing-topology"))
-    assert run.code == 0 and "Traceback" not in run.err
-    assert len(run.err_lines) == 1 and "sysfs read" in run.err_lines[0]
-    assert json.loads(run.out)["cpu_pools_by_numa"] == {}
+    assert run.code == 0 and "Traceback" not in run.err, run.err
+    # The kubelet drops CPU 2 (no core_id): the ledger follows it, with a warning.
+    assert len(run.err_lines) == 1 and "cpus_dropped" in run.err_lines[0], run.err
+    doc = json.loads(run.out)
+    assert doc["node"]["online_cpus"] == 3 and set(doc["cpu_pools_by_numa"]) == {"0"}
