@@ -17,7 +17,9 @@ from typing import Any
 from exporter.sim.cgroupfs import container_id
 from exporter.sources.convert import allocatable_to_proto, pods_to_proto
 from exporter.sources.fixture import KubeletState
+from reconciler import kubelet_topology
 from reconciler.kube import compute_qos, pod_spec_from_json
+from reconciler.kubelet_topology import core_groups
 from reconciler.snapshot import (
     Allocatable,
     ContainerAlloc,
@@ -58,7 +60,7 @@ def make_topology(cpus: int, *, smt: int = 2) -> Topology:
     out = [CPUInfo(t * cores + c, c, c // per_socket, c // per_numa)
            for t in range(smt) for c in range(cores)]
     memory = tuple((n, 256 * GI) for n in range(numa))
-    return Topology(tuple(sorted(out, key=lambda c: c.id)), memory)
+    return kubelet_topology.topology(out, memory)
 
 
 class _Pool:
@@ -66,13 +68,12 @@ class _Pool:
     first, up to ``limit`` CPUs in all so that the node keeps a shared pool."""
 
     def __init__(self, topology: Topology, reserved: frozenset[int], limit: int) -> None:
-        by_core: dict[tuple[int, int], list[int]] = {}
-        for c in topology.cpus:
-            if c.id not in reserved:
-                by_core.setdefault((c.numa_node, c.core), []).append(c.id)
+        numa_of = topology.numa_of()
         self.free: dict[int, list[int]] = {}
-        for (node, _core), ids in sorted(by_core.items()):
-            self.free.setdefault(node, []).extend(sorted(ids))
+        for core, ids in core_groups(topology.cpus).items():
+            if free := sorted(ids - reserved):
+                self.free.setdefault(numa_of[core], []).extend(free)
+        self.free = dict(sorted(self.free.items()))
         self.left = limit
         self.turn = 0
 
@@ -102,8 +103,7 @@ def generate(pods: int, cpus: int, *, seed: int = 1, containers_per_pod: int = 4
     numa_of = topology.numa_of()
     # Reserve the first core (both threads) as reservedSystemCPUs would.
     first = topology.cpus[0]
-    reserved = frozenset(c.id for c in topology.cpus if (c.core, c.socket) ==
-                         (first.core, first.socket))
+    reserved = frozenset(c.id for c in topology.cpus if c.core == first.core)
     pool = _Pool(topology, reserved, int((cpus - len(reserved)) * exclusive_share))
     kinds = {"hybrid": 0, "legacy": 0, "shared": 0}
     plan: list[str] = []

@@ -88,12 +88,27 @@ def kubelet_identity(cpus: Iterable[CPUInfo]) -> tuple[CPUInfo, ...]:
                  else replace(c, core=cid) for c in rows)
 
 
+def uncore_of(cpu: CPUInfo) -> int:
+    """The CPU's uncore cache as the kubelet numbers it: its socket's id where no uncore
+    cache is known (``getUncoreCacheID``)."""
+    return cpu.socket if cpu.uncore is None else cpu.uncore
+
+
+def core_groups(cpus: Iterable[CPUInfo]) -> dict[int, frozenset[int]]:
+    """CoreID → the CPUs of that core, cores in id order: the one grouping of CPUs into
+    cores (rows built by this module carry the kubelet's CoreID)."""
+    cores: dict[int, set[int]] = {}
+    for c in cpus:
+        cores.setdefault(c.core, set()).add(c.id)
+    return {k: frozenset(v) for k, v in sorted(cores.items())}
+
+
 def counts_of(cpus: Sequence[CPUInfo]) -> TopologyCounts:
     """The counts ``Discover`` would give a machine whose CPUs are exactly ``cpus``."""
     return TopologyCounts(
         cpus=len(cpus), cores=len({c.core for c in cpus}),
         sockets=len({c.socket for c in cpus}), numa_nodes=len({c.numa_node for c in cpus}),
-        uncore_caches=len({c.socket if c.uncore is None else c.uncore for c in cpus}))
+        uncore_caches=len({uncore_of(c) for c in cpus}))
 
 
 def topology(cpus: Iterable[CPUInfo], memory: tuple[tuple[int, int], ...] = (),

@@ -30,6 +30,7 @@ from reconciler.allocator.model import pod_guaranteed_cpus
 from reconciler.anomalies import Anomaly
 from reconciler.classify import PodView
 from reconciler.cpuset import format_cpuset
+from reconciler.kubelet_topology import core_groups, uncore_of
 from reconciler.node_facts import NodeFacts
 from reconciler.pools import EXCLUSIVE
 from reconciler.snapshot import Topology
@@ -50,8 +51,8 @@ class PlacementChecks:
     pod_scope: bool
     numa_of: dict[int, int]
     socket_of: dict[int, int]
-    core_cpus: dict[tuple[int, int], frozenset[int]]  # (socket, core) → online threads
-    core_of: dict[int, tuple[int, int]]
+    core_cpus: dict[int, frozenset[int]]  # the kubelet's CoreID → online threads
+    core_of: dict[int, int]
     numa_sizes: tuple[int, ...]  # CPUs per NUMA node, largest first
     numas_per_socket: int
     uncore_cpus: dict[int, frozenset[int]]  # only with the uncore option and >1 cache
@@ -70,9 +71,6 @@ class PlacementChecks:
             options = parse_policy_options(config.cpu_manager_policy_options)
         except ModelError:
             options = frozenset()  # a kubelet refusing its options runs no pods to judge
-        cores: dict[tuple[int, int], set[int]] = {}
-        for c in topo.cpus:
-            cores.setdefault((c.socket, c.core), set()).add(c.id)
         sizes: dict[int, int] = {}
         for c in topo.cpus:
             sizes[c.numa_node] = sizes.get(c.numa_node, 0) + 1
@@ -81,8 +79,7 @@ class PlacementChecks:
             options=options, policy=config.topology_manager_policy.lower(),
             pod_scope=config.topology_manager_scope.lower() == "pod",
             numa_of=facts.numa_of, socket_of={c.id: c.socket for c in topo.cpus},
-            core_cpus={k: frozenset(v) for k, v in cores.items()},
-            core_of={c.id: (c.socket, c.core) for c in topo.cpus},
+            core_cpus=core_groups(topo.cpus), core_of={c.id: c.core for c in topo.cpus},
             numa_sizes=tuple(sorted(sizes.values(), reverse=True)),
             numas_per_socket=max(1, len(sizes) // max(1, len(sockets))),
             uncore_cpus=_uncore_caches(topo, options), online=facts.online,
@@ -210,9 +207,7 @@ def _uncore_caches(topo: Topology, options: frozenset[str]) -> dict[int, frozens
         return {}
     caches: dict[int, set[int]] = {}
     for c in topo.cpus:
-        if c.uncore is None:
-            return {}  # unknown ids: the kubelet sees one cache, nothing can be split
-        caches.setdefault(c.uncore, set()).add(c.id)
+        caches.setdefault(uncore_of(c), set()).add(c.id)
     return {k: frozenset(v) for k, v in caches.items()} if len(caches) > 1 else {}
 
 

@@ -22,6 +22,7 @@ from exporter.options import SourcesOptions, add_output_flag
 
 if TYPE_CHECKING:
     from exporter.rawnode import RawNode
+    from reconciler.snapshot import Topology
 
 HELP = "enablement checklist for pod-level resource managers (exit 0 ready, 1 not, 2 unreadable)"
 
@@ -80,7 +81,8 @@ def _gate_check(name: str, config: Any, feature_metrics: Mapping[str, bool] | No
 def doctor_checks(config: Any, feature_metrics: Mapping[str, bool] | None,
                   checkpoints: Sequence[CheckpointFacts] | None, platform: str | None, *,
                   online_cpus: int | None = None,
-                  allocatable_cpus: int | None = None) -> list[Check]:
+                  allocatable_cpus: int | None = None,
+                  topology: Topology | None = None) -> list[Check]:
     """The checklist. ``config`` is a :class:`reconciler.kube.KubeletConfig` or ``None``;
     ``feature_metrics`` the ``kubernetes_feature_enabled`` gates; ``checkpoints`` the parsed
     checkpoint files (``None`` when not read); ``platform`` like ``sys.platform``."""
@@ -148,7 +150,29 @@ def doctor_checks(config: Any, feature_metrics: Mapping[str, bool] | None,
         else:
             checks.append(Check("checkpoint downgrade trap", "pass", f"formats: {formats}"))
     checks.append(_reserved_check(config, online_cpus, allocatable_cpus))
+    checks.append(_topology_check(config, topology))
     return checks
+
+
+def _topology_check(config: Any, topology: Topology | None) -> Check:
+    """Whether the kubelet sees the machine as the kernel does; where it does not, the
+    ledger follows the kubelet (docs/design.md#topology)."""
+    from reconciler.kubelet_topology import divergences
+
+    name = "kubelet's view of the CPU topology"
+    if topology is None or topology.kernel is None:
+        return Check(name, "unknown", "CPU topology not read from sysfs (give --sysfs)")
+    found = divergences(topology, topology_policy=config.topology_manager_policy
+                        if config is not None else None,
+                        max_numa_nodes=config.max_numa_nodes() if config is not None
+                        else None)
+    if not found:
+        counts = topology.counts
+        detail = (f"{counts.cpus} CPUs, {counts.cores} cores, {counts.numa_nodes} NUMA "
+                  "node(s): as the kernel shows them" if counts else "as the kernel shows it")
+        return Check(name, "pass", detail)
+    return Check(name, "fail", "; ".join(f"{d.kind}: {d.detail}" for d in found),
+                 "; ".join(d.fix for d in found))
 
 
 def _policy_options_check(config: Any) -> Check:
@@ -215,6 +239,7 @@ class _Facts:
     platform: str | None = None
     online: int | None = None
     allocatable: int | None = None
+    topology: Topology | None = None
 
 
 def facts_from_raw(raw: RawNode, origin: str, platform: str | None) -> _Facts:
@@ -247,6 +272,7 @@ def facts_from_raw(raw: RawNode, origin: str, platform: str | None) -> _Facts:
     facts.checkpoints = checkpoints
     if raw.topology is not None:
         facts.online = len(raw.topology.cpus)
+        facts.topology = raw.topology
     if raw.allocatable is not None:
         try:
             facts.allocatable = len(decode_allocatable(raw.allocatable).cpu_ids)
@@ -308,7 +334,8 @@ def run(args: argparse.Namespace) -> int:
         SourcesOptions.from_args(args)  # the sources flags' cross-checks, before any read
         facts = asyncio.run(_facts_live(args))
     checks = doctor_checks(facts.config, facts.metrics, facts.checkpoints, facts.platform,
-                           online_cpus=facts.online, allocatable_cpus=facts.allocatable)
+                           online_cpus=facts.online, allocatable_cpus=facts.allocatable,
+                           topology=facts.topology)
     code = exit_code(checks)
     if args.output == "json":
         print(json.dumps({"ready": code == 0, "checks": [c.to_json() for c in checks]},

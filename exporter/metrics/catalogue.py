@@ -19,6 +19,7 @@ from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar
 
 from reconciler.enforcement import DRIFT_KINDS
+from reconciler.kubelet_topology import DIVERGENCE_KINDS
 from reconciler.ledger import (
     ANOMALY_KINDS,
     ASSIGNMENTS,
@@ -172,6 +173,14 @@ def _counts(assignments: Iterable[str]) -> tuple[int, ...]:
     return tuple(counts[a] for a in ASSIGNMENTS)
 
 
+def _topology_divergence(n: NodeFacts) -> list[Sample] | None:
+    found = n.ledger.topology_divergences
+    if found is None:
+        return None
+    kinds = {d.kind for d in found}
+    return [((kind,), 1.0 if kind in kinds else 0.0) for kind in DIVERGENCE_KINDS]
+
+
 def _kubelet_info(n: NodeFacts) -> list[Sample] | None:
     kubelet = dict(n.ledger.kubelet)
     if "cpu_manager_policy" not in kubelet:
@@ -315,6 +324,11 @@ FAMILIES: tuple[Family[Any], ...] = (
                ("cpu_manager_policy", "memory_manager_policy", "topology_manager_policy",
                 "topology_manager_scope", "pod_level_resource_managers"), "node",
                _kubelet_info),
+    NodeFamily("podres_topology_divergence", "gauge",
+               "1 when the kubelet sees the node's CPU topology otherwise than the kernel, "
+               "by kind (cpus_dropped, discover_failed, numa_nodes_over_limit, "
+               "siblings_split); the ledger follows the kubelet. Absent without --sysfs."
+               + _FROM_POLL, ("kind",), "node", _topology_divergence),
     NodeFamily("podres_checkpoint_info", "gauge",
                "Format of the kubelet's checkpoint files (v2, v3, v4 ...); always 1."
                + _FROM_POLL, ("file", "format"), "node",

@@ -117,7 +117,7 @@ class _Acc:
         topo = self.topo
         if self.resize:
             self.take_whole(self.uncores(), topo.uncore_cpus)
-        per_cache = len(topo.by_id) // len(topo.uncore_cpus)
+        per_cache = topo.cpus_per_uncore
         for cache in self.uncores():
             if not self.resize and self.need >= per_cache:
                 self.take_whole(self.uncores(), topo.uncore_cpus)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from reconciler.kubelet_topology import counts_of, kubelet_identity
+from reconciler import kubelet_topology
+from reconciler.kubelet_topology import core_groups, kubelet_identity, uncore_of
 from reconciler.snapshot import CPUInfo, Topology, TopologyCounts
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -50,17 +51,15 @@ class CPUTopology:
     def __post_init__(self) -> None:
         if not self.cpus:
             raise TopologyError("a topology needs at least one CPU")
-        cores: dict[int, set[int]] = {}
         numas: dict[int, set[int]] = {}
         sockets: dict[int, set[int]] = {}
         for cpu in self.cpus:
             if cpu.id in self.by_id:
                 raise TopologyError(f"CPU {cpu.id} listed twice")
             self.by_id[cpu.id] = cpu
-            cores.setdefault(cpu.core, set()).add(cpu.id)
             numas.setdefault(cpu.numa_node, set()).add(cpu.id)
             sockets.setdefault(cpu.socket, set()).add(cpu.id)
-        self.core_cpus.update({k: frozenset(v) for k, v in sorted(cores.items())})
+        self.core_cpus.update(core_groups(self.cpus))
         self.numa_cpus.update({k: frozenset(v) for k, v in sorted(numas.items())})
         self.socket_cpus.update({k: frozenset(v) for k, v in sorted(sockets.items())})
         self.uncore_of.update(dict.fromkeys(self.by_id, 0))
@@ -80,7 +79,9 @@ class CPUTopology:
 
     @property
     def kubelet_counts(self) -> TopologyCounts:
-        return self.counts or counts_of(self.cpus)
+        return self.counts or TopologyCounts(
+            len(self.by_id), len(self.core_cpus), len(self.socket_cpus), len(self.numa_cpus),
+            len(self.uncore_cpus))
 
     @property
     def threads_per_core(self) -> int:
@@ -88,6 +89,12 @@ class CPUTopology:
         hybrid machine whose E-cores have one thread), at least 1."""
         counts = self.kubelet_counts
         return max(1, counts.cpus // counts.cores) if counts.cores else 1
+
+    @property
+    def cpus_per_uncore(self) -> int:
+        """The kubelet's ``CPUsPerUncore``: NumCPUs / NumUncoreCache."""
+        counts = self.kubelet_counts
+        return counts.cpus // counts.uncore_caches if counts.uncore_caches else 0
 
     def memory_of(self, numa: int) -> int:
         for node, size in self.memory:
@@ -131,7 +138,7 @@ def from_snapshot(topology: Topology) -> CPUTopology:
     kubelet's ``getUncoreCacheID`` where a core has no uncore cache."""
     rows = sorted(kubelet_identity(topology.cpus), key=lambda c: c.id)
     cpus = tuple(replace(c, uncore=None) for c in rows)
-    uncore = tuple((c.id, c.socket if c.uncore is None else c.uncore) for c in rows)
+    uncore = tuple((c.id, uncore_of(c)) for c in rows)
     return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore,
                        counts=topology.counts)
 
@@ -161,4 +168,7 @@ def from_spec(spec: str, numa_per_socket: int = 1,
                 cpus.append(CPUInfo(id=t * total_cores + core, core=core, socket=s,
                                     numa_node=s * numa_per_socket + c // per_numa))
     memory = tuple((n, memory_per_numa) for n in range(sockets * numa_per_socket))
-    return CPUTopology(cpus=tuple(cpus), memory=memory)
+    # Through the snapshot form, so that a generated machine has the identity a real one
+    # read from sysfs has: each core named after its lowest CPU, each socket's cache its
+    # uncore cache (docs/design.md#topology).
+    return from_snapshot(kubelet_topology.topology(cpus, memory))

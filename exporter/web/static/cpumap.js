@@ -101,8 +101,8 @@
       var numaKey = isNum(cpu.numa_node) ? String(cpu.numa_node) : "?";
       var numa = numas[numaKey] || (numas[numaKey] = { id: cpu.numa_node, cores: {}, cpus: [] });
       numa.cpus.push(cpu);
-      var coreKey = isNum(cpu.core) ? (isNum(cpu.socket) ? cpu.socket : "?") + ":" + cpu.core
-        : "cpu:" + cpu.id;
+      // "core" is the kubelet's CoreID, unique on the node (docs/design.md#topology).
+      var coreKey = isNum(cpu.core) ? "core:" + cpu.core : "cpu:" + cpu.id;
       var core = numa.cores[coreKey] ||
         (numa.cores[coreKey] = { core: cpu.core, socket: cpu.socket, cpus: [] });
       core.cpus.push(cpu);
