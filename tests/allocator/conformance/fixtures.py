@@ -7,11 +7,13 @@ Translated from the fixture definitions in ``pkg/kubelet/cm/cpumanager/policy_te
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 from reconciler.allocator import CPUTopology
 from reconciler.cpuset import parse_cpuset
-from reconciler.snapshot import CPUInfo
+from reconciler.snapshot import CPUInfo, TopologyCounts
 
 SOURCE = ("pkg/kubelet/cm/cpumanager/policy_test.go",
           "89b74acb59c25bdaece19c02bf1daef308e54fc4")
@@ -167,3 +169,26 @@ TOPOLOGIES.update({
     "topoUncoreSingleSocketMultiNuma": UNCORE_SINGLE_SOCKET_MULTI_NUMA,
     "topoUncoreSingleSocketSMT": UNCORE_SINGLE_SOCKET_SMT,
 })
+
+
+def _from_go_literal(entry: dict[str, object]) -> CPUTopology:
+    """A topology as a Go literal states it: CoreIDs as written (the kubelet keys cores on
+    CoreID alone, so two sockets' core 0 are one core to it), each CPU's UncoreCacheID,
+    and the header counts as declared, which the CPU manager divides by."""
+    rows = entry["cpus"]
+    counts = entry["counts"]
+    assert isinstance(rows, list) and isinstance(counts, dict)
+    cpus = tuple(CPUInfo(c, core, s, n) for c, core, s, n, _ in rows)
+    declared = TopologyCounts(counts.get("NumCPUs", 0), counts.get("NumCores", 0),
+                              counts.get("NumSockets", 0), counts.get("NumNUMANodes", 0),
+                              counts.get("NumUncoreCache", 0))
+    return CPUTopology(cpus=cpus, uncore=tuple((c, u) for c, _, _, _, u in rows),
+                       counts=declared)
+
+
+# The uncore machines of TestStaticPolicyAddWithUncoreAlignment, read from the Go module
+# (topologies/uncore.json says where).
+_UNCORE_DATA = json.loads((Path(__file__).parent / "topologies" / "uncore.json")
+                          .read_text(encoding="utf-8"))
+TOPOLOGIES.update({name: _from_go_literal(entry)
+                   for name, entry in _UNCORE_DATA["topologies"].items()})

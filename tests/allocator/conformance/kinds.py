@@ -33,7 +33,6 @@ UNSUPPORTED_KINDS: dict[str, str] = {
                                "after hand-fed takes)",
     "policy_start": "restored-checkpoint validation at start-up",
     "hint_regeneration": "hint regeneration for containers already holding CPUs",
-    "allocate_uncore": "uncore fixture topologies (defined outside the policy_test.go read)",
 }
 
 
@@ -179,6 +178,29 @@ def allocate(body: dict[str, Any]) -> Result:
     return _verdict(format_cpuset(parse_cpuset(want["cpus"])), format_cpuset(got_cpus))
 
 
+def allocate_uncore(body: dict[str, Any]) -> Result:
+    """``TestStaticPolicyAddWithUncoreAlignment``: each app container allocated in turn
+    with no hint; the first container's set, or the uncore caches of every container's
+    CPUs."""
+    topo = TOPOLOGIES[body["topology"]]
+    reserved = parse_cpuset(body["reserved"])
+    default = parse_cpuset(body["default"])
+    config = ModelConfig(options=parse_policy_options(body.get("options")),
+                         reserved_cpus=reserved, reserved_cpu_m=1000 * body["reserved_count"],
+                         memory_policy="None")
+    node = NodeModel(topo, config)
+    node.free = set(default - reserved)
+    placed = node.admit(_pod(body["pod"]))
+    if not isinstance(placed, PodPlacement):
+        return "disagree", f"refused: {placed.reason}"
+    want = body["expect"]
+    if "cpus" in want:
+        return _verdict(format_cpuset(parse_cpuset(want["cpus"])),
+                        format_cpuset(placed.containers[0].exclusive))
+    caches = sorted({topo.uncore_of[c] for p in placed.containers for c in p.exclusive})
+    return _verdict(want["uncore_caches"], caches)
+
+
 def reallocate_existing(body: dict[str, Any]) -> Result:
     """The container already holds its CPUs (placed there first); admitting it again must
     keep them whatever else is free."""
@@ -292,6 +314,7 @@ HANDLERS = {
     "allocate": allocate,
     "allocate_cpus": allocate_cpus,
     "reallocate_existing": reallocate_existing,
+    "allocate_uncore": allocate_uncore,
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
