@@ -203,6 +203,12 @@ class NodeModel:
             unknown = self.config.reserved_cpus - online
             if unknown:
                 raise ModelError(f"reserved CPUs {format_cpuset(unknown)} are not online")
+            wanted = math.ceil(self.config.reserved_cpu_m / 1000)
+            if wanted and wanted != len(self.config.reserved_cpus):
+                # NewStaticPolicy's own check, with its words.
+                raise ModelError("[cpumanager] unable to reserve the required amount of CPUs "
+                                 f"(size of {format_cpuset(self.config.reserved_cpus)} did "
+                                 f"not equal {wanted})")
             return frozenset(self.config.reserved_cpus)
         if self.config.reserved_cpu_m > 0:
             n = math.ceil(self.config.reserved_cpu_m / 1000)

@@ -16,6 +16,7 @@ from reconciler.allocator import (
 from reconciler.allocator.config import MODELLED_OPTIONS
 from reconciler.allocator.model import smt_alignment_error
 from reconciler.allocator.resize import take_distributed_for_resize
+from reconciler.allocator.start import validate_state
 from reconciler.allocator.take import (
     _Acc,
     take_by_topology,
@@ -31,7 +32,6 @@ Result = tuple[str, str]
 UNSUPPORTED_KINDS: dict[str, str] = {
     "accumulator_bookkeeping": "internal helper of the Go accumulator (isSatisfied/isFailed "
                                "after hand-fed takes)",
-    "policy_start": "restored-checkpoint validation at start-up",
     "hint_regeneration": "hint regeneration for containers already holding CPUs",
 }
 
@@ -201,6 +201,27 @@ def allocate_uncore(body: dict[str, Any]) -> Result:
     return _verdict(want["uncore_caches"], caches)
 
 
+def policy_start(body: dict[str, Any]) -> Result:
+    """``Start()`` on a restored state: the default set it starts with, or its error; a
+    reserved list that disagrees with the reserved count fails ``NewStaticPolicy``."""
+    want = body["expect"]
+    try:
+        node = _node({k: v for k, v in body.items() if k != "default"})
+    except ModelError as exc:
+        return _verdict(want.get("new_error"), str(exc))
+    if "new_error" in want:
+        return "disagree", "the policy was created"
+    state = {pod: {name: parse_cpuset(cpus) for name, cpus in containers.items()}
+             for pod, containers in body["state"].items()}
+    default, error = validate_state(
+        node.topo, node.reserved, parse_cpuset(body["default"]), state,
+        strict="strict-cpu-reservation" in node.config.options)
+    if error is not None:
+        return _verdict(want.get("error"), error)
+    return _verdict(format_cpuset(parse_cpuset(want["default"])) if "default" in want
+                    else want, format_cpuset(default))
+
+
 def reallocate_existing(body: dict[str, Any]) -> Result:
     """The container already holds its CPUs (placed there first); admitting it again must
     keep them whatever else is free."""
@@ -315,6 +336,7 @@ HANDLERS = {
     "allocate_cpus": allocate_cpus,
     "reallocate_existing": reallocate_existing,
     "allocate_uncore": allocate_uncore,
+    "policy_start": policy_start,
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
