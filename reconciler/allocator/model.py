@@ -312,6 +312,31 @@ class NodeModel:
         judged by all its CPUs, reserved ones included, as the kubelet does."""
         return self._cpu_hints(n, available, self._masks.every)
 
+    def held_cpu_hints(self, n: int, held: frozenset[int]) -> list[Hint]:
+        """Hints for a container already in the state (after a kubelet restart, or admitted
+        again): regenerated from the CPUs it holds, nothing else; none at all when it holds
+        another number than it asks for (``getTopologyHintsForAdd``)."""
+        return self.cpu_hints(n, held) if len(held) == n else []
+
+    def held_pod_cpu_hints(self, requested: int,
+                           containers: Iterable[tuple[int, frozenset[int] | None]]
+                           ) -> tuple[list[Hint] | None, frozenset[int]]:
+        """Pod scope: ``containers`` are (CPUs each asks, CPUs it holds or ``None``). When
+        one holds another number than it asks, no hint (``[]``); when those held add up to
+        the pod's request, hints regenerated from them; else ``None`` and the held CPUs,
+        which the kubelet then offers again beside the free ones
+        (``getPodTopologyHintsForAdd``)."""
+        assigned: set[int] = set()
+        for wants, held in containers:
+            if held is None:
+                continue
+            if len(held) != wants:
+                return [], frozenset()
+            assigned |= held
+        if len(assigned) == requested:
+            return self.cpu_hints(requested, assigned), frozenset(assigned)
+        return None, frozenset(assigned)
+
     def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int]
                    ) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)

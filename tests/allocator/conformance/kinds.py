@@ -32,7 +32,6 @@ Result = tuple[str, str]
 UNSUPPORTED_KINDS: dict[str, str] = {
     "accumulator_bookkeeping": "internal helper of the Go accumulator (isSatisfied/isFailed "
                                "after hand-fed takes)",
-    "hint_regeneration": "hint regeneration for containers already holding CPUs",
 }
 
 
@@ -222,6 +221,19 @@ def policy_start(body: dict[str, Any]) -> Result:
                     else want, format_cpuset(default))
 
 
+def hint_regeneration(body: dict[str, Any]) -> Result:
+    """Hints for a container already in the state: from the CPUs it holds, through the
+    container-scope and the pod-scope entry points (one-container pods)."""
+    node = _node({k: v for k, v in body.items() if k != "default"})
+    held = parse_cpuset(next(iter(body["assignments"].values())))
+    n = body["num_cpus"]
+    want = sorted((mask, preferred) for mask, preferred in body["expect"]["hints"])
+    got = sorted((sorted(m), p) for m, p in node.held_cpu_hints(n, held))
+    pod_hints, _ = node.held_pod_cpu_hints(n, [(n, held)])
+    got_pod = sorted((sorted(m), p) for m, p in pod_hints or ())
+    return _verdict((want, want), (got, got_pod))
+
+
 def reallocate_existing(body: dict[str, Any]) -> Result:
     """The container already holds its CPUs (placed there first); admitting it again must
     keep them whatever else is free."""
@@ -337,6 +349,7 @@ HANDLERS = {
     "reallocate_existing": reallocate_existing,
     "allocate_uncore": allocate_uncore,
     "policy_start": policy_start,
+    "hint_regeneration": hint_regeneration,
     "cpu_hints": cpu_hints,
     "init_reuse": init_reuse,
     "initial_default_set": initial_default_set,
