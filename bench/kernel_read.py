@@ -6,10 +6,11 @@ node-exclusive CPU, the rest shared; four containers each) is written as a cgrou
 one run it measures, medians over the rounds:
 
 - floor: a bare ``os.open``/``os.read``/``os.close`` of exactly the files the sources read
-  (every container's ``cpuset.cpus.effective``, every pod's ``cpuset.cpus``, ``stat``);
+  (every container's ``cpuset.cpus.effective`` and ``cpu.stat``, every pod's
+  ``cpuset.cpus`` and ``cpu.stat``, ``stat``);
 - refs: matching ``/pods`` statuses to container ids (``pod_refs_from_pod_list``);
-- cgroup: ``CgroupSource.read`` (layout detection, one listing per QoS class and per pod,
-  bounded reads, cpuset parsing);
+- cgroup: ``CgroupSource.read`` (layout detection, one listing per QoS class, bounded
+  reads, cpuset and CPU-time parsing);
 - procstat: ``read_proc_stat``;
 - domain: expectations, comparison, the persistence tracker and the usage attribution;
 - total: refs + cgroup + procstat + domain, the per-poll cost the poll would add.
@@ -118,10 +119,13 @@ def write_tree(root: Path, ledger: Ledger, pod_list: dict[str, Any]) -> list[str
         tree.append(TreePod(uid, qos, expectations.pods.get((ns, name), frozenset()),
                             containers))
         pod_dir = root / pod_slice(uid, qos)
-        files.append(str(pod_dir / "cpuset.cpus"))
-        files += [str(pod_dir / f"cri-containerd-{c.id}.scope" / "cpuset.cpus.effective")
-                  for c in containers]
-    write_cgroup_tree(root, tree, range(len(ledger.cpu_map)))
+        files += [str(pod_dir / "cpuset.cpus"), str(pod_dir / "cpu.stat")]
+        for c in containers:
+            scope = pod_dir / f"cri-containerd-{c.id}.scope"
+            files += [str(scope / "cpuset.cpus.effective"), str(scope / "cpu.stat")]
+    # Every cgroup has used some CPU time: its cpu.stat is read too.
+    usage = {key: 1.0 for p in tree for key in (p.uid, *(c.id for c in p.containers))}
+    write_cgroup_tree(root, tree, range(len(ledger.cpu_map)), usage=usage)
     return files
 
 

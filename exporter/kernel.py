@@ -10,14 +10,16 @@ the ledger in force since then, the usage counters) and hands back one
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.errors import SourceError
 from exporter.options import KernelSourcesOptions
 from exporter.sources.cgroup import (
+    CgroupReading,
     CgroupSource,
     CgroupUnavailable,
     EntryError,
@@ -25,6 +27,7 @@ from exporter.sources.cgroup import (
     capture_tree,
     cpu_manager_reconcile_period,
     detect_layout,
+    kubelet_cgroups,
     pod_refs_from_pod_list,
 )
 from exporter.sources.kernel_files import read_kernel_file
@@ -45,20 +48,33 @@ from reconciler.kube import KubeletConfig, SpecError, kubelet_config_from_json
 from reconciler.ledger import Anomaly, Ledger
 from reconciler.usage import CPUHolder, UsageCounters, attribute, busy_fractions, cpu_holders
 
+log = logging.getLogger("podres.cgroup")
+
+# How many polls a cgroup /pods names may be missing (each after a fresh read of /pods,
+# while the kubelet's status catches up with a restart) before it counts as a read error.
+GONE_POLLS = 2
+
+# Reads /pods again now, out of its schedule, and returns the pods' container references
+# (None when it could not be read): the daemon's way to follow a restarted container.
+PodsRefresh = Callable[[], "tuple[PodRef, ...] | None"]
+
 
 @dataclass(frozen=True, slots=True)
 class KernelOptions:
-    """``--cgroup.root`` / ``--cgroup.driver`` / ``--proc.root``; a root of ``None`` turns
-    that source off."""
+    """``--cgroup.root`` / ``--cgroup.driver`` / ``--proc.root`` /
+    ``--cgroup.kubelet-root``; a root of ``None`` turns that source off. The driver and the
+    kubelet's cgroup root, when set, override what ``/configz`` says."""
 
     cgroup_root: str | None = "/sys/fs/cgroup"
     cgroup_driver: str = "auto"
     proc_root: str | None = "/proc"
     user_hz: int | None = None  # None: the system's USER_HZ
+    cgroup_kubelet_root: str = ""  # "": the kubelet's cgroupRoot from /configz, else "/"
 
     @classmethod
     def from_flags(cls, flags: KernelSourcesOptions) -> KernelOptions:
-        return cls(flags.cgroup_root or None, flags.cgroup_driver, flags.proc_root or None)
+        return cls(flags.cgroup_root or None, flags.cgroup_driver, flags.proc_root or None,
+                   cgroup_kubelet_root=flags.cgroup_kubelet_root)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +87,10 @@ class KernelReport:
     errors: Mapping[tuple[str, str], str] = field(default_factory=dict)
     entry_errors: tuple[EntryError, ...] = ()
     cgroup_off: str | None = None
+    cgroup_off_reason: str | None = None  # one of OFF_REASONS while a configured source is off
+    # Cumulative CPU time of each container's and pod's own cgroup, in seconds.
+    container_usage: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    pod_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     # Each CPU's busy share of the last interval (the CPU map's colouring); empty until two
     # /proc/stat samples were read.
     busy: Mapping[int, float] = field(default_factory=dict)
@@ -93,7 +113,8 @@ def _config(configz: object) -> KubeletConfig | None:
 class KernelObserver:
     def __init__(self, options: KernelOptions) -> None:
         self.options = options
-        self.cgroup = (CgroupSource(options.cgroup_root, options.cgroup_driver)
+        self.cgroup = (CgroupSource(options.cgroup_root, options.cgroup_driver,
+                                    options.cgroup_kubelet_root)
                        if options.cgroup_root else None)
         self.drift_state = DriftState()
         self._pod_list: object = None
@@ -108,6 +129,9 @@ class KernelObserver:
         self._expected: Expectations | None = None
         self._expected_of: tuple[Ledger, bool, bool] | None = None
         self._usage: UsageCounters | None = None
+        # Cgroups /pods names that were missing, by container id (pod uid), with the
+        # number of polls in a row they were.
+        self._gone: dict[str, int] = {}
 
     @property
     def sources(self) -> frozenset[str]:
@@ -116,21 +140,25 @@ class KernelObserver:
                                                ("procstat", bool(self.options.proc_root)))
                          if on)
 
-    def poll(self, ledger: Ledger, pod_list: Any, configz: Any, now: float) -> KernelReport:
+    def poll(self, ledger: Ledger, pod_list: Any, configz: Any, now: float,
+             refresh: PodsRefresh | None = None) -> KernelReport:
         """``pod_list`` and ``configz``: the parsed ``/pods`` and ``/configz`` bodies (``None``
-        when not read); ``now``: a monotonic time in seconds."""
+        when not read); ``now``: a monotonic time in seconds; ``refresh``: reads ``/pods``
+        afresh when a container's cgroup is gone (a restart gives it a new id)."""
         errors: dict[tuple[str, str], str] = {}
         usage = self._usage_poll(ledger, errors)
         if self.cgroup is None:
             return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset",
                                 busy=self.busy)
-        reading = self.cgroup.read(self._pod_refs(pod_list))
+        reading = self._cgroup_read(self.cgroup, self._pod_refs(pod_list), configz, refresh)
         if reading.off is not None:
+            self._gone = {}
             return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off,
-                                busy=self.busy)
-        if reading.errors:
-            first = reading.errors[0]
-            errors[("cgroup", "read")] = (f"cgroup read: {len(reading.errors)} unreadable "
+                                cgroup_off_reason=reading.off_reason, busy=self.busy)
+        entry_errors = reading.errors + self._lasting_gone(reading)
+        if entry_errors:
+            first = entry_errors[0]
+            errors[("cgroup", "read")] = (f"cgroup read: {len(entry_errors)} unreadable "
                                           f"entries, first {first.namespace}/{first.pod}: "
                                           f"{first.message}")
         options = EnforcementOptions.from_kubelet_config(
@@ -139,7 +167,32 @@ class KernelObserver:
             self.drift_state, compare(self._expectations(ledger, options), reading.enforced),
             now, options.reconcile_period)
         return KernelReport(drifts, drift_counts(drifts), reading.enforced, usage, errors,
-                            reading.errors, busy=self.busy)
+                            entry_errors, busy=self.busy,
+                            container_usage=reading.container_usage,
+                            pod_usage=reading.pod_usage)
+
+    def _cgroup_read(self, source: CgroupSource, refs: tuple[PodRef, ...] | None,
+                     configz: Any, refresh: PodsRefresh | None) -> CgroupReading:
+        """One reading; when cgroups /pods names are gone and have not been missing for
+        ``GONE_POLLS`` polls yet, ``/pods`` is read afresh and the cgroups again: a
+        restarted container is found under its new id within the poll, and a stopped one
+        (``waiting``) is no longer looked for."""
+        reading = source.read(refs, configz)
+        if (refresh is not None and reading.gone
+                and any(self._gone.get(g.key, 0) < GONE_POLLS for g in reading.gone)):
+            fresh = refresh()
+            if fresh is not None:
+                log.debug("cgroups gone, /pods read again", extra={
+                    "gone": len(reading.gone), "first": reading.gone[0].entry.message})
+                reading = source.read(fresh, configz)
+        return reading
+
+    def _lasting_gone(self, reading: CgroupReading) -> tuple[EntryError, ...]:
+        """The missing cgroups that count as read errors: those missing ``GONE_POLLS``
+        polls in a row (a layout the source misreads, or a kubelet whose status does not
+        follow its containers); a container that exited or restarted is not one."""
+        self._gone = {g.key: self._gone.get(g.key, 0) + 1 for g in reading.gone}
+        return tuple(g.entry for g in reading.gone if self._gone[g.key] >= GONE_POLLS)
 
     def _expectations(self, ledger: Ledger, options: EnforcementOptions) -> Expectations:
         key = (ledger, options.static_policy, options.strict_cpu_reservation)
@@ -194,7 +247,7 @@ FIXTURE_PROC_STAT = "proc_stat"
 
 
 def capture_kernel_files(options: KernelOptions, pod_list: Any, directory: str,
-                         ) -> tuple[list[str], list[str]]:
+                         configz: Any = None) -> tuple[list[str], list[str]]:
     """Copy what the kernel sources read into a fixture directory: the cgroup files of the
     pods in ``pod_list`` under ``cgroup/`` and ``/proc/stat`` as ``proc_stat``. Returns
     the paths written and, for a source that could not be captured, why (a warning: the
@@ -203,7 +256,8 @@ def capture_kernel_files(options: KernelOptions, pod_list: Any, directory: str,
     warnings: list[str] = []
     if options.cgroup_root and pod_list is not None:
         try:
-            layout = detect_layout(options.cgroup_root, options.cgroup_driver)
+            layout = detect_layout(options.cgroup_root, options.cgroup_driver, kubelet_cgroups(
+                configz, options.cgroup_kubelet_root, options.cgroup_driver))
         except CgroupUnavailable as exc:
             warnings.append(f"cgroup/ not captured: {exc}")
         else:
@@ -224,12 +278,13 @@ def capture_kernel_files(options: KernelOptions, pod_list: Any, directory: str,
     return written, warnings
 
 
-def fixture_enforced(directory: str, pod_list: Any) -> EnforcedCpusets | None:
+def fixture_enforced(directory: str, pod_list: Any, configz: Any = None,
+                     ) -> EnforcedCpusets | None:
     """The enforced cpusets of a fixture directory's ``cgroup/``; None without one."""
     root = os.path.join(directory, FIXTURE_CGROUP)
     if pod_list is None or not os.path.isdir(root):
         return None
-    reading = CgroupSource(root).read(pod_refs_from_pod_list(pod_list))
+    reading = CgroupSource(root).read(pod_refs_from_pod_list(pod_list), configz)
     return reading.enforced if reading.off is None else None
 
 

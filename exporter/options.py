@@ -334,8 +334,11 @@ class KernelSourcesOptions(FlagGroup):
         "--cgroup.root", "the host's cgroup filesystem, read-only, for each container's "
         "enforced cpuset ('' turns the source off)", metavar="DIR"), "/sys/fs/cgroup")
     cgroup_driver: str = option(Flag(
-        "--cgroup.driver", "the kubelet's cgroup driver (auto: from the kubepods directory "
-        "found)", choices=CGROUP_DRIVERS), "auto")
+        "--cgroup.driver", "the kubelet's cgroup driver (auto: from the kubelet's /configz, "
+        "else from the kubepods directory found)", choices=CGROUP_DRIVERS), "auto")
+    cgroup_kubelet_root: str = option(Flag(
+        "--cgroup.kubelet-root", "the kubelet's cgroupRoot, e.g. /kubelet on kind ('': from "
+        "the kubelet's /configz, else /)", metavar="PATH"), "")
     proc_root: str = option(Flag(
         "--proc.root", "the host's procfs, read-only, for busy time per CPU from stat ('' "
         "turns the source off)", metavar="DIR"), "/proc")

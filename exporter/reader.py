@@ -235,6 +235,17 @@ class NodeReader:
         await self._pods_body(errors)
         return True
 
+    async def refresh_pods(self) -> bytes | None:
+        """Read /pods now, out of its schedule (the kernel observer, when a container's
+        cgroup is gone: a restart gives it a new id); the reduced body, None when it could
+        not be read. The next poll sees the new body as it would a scheduled read's."""
+        if self.kubelet is None:
+            return None
+        self._pods_at = time.monotonic()
+        errors: dict[SourceKey, SourceError] = {}
+        await self._pods_body(errors)
+        return None if errors else self._pods
+
     async def _fetch(self, now: float
                      ) -> tuple[RawNode, dict[SourceKey, SourceError], frozenset[SourceKey]]:
         """Every source once, at the same time; the raw node, what failed, and which of the

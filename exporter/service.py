@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -188,7 +188,8 @@ class Exporter:
         errors, observed = poll.errors, poll.observed
         if report is not None and report.errors:
             errors, observed = {**errors, **report.errors}, observed | set(report.errors)
-        self._account_errors(errors, observed)
+        self._account_errors(errors, observed, () if report is None or
+                             report.cgroup_off_reason is None else ("cgroup",))
         if reading is None:
             self.up = False
             return False
@@ -215,12 +216,20 @@ class Exporter:
         file reads, which must not hold up scrapes."""
         bodies, raw = self._kernel_bodies, reading.raw
 
+        loop = asyncio.get_running_loop()
+
+        def refresh() -> Any:
+            # A container's cgroup is gone (docs/kernel.md#restarts): /pods afresh, read on
+            # the loop while this thread waits for it.
+            body = asyncio.run_coroutine_threadsafe(self.reader.refresh_pods(), loop).result()
+            return None if body is None else bodies.parsed("pods", body, pod_refs_from_body)
+
         def observe() -> KernelReport:
             # Only the pods' container references are kept, never the parsed /pods tree
             # (tens of MiB on a busy node), and the decode too stays off the loop.
             pods = bodies.parsed("pods", raw.pods, pod_refs_from_body)
             configz = bodies.parsed("configz", raw.configz)
-            return kernel.poll(reading.ledger, pods, configz, time.monotonic())
+            return kernel.poll(reading.ledger, pods, configz, time.monotonic(), refresh)
 
         return await asyncio.to_thread(observe)
 
@@ -237,11 +246,17 @@ class Exporter:
     def _publish_kernel(self, report: KernelReport) -> None:
         usage = report.usage
         kernel = self.kernel
+        cgroup_on = kernel is not None and kernel.cgroup is not None
         facts = KernelFacts(
             None if kernel is None or not kernel.options.proc_root
             else usage.pool_seconds() if usage is not None else {},
             usage.pod_seconds() if usage is not None else {},
-            None if kernel is None or kernel.cgroup is None else report.drift_counts)
+            # Drift and usage are absent, not 0, while the cgroup source reads nothing.
+            report.drift_counts if cgroup_on and report.cgroup_off is None else None,
+            off_reasons={"cgroup": report.cgroup_off_reason}
+            if cgroup_on and report.cgroup_off_reason is not None else {},
+            container_usage=report.container_usage if cgroup_on else None,
+            pod_usage=report.pod_usage if cgroup_on else None)
         published = self.published
         rendered = render_kernel(facts, pods_series_left=None if published is None
                                  else published.pods_series_left)
@@ -262,13 +277,15 @@ class Exporter:
             self.history.submit(ledger, datetime.fromtimestamp(self.last_success, UTC))
 
     def _account_errors(self, errors: Mapping[tuple[str, str], str],
-                        observed: frozenset[tuple[str, str]]) -> None:
+                        observed: frozenset[tuple[str, str]],
+                        off: Iterable[str] = ()) -> None:
         """Count the failures this poll saw, set each configured source's health from what
-        is failing now, and log changes of state only (a kubelet down for an hour is one
-        line, not 240): an operation is "recovered" only once it was read and worked."""
+        is failing now (or ``off``: on, but with nothing usable to read), and log changes
+        of state only (a kubelet down for an hour is one line, not 240): an operation is
+        "recovered" only once it was read and worked."""
         for key in observed:
             self.errors_total[key] += 1
-        failing = {source for source, _ in errors}
+        failing = {source for source, _ in errors} | set(off)
         self.source_up = {s: s not in failing for s in sorted(self.sources | failing)}
         for key, message in errors.items():
             if self._logged_errors.get(key) != message:

@@ -81,13 +81,15 @@ class Layout:
         self.row_h = max(self.row_h, h)
 
 
-# Exclusive CPUs of a pod busy under 10 % of the time over an hour (docs/kernel.md).
+# Containers holding exclusive CPUs that used under 10 % of them over an hour, by their
+# own CPU time (their cgroup's, docs/kernel.md): not the busy time of those CPUs, which a
+# neighbour running there would fill and hide the stranded core. Needs the cgroup source.
 STRANDED = (
-    'sum by (cluster, node, namespace, pod, pool) (rate(podres_pod_cpu_busy_seconds_total{{{sel}, '
-    'pool=~"pod_exclusive|node_exclusive"}}[1h]))\n'
-    "/ on (cluster, node, namespace, pod, pool)\n"
-    "(sum by (cluster, node, namespace, pod, pool) (podres_pod_cpus{{{sel}, "
-    'pool=~"pod_exclusive|node_exclusive"}}) > 0)\n'
+    "sum by (cluster, node, namespace, pod, container) "
+    "(rate(podres_container_cpu_usage_seconds_total{{{sel}}}[1h]))\n"
+    "/ on (cluster, node, namespace, pod, container)\n"
+    "(sum by (cluster, node, namespace, pod, container) (podres_container_cpus{{{sel}, "
+    'assignment=~"pod_exclusive|node_exclusive"}}) > 0)\n'
     "< 0.1")
 
 
@@ -441,9 +443,11 @@ def node_dashboard() -> dict[str, Any]:
         overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=N), instant=True, table=True)],
-        description="Exclusive cores whose pod kept them under 10 % busy over the last "
-                    "hour: capacity pinned and unused (docs/kernel.md).",
-        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        description="Containers with exclusive cores that used under 10 % of them over "
+                    "the last hour, by their own cgroup's CPU time (not the cores' busy "
+                    "time, which a neighbour could fill): capacity pinned and unused "
+                    "(docs/kernel.md).",
+        transformations=[organize(["Time"], {"Value": "own usage (1h)"})],
         unit="percentunit"), 12, 9)
 
     lay.row("Kubelet and exporter")
@@ -630,9 +634,9 @@ def fleet_dashboard() -> dict[str, Any]:
         description="Busy fraction of the pod shared pools of each node."), 8, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=F), instant=True, table=True)],
-        description="Exclusive cores whose pod kept them under 10 % busy over the last "
-                    "hour, on every node.",
-        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        description="Containers with exclusive cores that used under 10 % of them over "
+                    "the last hour (their own cgroup's CPU time), on every node.",
+        transformations=[organize(["Time"], {"Value": "own usage (1h)"})],
         unit="percentunit"), 8, 9)
 
     lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")

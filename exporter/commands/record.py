@@ -73,12 +73,13 @@ async def _record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for name in names:
         print(target / name)
-    for path in _record_kernel(args, reading.raw.pods):
+    for path in _record_kernel(args, reading.raw.pods, reading.raw.configz):
         print(path)
     return 0
 
 
-def _record_kernel(args: argparse.Namespace, pods: bytes | None) -> list[str]:
+def _record_kernel(args: argparse.Namespace, pods: bytes | None,
+                   configz: bytes | None) -> list[str]:
     """``cgroup/`` and ``proc_stat`` (docs/kernel.md), beside the kubelet's answers."""
     import json
 
@@ -88,9 +89,14 @@ def _record_kernel(args: argparse.Namespace, pods: bytes | None) -> list[str]:
         pod_list = json.loads(pods) if pods is not None else None
     except ValueError:
         pod_list = None  # reported with the poll's warnings
+    try:
+        kubelet_config = json.loads(configz) if configz is not None else None
+    except ValueError:
+        kubelet_config = None
     options = KernelOptions.from_flags(KernelSourcesOptions.from_args(args))
     try:
-        written, warnings = capture_kernel_files(options, pod_list, args.directory)
+        written, warnings = capture_kernel_files(options, pod_list, args.directory,
+                                                 kubelet_config)
     except OSError as exc:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for message in warnings:

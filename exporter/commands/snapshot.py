@@ -57,7 +57,8 @@ def _add_fixture_enforced(body: dict[str, object], directory: str) -> None:
     from exporter.kernel import add_enforced, fixture_enforced
     from exporter.sources.fixture import load_fixture_dir
 
-    enforced = fixture_enforced(directory, load_fixture_dir(directory).kubelet.pod_list)
+    kubelet = load_fixture_dir(directory).kubelet
+    enforced = fixture_enforced(directory, kubelet.pod_list, kubelet.configz)
     if enforced is not None:
         add_enforced(body, enforced)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar
 
@@ -55,7 +55,12 @@ class KernelFacts:
 
     pool_seconds: Mapping[str, float] | None  # None: --proc.root unset
     pod_seconds: Mapping[tuple[str, str, str], float]  # (namespace, pod, pool) → seconds
-    drift_counts: Mapping[str, int] | None  # None: --cgroup.root unset
+    drift_counts: Mapping[str, int] | None  # None: --cgroup.root unset, or the source off
+    # source → why it is on but reads nothing (one of OFF_REASONS for cgroup)
+    off_reasons: Mapping[str, str] = field(default_factory=dict)
+    # Each container's and pod's own cgroup CPU time, seconds; None: --cgroup.root unset
+    container_usage: Mapping[tuple[str, str, str], float] | None = None
+    pod_usage: Mapping[tuple[str, str], float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +378,25 @@ FAMILIES: tuple[Family[Any], ...] = (
                  ("namespace", "pod", "pool"), "pods",
                  lambda k: None if k.pool_seconds is None
                  else [(key, seconds) for key, seconds in k.pod_seconds.items()]),
+    KernelFamily("podres_container_cpu_usage_seconds_total", "counter",
+                 "CPU time used by a container, from its own cgroup (cpuacct.usage on cgroup "
+                 "v1, cpu.stat usage_usec on v2): what it ran, on whichever CPUs. Restarts "
+                 "with the container; series of deleted containers disappear.",
+                 ("namespace", "pod", "container"), "pods",
+                 lambda k: None if k.container_usage is None
+                 else [(key, s) for key, s in sorted(k.container_usage.items())]),
+    KernelFamily("podres_pod_cpu_usage_seconds_total", "counter",
+                 "CPU time used by a pod, from its pod cgroup (its containers and sandbox).",
+                 ("namespace", "pod"), "pods",
+                 lambda k: None if k.pod_usage is None
+                 else [(key, s) for key, s in sorted(k.pod_usage.items())]),
+    KernelFamily("podres_source_off_reason", "gauge",
+                 "1 for a configured source that is on but finds nothing usable to read, "
+                 "with why (cgroup: no_pod_list, not_mounted, no_cpuset_controller, "
+                 "no_kubepods, no_qos_cgroups, permission_denied, unreadable); absent while "
+                 "it reads.", ("source", "reason"), "node",
+                 lambda k: [((src, reason), 1.0) for src, reason in sorted(
+                     k.off_reasons.items())] or None),
     KernelFamily("podres_cpuset_drift", "gauge",
                  "Containers (kind = their assignment) and pod cgroups (kind pod) whose "
                  "enforced cpuset has differed from the ledger's for at least one CPU manager "

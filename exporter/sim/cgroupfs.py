@@ -1,10 +1,13 @@
-"""The simulator's kernel side: a cgroup v2 tree (systemd driver, containerd scope names)
-matching the model's placements, a ``/proc/stat`` that advances with a per-pool load, and
-the ``containerStatuses`` that tie ``/pods`` to the tree. See docs/kernel.md.
+"""The simulator's kernel side: a cgroup v2 tree (systemd driver, containerd scope names,
+under the kubelet's default ``cgroupRoot`` or another such as kind's ``/kubelet``) matching
+the model's placements, a ``/proc/stat`` that advances with a per-pool load, each cgroup's
+own CPU time advancing with it, and the ``containerStatuses`` that tie ``/pods`` to the
+tree. See docs/kernel.md.
 
-The tree holds only what the exporter reads: ``cgroup.controllers`` at the root, and
-``cpuset.cpus`` / ``cpuset.cpus.effective`` in each pod slice and container scope. Files
-are replaced atomically, so a reader never sees a half-written cpuset.
+The tree holds only what the exporter reads: ``cgroup.controllers`` at the root,
+``cpuset.cpus`` / ``cpuset.cpus.effective`` in each pod slice and container scope, and
+``cpu.stat`` (``usage_usec``) once time has passed. Files are replaced atomically, so a
+reader never sees a half-written cpuset.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from exporter.errors import UserError
+from exporter.sources.cgroup_layout import cgroup_path
 from reconciler.allocator.model import POOLS, NodeModel
 from reconciler.allocator.report import report_allocatable, report_pods
 from reconciler.cpuset import CPUSetError, format_cpuset, parse_cpuset
@@ -29,14 +33,20 @@ from reconciler.usage import CPUHolder, cpu_holders
 _QOS_SLICE = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}
 
 
-def container_id(uid: str, name: str) -> str:
-    """A stable 64-hex container id for a pod's container (the sandbox is ``""``)."""
-    return hashlib.sha256(f"{uid}/{name}".encode()).hexdigest()
+def container_id(uid: str, name: str, restarts: int = 0) -> str:
+    """A stable 64-hex container id for a pod's container (the sandbox is ``""``); each
+    restart gives it a new one, as the runtime does."""
+    key = f"{uid}/{name}" + (f"/{restarts}" if restarts else "")
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+ContainerKey = tuple[str, str, str]  # namespace, pod, container
 
 
 class TreeContainer(NamedTuple):
     id: str
     cpus: frozenset[int]  # what the kernel enforces (before the parent narrows it)
+    key: ContainerKey | None = None  # None: the pod's sandbox
 
 
 class TreePod(NamedTuple):
@@ -46,14 +56,12 @@ class TreePod(NamedTuple):
     containers: tuple[TreeContainer, ...]
 
 
-def pod_slice(uid: str, qos: str) -> str:
-    """The pod's directory under the root, as the systemd driver names it."""
+def pod_slice(uid: str, qos: str, kubelet_root: tuple[str, ...] = ()) -> str:
+    """The pod's directory under the root, as the systemd driver names it for the
+    kubelet's ``cgroupRoot`` (its components; ``("kubelet",)`` on kind)."""
     klass = _QOS_SLICE.get(qos, "besteffort")
-    escaped = uid.replace("-", "_")
-    if not klass:
-        return f"kubepods.slice/kubepods-pod{escaped}.slice"
-    return (f"kubepods.slice/kubepods-{klass}.slice/"
-            f"kubepods-{klass}-pod{escaped}.slice")
+    return cgroup_path([*kubelet_root, "kubepods", *([klass] if klass else []), f"pod{uid}"],
+                       "systemd")
 
 
 def _effective(own: frozenset[int], parent: frozenset[int]) -> frozenset[int]:
@@ -81,77 +89,106 @@ def _put_cpuset(directory: Path, own: frozenset[int], effective: frozenset[int])
 
 
 def write_cgroup_tree(root: str | Path, pods: Iterable[TreePod], online: Iterable[int],
-                      ) -> None:
-    """Make ``root`` hold exactly these pods (pod slices no longer listed are removed)."""
+                      kubelet_root: tuple[str, ...] = (),
+                      usage: Mapping[str, float] | None = None) -> None:
+    """Make ``root`` hold exactly these pods (pod slices no longer listed are removed).
+    ``usage``: CPU seconds by container id (and pod uid), written as ``cpu.stat``."""
     base = Path(root)
     base.mkdir(parents=True, exist_ok=True)
     _put(base / "cgroup.controllers", "cpuset cpu io memory pids\n")
     everything = frozenset(online)
-    _put_cpuset(base / "kubepods.slice", frozenset(), everything)
+    kubepods = base / cgroup_path([*kubelet_root, "kubepods"], "systemd")
+    _put_cpuset(kubepods, frozenset(), everything)
+    spent = usage or {}
+
+    def put_usage(directory: Path, key: str) -> None:
+        if key in spent:
+            _put(directory / "cpu.stat", f"usage_usec {int(spent[key] * 1e6)}\n"
+                 "user_usec 0\nsystem_usec 0\n")
+
     wanted: set[Path] = set()
     for pod in pods:
-        pod_dir = base / pod_slice(pod.uid, pod.qos)
+        pod_dir = base / pod_slice(pod.uid, pod.qos, kubelet_root)
         wanted.add(pod_dir)
         pod_effective = _effective(pod.cpuset, everything)
         _put_cpuset(pod_dir, pod.cpuset, pod_effective)
+        put_usage(pod_dir, pod.uid)
         scopes = {f"cri-containerd-{c.id}.scope" for c in pod.containers}
         for c in pod.containers:
             _put_cpuset(pod_dir / f"cri-containerd-{c.id}.scope", c.cpus,
                         _effective(c.cpus, pod_effective))
+            put_usage(pod_dir / f"cri-containerd-{c.id}.scope", c.id)
         for stale in pod_dir.glob("cri-containerd-*.scope"):
             if stale.name not in scopes:
                 shutil.rmtree(stale, ignore_errors=True)
-    for slice_dir in (base / "kubepods.slice").rglob("kubepods-*pod*.slice"):
+    for slice_dir in kubepods.rglob("*-pod*.slice"):
         if slice_dir not in wanted:
             shutil.rmtree(slice_dir, ignore_errors=True)
 
 
 def model_tree(model: NodeModel, *,
                drift: Mapping[tuple[str, str, str], frozenset[int]] | None = None,
-               pod_cpusets: bool = True) -> list[TreePod]:
+               pod_cpusets: bool = True,
+               restarts: Mapping[ContainerKey, int] | None = None) -> list[TreePod]:
     """The tree a kubelet would have made for the model's placements: an exclusive
     container on its slice, a pod-shared one on its pod's shared pool, any other on the
     node's default set; the pod slice of a pod with a block set to the block (when
     ``pod_cpusets``). ``drift`` overrides what chosen containers (namespace, pod, name)
-    run on, as a misbehaving runtime would. Each pod also gets its sandbox scope."""
+    run on, as a misbehaving runtime would; ``restarts`` how often chosen containers were
+    restarted (each restart is a new id). Each pod also gets its sandbox scope."""
     default = model.default_set
     overrides = drift or {}
+    restarted = restarts or {}
     pods: list[TreePod] = []
     for p in model.pods.values():
         containers = [TreeContainer(container_id(p.uid, ""), default)]
         for c in p.containers:
             cpus = c.exclusive or (p.shared_pool if c.assignment == "pod_shared" else default)
-            cpus = overrides.get((p.namespace, p.name, c.name), cpus)
-            containers.append(TreeContainer(container_id(p.uid, c.name), cpus))
+            key = (p.namespace, p.name, c.name)
+            cpus = overrides.get(key, cpus)
+            containers.append(TreeContainer(container_id(p.uid, c.name, restarted.get(key, 0)),
+                                            cpus, key))
         pods.append(TreePod(p.uid, p.spec.qos, p.block if pod_cpusets else frozenset(),
                             tuple(containers)))
     return pods
 
 
-def _status(c: Mapping[str, Any], uid: str, running: bool) -> dict[str, Any]:
+def _status(c: Mapping[str, Any], uid: str, running: bool, restarts: int = 0,
+            ) -> dict[str, Any]:
     name = str(c.get("name", ""))
     state: dict[str, Any] = {"running": {}} if running else \
         {"terminated": {"exitCode": 0, "reason": "Completed"}}
-    return {"name": name, "containerID": f"containerd://{container_id(uid, name)}",
-            "ready": running, "state": state}
+    return {"name": name,
+            "containerID": f"containerd://{container_id(uid, name, restarts)}",
+            "ready": running, "restartCount": restarts, "state": state}
 
 
-def decorate_pod_list(pod_list: Mapping[str, Any]) -> dict[str, Any]:
+def decorate_pod_list(pod_list: Mapping[str, Any],
+                      restarts: Mapping[ContainerKey, int] | None = None) -> dict[str, Any]:
     """A copy of a ``/pods`` body with the container statuses of its running pods, their
-    ids matching :func:`model_tree` (sidecars running, ordinary init containers done)."""
+    ids matching :func:`model_tree` with the same ``restarts`` (sidecars running,
+    ordinary init containers done)."""
+    restarted = restarts or {}
     items = []
     for item in pod_list.get("items") or ():
         item = dict(item)
         status = dict(item.get("status") or {})
         spec = item.get("spec") or {}
-        uid = str((item.get("metadata") or {}).get("uid", ""))
+        meta = item.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+
+        def count(c: Mapping[str, Any], meta: Mapping[str, Any] = meta) -> int:
+            return restarted.get((str(meta.get("namespace", "default")),
+                                  str(meta.get("name", "")), str(c.get("name", ""))), 0)
+
         if status.get("phase", "Running") == "Running":
-            status["containerStatuses"] = [_status(c, uid, True)
+            status["containerStatuses"] = [_status(c, uid, True, count(c))
                                            for c in spec.get("containers") or ()]
             inits = spec.get("initContainers") or ()
             if inits:
                 status["initContainerStatuses"] = [
-                    _status(c, uid, c.get("restartPolicy") == "Always") for c in inits]
+                    _status(c, uid, c.get("restartPolicy") == "Always", count(c))
+                    for c in inits]
         item["status"] = status
         items.append(item)
     return {**pod_list, "items": items}
@@ -243,26 +280,68 @@ def parse_drift(text: str) -> dict[tuple[str, str, str], frozenset[int]]:
 class SimKernel:
     """The simulator's kernel files kept in step with its model: ``sync`` after the
     placements change (rewrites the cgroup tree, re-derives each CPU's load), ``tick`` as
-    time passes (advances ``/proc/stat``)."""
+    time passes (advances ``/proc/stat`` and each cgroup's own CPU time).
+
+    A container's CPU time is the busy time of the CPUs it runs on, shared evenly with the
+    other containers running on exactly the same set (every node-shared container holds
+    the same one); the sandbox uses none, and a pod's is the sum of its containers'. So the
+    containers' usage adds up to the busy time of the CPUs containers run on."""
 
     def __init__(self, model: NodeModel, cgroup_root: str | Path, proc_stat: str | Path, *,
                  load_by_pool: Mapping[str, float], user_hz: int = 100,
-                 drift: Mapping[tuple[str, str, str], frozenset[int]] | None = None) -> None:
+                 drift: Mapping[tuple[str, str, str], frozenset[int]] | None = None,
+                 kubelet_root: tuple[str, ...] = ()) -> None:
         self.model = model
         self.cgroup_root = Path(cgroup_root)
         self.load_by_pool = dict(load_by_pool)
         self.drift = dict(drift or {})
+        self.kubelet_root = kubelet_root
+        self.restarts: dict[ContainerKey, int] = {}
         self.writer = ProcStatWriter(proc_stat, model.topo.online, user_hz)
         self._load: dict[int, float] = {}
+        self._tree: list[TreePod] = []
+        self.usage: dict[str, float] = {}  # CPU seconds by container id and pod uid
         self.sync()
 
     def sync(self) -> None:
-        online = self.model.topo.online
-        write_cgroup_tree(self.cgroup_root, model_tree(self.model, drift=self.drift), online)
+        self._tree = model_tree(self.model, drift=self.drift, restarts=self.restarts)
         self._load = per_cpu_load(model_cpu_holders(self.model), self.load_by_pool)
+        self._write()
+
+    def restart(self, key: ContainerKey) -> None:
+        """The container restarts: a new id, its cgroup anew (its CPU time from 0)."""
+        self.restarts[key] = self.restarts.get(key, 0) + 1
+        self.sync()
+
+    def decorate(self, pod_list: Mapping[str, Any]) -> dict[str, Any]:
+        """:func:`decorate_pod_list` with this kernel's restarts."""
+        return decorate_pod_list(pod_list, self.restarts)
+
+    def _write(self) -> None:
+        write_cgroup_tree(self.cgroup_root, self._tree, self.model.topo.online,
+                          self.kubelet_root, self.usage)
 
     def tick(self, seconds: float) -> None:
         self.writer.advance(seconds, self._load)
+        sharing: dict[frozenset[int], int] = {}
+        for pod in self._tree:
+            for c in pod.containers:
+                if c.key is not None:
+                    sharing[c.cpus] = sharing.get(c.cpus, 0) + 1
+        live = {c.id for pod in self._tree for c in pod.containers} | {
+            pod.uid for pod in self._tree}
+        self.usage = {k: v for k, v in self.usage.items() if k in live}
+        for pod in self._tree:
+            spent = 0.0
+            for c in pod.containers:
+                if c.key is None:
+                    continue
+                busy = seconds * sum(self._load.get(cpu, 0.0) for cpu in c.cpus) \
+                    / sharing[c.cpus]
+                self.usage[c.id] = self.usage.get(c.id, 0.0) + busy
+                spent += busy
+            self.usage[pod.uid] = self.usage.get(pod.uid, 0.0) + spent
+        self._write()
 
     async def run(self, interval: float = 1.0) -> None:
         """Advance ``/proc/stat`` as real time passes, until cancelled."""

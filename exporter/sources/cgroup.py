@@ -29,10 +29,20 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, NamedTuple
+from typing import Final, NamedTuple
 
 from exporter.errors import UserError
 from exporter.flags import parse_duration
+from exporter.sources.cgroup_layout import (
+    DRIVERS,
+    OFF_REASONS,
+    CgroupLayout,
+    CgroupUnavailable,
+    Driver,
+    Version,
+    detect_layout,
+    kubelet_cgroups,
+)
 from exporter.sources.kernel_files import read_kernel_file
 from exporter.sources.pod_list import each_pod_item
 from reconciler.cpuset import CPUSetError, parse_cpuset
@@ -40,14 +50,10 @@ from reconciler.enforcement import DEFAULT_RECONCILE_PERIOD, EnforcedCpusets
 
 log = logging.getLogger("podres.cgroup")
 
-DRIVERS = ("auto", "systemd", "cgroupfs")
 OPERATIONS: Final = {"cgroup": ("read",)}  # what a poll reads (a source off is no error)
 
 # A cpuset line for 8192 CPUs written as singletons is about 40 KiB.
 MAX_CPUSET_BYTES = 64 << 10
-
-Version = Literal["v2", "v1"]
-Driver = Literal["systemd", "cgroupfs"]
 
 # Files holding a cgroup's effective cpuset, in the order tried, per cgroup version. The
 # configured ``cpuset.cpus`` is the fallback: equal to the effective set unless a parent
@@ -57,15 +63,6 @@ _EFFECTIVE: dict[Version, tuple[str, ...]] = {
     "v1": ("cpuset.effective_cpus", "cpuset.cpus"),
 }
 
-_QOS_DIRS: dict[Driver, tuple[str, ...]] = {
-    "systemd": ("kubepods.slice", "kubepods.slice/kubepods-burstable.slice",
-                "kubepods.slice/kubepods-besteffort.slice"),
-    "cgroupfs": ("kubepods", "kubepods/burstable", "kubepods/besteffort"),
-}
-_POD_DIR: dict[Driver, re.Pattern[str]] = {
-    "systemd": re.compile(r"^kubepods(?:-burstable|-besteffort)?-pod([0-9A-Za-z_]+)\.slice$"),
-    "cgroupfs": re.compile(r"^pod([0-9A-Za-z-]+)$"),
-}
 # A container's cgroup name per driver and runtime (the containerID's scheme); an unknown
 # runtime tries them all. CRI-O's "crio-conmon-<id>" (its monitor process) is never read.
 _CONTAINER_NAMES: dict[Driver, dict[str, tuple[str, ...]]] = {
@@ -169,60 +166,6 @@ def cpu_manager_reconcile_period(configz: object) -> float:
         return DEFAULT_RECONCILE_PERIOD
 
 
-# -- the layout -----------------------------------------------------------------------------
-
-class CgroupUnavailable(Exception):
-    """No usable cgroup hierarchy: the source is off (the message says why)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupLayout:
-    version: Version
-    driver: Driver
-    base: str  # the hierarchy holding kubepods: the root (v2) or <root>/cpuset (v1)
-
-
-def _isdir(path: str) -> bool:
-    return os.path.isdir(path) and not os.path.islink(path)
-
-
-def detect_layout(root: str, driver: str = "auto") -> CgroupLayout:
-    """cgroup v2 when ``<root>/cgroup.controllers`` exists, else the v1 ``cpuset``
-    controller at ``<root>/cpuset``; the driver from which kubepods directory is there."""
-    if driver not in DRIVERS:
-        raise UserError(f"--cgroup.driver must be one of {', '.join(DRIVERS)}")
-    version: Version
-    controllers = os.path.join(root, "cgroup.controllers")
-    if os.path.exists(controllers):
-        try:
-            available = read_kernel_file(controllers, MAX_CPUSET_BYTES).decode(
-                "ascii", "replace").split()
-        except OSError as exc:
-            raise CgroupUnavailable(f"{controllers}: {exc.strerror or exc}") from None
-        if "cpuset" not in available:
-            raise CgroupUnavailable(f"the cpuset controller is not enabled in {root} "
-                                    "(cgroup v2)")
-        version, base = "v2", root
-    elif _isdir(os.path.join(root, "cpuset")):
-        version, base = "v1", os.path.join(root, "cpuset")
-    else:
-        raise CgroupUnavailable(f"{root} is not a cgroup mount (neither cgroup.controllers "
-                                "nor cpuset/ under it); mount the host's /sys/fs/cgroup "
-                                "read-only and point --cgroup.root at it")
-    found: list[Driver] = [d for d in ("systemd", "cgroupfs")
-                           if _isdir(os.path.join(base, _QOS_DIRS[d][0]))]
-    if driver == "auto":
-        if not found:
-            raise CgroupUnavailable(f"no kubepods hierarchy under {base} (looked for "
-                                    "kubepods.slice and kubepods)")
-        return CgroupLayout(version, found[0], base)
-    chosen: Driver = "systemd" if driver == "systemd" else "cgroupfs"
-    if chosen not in found:
-        raise CgroupUnavailable(f"no {_QOS_DIRS[chosen][0]} under {base} "
-                                f"(--cgroup.driver {driver})")
-    return CgroupLayout(version, chosen, base)
-
-
 # -- reading --------------------------------------------------------------------------------
 
 class EntryError(NamedTuple):
@@ -232,12 +175,27 @@ class EntryError(NamedTuple):
     message: str
 
 
+class Gone(NamedTuple):
+    """A cgroup ``/pods`` names that is not there: the container exited or restarted under
+    a new id, the pod was deleted, or it is not started yet. ``key`` is the container id
+    (the pod uid for a pod)."""
+
+    key: str
+    entry: EntryError
+
+
 @dataclass(frozen=True, slots=True)
 class CgroupReading:
     enforced: EnforcedCpusets = field(default_factory=EnforcedCpusets)
     errors: tuple[EntryError, ...] = ()
     layout: CgroupLayout | None = None
     off: str | None = None  # why the source is off; None when it read
+    off_reason: str | None = None  # one of OFF_REASONS when off
+    gone: tuple[Gone, ...] = ()
+    # Cumulative CPU time each container's (and pod's) own cgroup has used, in seconds:
+    # v1 ``cpuacct.usage``, v2 ``cpu.stat`` ``usage_usec``.
+    container_usage: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    pod_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 _CpusetCache = dict[bytes, frozenset[int]]
@@ -280,27 +238,51 @@ def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache) -> frozen
 
 
 def _pod_dirs(layout: CgroupLayout) -> dict[str, str]:
-    """uid → pod cgroup directory, from one listing per QoS directory."""
-    pattern = _POD_DIR[layout.driver]
+    """uid → pod cgroup directory, from one listing per QoS directory. A QoS directory that
+    cannot be listed for want of permission turns the source off: no pod could be found."""
     dirs: dict[str, str] = {}
-    for qos_dir in _QOS_DIRS[layout.driver]:
+    for qos_dir, prefix in layout.qos_dirs:
         parent = os.path.join(layout.base, qos_dir)
+        start = len(prefix) + len("pod")
         try:
             with os.scandir(parent) as entries:
                 for entry in entries:
-                    m = pattern.match(entry.name)
-                    if m and entry.is_dir(follow_symlinks=False):
-                        uid = m.group(1).replace("_", "-") if layout.driver == "systemd" \
-                            else m.group(1)
-                        dirs.setdefault(uid, entry.path)
+                    name = entry.name
+                    if layout.driver == "systemd":
+                        if not name.endswith(".slice"):
+                            continue
+                        name = name[:-len(".slice")]
+                    if (not name.startswith(prefix + "pod") or len(name) == start
+                            or not entry.is_dir(follow_symlinks=False)):
+                        continue
+                    uid = name[start:]
+                    if layout.driver == "systemd":
+                        uid = uid.replace("_", "-")
+                    dirs.setdefault(uid, entry.path)
+        except PermissionError:
+            raise CgroupUnavailable(f"{parent}: permission denied (cannot list its pod "
+                                    "cgroups)", "permission_denied") from None
         except OSError:
             continue  # a QoS class without pods may have no directory at all
     return dirs
 
 
+def _exists(path: str) -> bool | None:
+    """Whether ``path`` is there; ``None`` when that cannot be told (permission)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return None
+    return True
+
+
 def _describe(exc: Exception, path: str) -> str:
+    if isinstance(exc, PermissionError):
+        return f"{exc.filename or path}: permission denied"
     if isinstance(exc, FileNotFoundError):
-        if not os.path.isdir(path):
+        if _exists(path) is False:
             return f"cgroup {path} is gone (the container exited, or is not started yet)"
         return f"no cpuset file in {path} (cpuset controller not enabled there?)"
     if isinstance(exc, CPUSetError):
@@ -308,6 +290,22 @@ def _describe(exc: Exception, path: str) -> str:
     if isinstance(exc, OSError):
         return f"{path}: {exc.strerror or exc}"
     return f"{path}: {exc}"
+
+
+# The CPU time a cgroup has used: the file and how to read it, per cgroup version.
+_USAGE_FILE: dict[Version, str] = {"v1": "cpuacct.usage", "v2": "cpu.stat"}
+_USAGE_LINE = b"usage_usec "
+
+
+def _usage_seconds(data: bytes, version: Version) -> float:
+    """v1 ``cpuacct.usage``: nanoseconds; v2 ``cpu.stat``: the ``usage_usec`` line, in
+    microseconds. Raises ``ValueError`` on anything else."""
+    if version == "v1":
+        return int(data.strip()) / 1e9
+    for line in data.splitlines():
+        if line.startswith(_USAGE_LINE):
+            return int(line[len(_USAGE_LINE):].strip()) / 1e6
+    raise ValueError("no usage_usec line")
 
 
 class _PodReader:
@@ -323,33 +321,76 @@ class _PodReader:
         self.containers: dict[tuple[str, str, str], frozenset[int]] = {}
         self.pods: dict[tuple[str, str], frozenset[int]] = {}
         self.errors: list[EntryError] = []
+        self.gone: list[Gone] = []
+        self.container_usage: dict[tuple[str, str, str], float] = {}
+        self.pod_usage: dict[tuple[str, str], float] = {}
 
     def pod(self, ref: PodRef, pod_dir: str | None) -> None:
         if pod_dir is None:
-            self.errors.append(EntryError(ref.namespace, ref.name, None,
-                                          f"no pod cgroup for uid {ref.uid}"))
+            self.gone.append(Gone(ref.uid, EntryError(
+                ref.namespace, ref.name, None, f"no pod cgroup for uid {ref.uid} (the pod "
+                "was deleted, or is not started yet)")))
             return
         if self.layout.version == "v2":
             self._pod_cpuset(ref, pod_dir)
+        usage = self._usage(pod_dir, ref.namespace, ref.name, None)
+        if usage is not None:
+            self.pod_usage.setdefault((ref.namespace, ref.name), usage)
         for c in ref.containers:
             key = (ref.namespace, ref.name, c.name)
             try:
-                self.containers.setdefault(key, self._container(pod_dir, c))
+                path, cpus = self._container(pod_dir, c)
             except (OSError, CPUSetError) as exc:
-                self.errors.append(EntryError(*key, _describe(
-                    exc, f"{pod_dir}/{self._scope_names(c)[0].format(c.id)}")))
+                path = f"{pod_dir}/{self._scope_names(c)[0].format(c.id)}"
+                entry = EntryError(*key, _describe(exc, path))
+                if isinstance(exc, FileNotFoundError) and _exists(path) is False:
+                    self.gone.append(Gone(c.id, entry))
+                else:
+                    self.errors.append(entry)
+                continue
+            if key not in self.containers:
+                self.containers[key] = cpus
+                usage = self._usage(path, *key)
+                if usage is not None:
+                    self.container_usage[key] = usage
 
     def _scope_names(self, c: ContainerRef) -> tuple[str, ...]:
         return self.scopes.get(c.runtime, self.every_scope)
 
-    def _container(self, pod_dir: str, c: ContainerRef) -> frozenset[int]:
+    def _container(self, pod_dir: str, c: ContainerRef) -> tuple[str, frozenset[int]]:
+        """The container's cgroup directory and enforced cpuset."""
         names = self._scope_names(c)
         for scope in names[:-1]:  # an unknown runtime: the first scope that is there
+            path = f"{pod_dir}/{scope.format(c.id)}"
             try:
-                return _read_cpuset(f"{pod_dir}/{scope.format(c.id)}", self.names, self.cache)
+                return path, _read_cpuset(path, self.names, self.cache)
             except FileNotFoundError:
                 continue
-        return _read_cpuset(f"{pod_dir}/{names[-1].format(c.id)}", self.names, self.cache)
+        path = f"{pod_dir}/{names[-1].format(c.id)}"
+        return path, _read_cpuset(path, self.names, self.cache)
+
+    def _usage(self, path: str, namespace: str, pod: str, container: str | None,
+               ) -> float | None:
+        """The CPU time used by the cgroup at ``path`` (in the cpuset hierarchy), read from
+        the same cgroup in the CPU-accounting hierarchy; None when there is none."""
+        layout = self.layout
+        if layout.usage_base is None:
+            return None
+        if layout.usage_base != layout.base:
+            path = layout.usage_base + path[len(layout.base):]
+        try:
+            data = read_kernel_file(f"{path}/{_USAGE_FILE[layout.version]}",
+                                    MAX_CPUSET_BYTES)
+            return _usage_seconds(data, layout.version)
+        except FileNotFoundError:
+            return None  # gone meanwhile, or no CPU accounting there: no reading
+        except (OSError, ValueError) as exc:
+            message = (f"{path}/{_USAGE_FILE[layout.version]}: permission denied"
+                       if isinstance(exc, PermissionError)
+                       else f"{path}/{_USAGE_FILE[layout.version]}: unreadable CPU usage: "
+                       f"{exc.strerror if isinstance(exc, OSError) else exc}")
+            self.errors.append(EntryError(namespace, pod, container, message))
+            return None
 
     def _pod_cpuset(self, ref: PodRef, pod_dir: str) -> None:
         """cgroup v2 only: an empty ``cpuset.cpus`` there means "not set" (inherited),
@@ -369,15 +410,18 @@ class _PodReader:
 
 def read_enforced(layout: CgroupLayout, pods: Iterable[PodRef],
                   cache: _CpusetCache | None = None) -> CgroupReading:
-    """The enforced cpuset of every running container of ``pods`` (and of each pod whose
-    cgroup sets one), with an error entry for each one that could not be read. ``cache``
-    (parsed cpuset texts) may be kept from one poll to the next."""
+    """The enforced cpuset and CPU usage of every running container of ``pods`` (and of
+    each pod's cgroup), with an error entry for each one that could not be read and a
+    ``Gone`` entry for each cgroup that is not there. ``cache`` (parsed cpuset texts) may
+    be kept from one poll to the next. Raises ``CgroupUnavailable`` when the pod cgroups
+    cannot be listed."""
     dirs = _pod_dirs(layout)
     reader = _PodReader(layout, {} if cache is None else cache)
     for ref in pods:
         reader.pod(ref, dirs.get(ref.uid))
     return CgroupReading(EnforcedCpusets(reader.containers, reader.pods),
-                         tuple(reader.errors), layout)
+                         tuple(reader.errors), layout, gone=tuple(reader.gone),
+                         container_usage=reader.container_usage, pod_usage=reader.pod_usage)
 
 
 def capture_tree(root: str, layout: CgroupLayout, pods: Iterable[PodRef], dest: str) -> int:
@@ -390,20 +434,28 @@ def capture_tree(root: str, layout: CgroupLayout, pods: Iterable[PodRef], dest: 
     dirs = _pod_dirs(layout)
     scopes = _CONTAINER_NAMES[layout.driver]
     every = tuple(dict.fromkeys(n for names in scopes.values() for n in names))
-    for qos_dir in _QOS_DIRS[layout.driver]:
+    for qos_dir, _ in layout.qos_dirs:
         os.makedirs(os.path.join(dest, os.path.relpath(os.path.join(layout.base, qos_dir),
                                                        root)), exist_ok=True)
+    usage = _USAGE_FILE[layout.version]
+
+    def with_usage(path: str, names: Iterable[str]) -> list[str]:
+        files = [f"{path}/{name}" for name in names]
+        if layout.usage_base is not None:
+            files.append(f"{layout.usage_base}{path[len(layout.base):]}/{usage}")
+        return files
+
     for ref in pods:
         pod_dir = dirs.get(ref.uid)
         if pod_dir is None:
             continue
-        wanted.append(f"{pod_dir}/cpuset.cpus")
+        wanted += with_usage(pod_dir, ("cpuset.cpus",))
         for c in ref.containers:
             for scope in scopes.get(c.runtime, every):
-                wanted += [f"{pod_dir}/{scope.format(c.id)}/{name}"
-                           for name in _EFFECTIVE[layout.version]]
+                wanted += with_usage(f"{pod_dir}/{scope.format(c.id)}",
+                                     _EFFECTIVE[layout.version])
     copied = 0
-    for path in wanted:
+    for path in dict.fromkeys(wanted):
         try:
             data = read_kernel_file(path, MAX_CPUSET_BYTES)
         except OSError:
@@ -418,31 +470,45 @@ def capture_tree(root: str, layout: CgroupLayout, pods: Iterable[PodRef], dest: 
 
 class CgroupSource:
     """The source as the poll uses it: off (said once in the log, until it works again)
-    without a pod list or without a cgroup mount."""
+    without a pod list or without a usable cgroup hierarchy, with the reason."""
 
-    def __init__(self, root: str = "/sys/fs/cgroup", driver: str = "auto") -> None:
+    def __init__(self, root: str = "/sys/fs/cgroup", driver: str = "auto",
+                 kubelet_root: str = "") -> None:
         if driver not in DRIVERS:
             raise UserError(f"--cgroup.driver must be one of {', '.join(DRIVERS)}")
         self.root = root
         self.driver = driver
+        self.kubelet_root = kubelet_root
         self._said: str | None = None
         self._cache: _CpusetCache = {}
 
-    def read(self, pods: Sequence[PodRef] | None) -> CgroupReading:
+    def read(self, pods: Sequence[PodRef] | None, configz: object = None) -> CgroupReading:
+        """``configz``: the kubelet's parsed ``/configz``, for its ``cgroupRoot`` and
+        ``cgroupDriver`` (the flags, when set, win)."""
         if pods is None:
             return self._off("no pod list from the kubelet's /pods to match cgroups to "
-                             "containers (set --kubelet.url)")
+                             "containers (set --kubelet.url)", "no_pod_list")
         try:
-            layout = detect_layout(self.root, self.driver)
+            layout = detect_layout(self.root, self.driver, kubelet_cgroups(
+                configz, self.kubelet_root, self.driver))
+            reading = read_enforced(layout, pods, self._cache)
         except CgroupUnavailable as exc:
-            return self._off(str(exc))
+            return self._off(str(exc), exc.reason)
         self._said = None
-        return read_enforced(layout, pods, self._cache)
+        return reading
 
-    def _off(self, reason: str) -> CgroupReading:
+    def _off(self, reason: str, code: str) -> CgroupReading:
+        assert code in OFF_REASONS
         message = f"cgroup source off: {reason}"
         if message != self._said:
             log.warning("%s", message)
             self._said = message
-        return CgroupReading(off=message)
+        return CgroupReading(off=message, off_reason=code)
 
+
+__all__ = [  # the layout's names are used through this module too
+    "DRIVERS", "OFF_REASONS", "CgroupLayout", "CgroupReading", "CgroupSource",
+    "CgroupUnavailable", "ContainerRef", "Driver", "EntryError", "Gone", "PodRef", "Version",
+    "capture_tree", "cpu_manager_reconcile_period", "detect_layout", "kubelet_cgroups",
+    "pod_refs_from_body", "pod_refs_from_items", "pod_refs_from_pod_list", "read_enforced",
+]

@@ -47,16 +47,25 @@ class FixturePod:
     cpuset: str = ""  # the pod cgroup's cpuset.cpus (v2: empty = not set)
 
 
-def pod_dir(base: Path, driver: str, pod: FixturePod) -> Path:
+def pod_dir(base: Path, driver: str, pod: FixturePod, root: tuple[str, ...] = ()) -> Path:
+    """The pod's cgroup, written out by hand for the kubelet's ``cgroupRoot`` ``root`` (its
+    components; ``()`` for ``/``): e.g. kind's ``("kubelet",)`` under systemd is
+    ``kubelet.slice/kubelet-kubepods.slice/…``."""
     if driver == "systemd":
         uid = pod.uid.replace("-", "_")
+        head = "".join(f"{part}-" for part in root)
+        top = base
+        for i in range(len(root)):
+            top = top / ("-".join(root[:i + 1]) + ".slice")
+        top = top / f"{head}kubepods.slice"
         if pod.qos == "guaranteed":
-            return base / "kubepods.slice" / f"kubepods-pod{uid}.slice"
-        return (base / "kubepods.slice" / f"kubepods-{pod.qos}.slice"
-                / f"kubepods-{pod.qos}-pod{uid}.slice")
+            return top / f"{head}kubepods-pod{uid}.slice"
+        return (top / f"{head}kubepods-{pod.qos}.slice"
+                / f"{head}kubepods-{pod.qos}-pod{uid}.slice")
+    top = base.joinpath(*root, "kubepods")
     if pod.qos == "guaranteed":
-        return base / "kubepods" / f"pod{pod.uid}"
-    return base / "kubepods" / pod.qos / f"pod{pod.uid}"
+        return top / f"pod{pod.uid}"
+    return top / pod.qos / f"pod{pod.uid}"
 
 
 def container_dir_name(driver: str, c: FixtureContainer) -> str:
@@ -66,8 +75,12 @@ def container_dir_name(driver: str, c: FixtureContainer) -> str:
     return f"crio-{c.id}" if c.runtime == "cri-o" else c.id
 
 
-def write_tree(root: Path, version: str, driver: str, pods: list[FixturePod]) -> Path:
-    """A cgroup tree as the kernel shows it; returns the hierarchy holding kubepods."""
+def write_tree(root: Path, version: str, driver: str, pods: list[FixturePod],
+               kubelet_root: tuple[str, ...] = (), usage: dict[str, int] | None = None,
+               ) -> Path:
+    """A cgroup tree as the kernel shows it; returns the hierarchy holding kubepods.
+    ``usage``: container id (or pod uid) → CPU time in microseconds, written where the
+    kernel keeps it (v2 ``cpu.stat``, v1 ``cpuacct/…/cpuacct.usage`` in nanoseconds)."""
     if version == "v2":
         root.mkdir(parents=True, exist_ok=True)
         (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
@@ -77,18 +90,33 @@ def write_tree(root: Path, version: str, driver: str, pods: list[FixturePod]) ->
         base = root / "cpuset"
         (root / "memory").mkdir(parents=True, exist_ok=True)
         effective = "cpuset.effective_cpus"
-    top = base / ("kubepods.slice" if driver == "systemd" else "kubepods")
-    top.mkdir(parents=True, exist_ok=True)
+    usage = usage or {}
+
+    def put_usage(d: Path, key: str) -> None:
+        if key not in usage:
+            return
+        if version == "v2":
+            (d / "cpu.stat").write_text(f"usage_usec {usage[key]}\nuser_usec 0\n"
+                                        "system_usec 0\n")
+        else:
+            acct = root / "cpuacct" / d.relative_to(base)
+            acct.mkdir(parents=True, exist_ok=True)
+            (acct / "cpuacct.usage").write_text(f"{usage[key] * 1000}\n")
+
+    probe = FixturePod("", "", "x", "guaranteed")
+    pod_dir(base, driver, probe, kubelet_root).parent.mkdir(parents=True, exist_ok=True)
     for pod in pods:
-        d = pod_dir(base, driver, pod)
+        d = pod_dir(base, driver, pod, kubelet_root)
         d.mkdir(parents=True, exist_ok=True)
         (d / "cpuset.cpus").write_text(pod.cpuset + "\n")
+        put_usage(d, pod.uid)
         # The sandbox: a cgroup /pods does not list.
         sandbox = FixtureContainer("", "f" * 64, "0-63", pod.containers[0].runtime
                                    if pod.containers else "containerd")
         for c in [sandbox, *pod.containers]:
             cd = d / container_dir_name(driver, c)
             cd.mkdir()
+            put_usage(cd, c.id)
             if c.cpus is not None:
                 (cd / effective).write_text(c.cpus)
                 (cd / "cpuset.cpus").write_text(c.cpus)

@@ -198,9 +198,13 @@ def test_container_listed_without_cgroup_and_pod_without_cgroup(tmp_path: Path) 
     shutil.rmtree(pod_dir(base, "systemd", pods[2]))
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
-    messages = {(e.pod, e.container): e.message for e in reading.errors}
+    # Gone, not unreadable: the observer looks them up again (a restart) before calling
+    # them errors.
+    assert reading.errors == ()
+    messages = {(g.entry.pod, g.entry.container): g.entry.message for g in reading.gone}
     assert "is gone" in messages[("web", "app")]
     assert "no pod cgroup" in messages[("toy", None)]
+    assert {g.key for g in reading.gone} == {cid(2), pods[2].uid}
     assert ("prod", "web", "proxy") in reading.enforced.containers
     assert len(reading.enforced.containers) == 3
 
@@ -219,7 +223,8 @@ def test_container_vanishing_between_listing_and_reading(
     monkeypatch.setattr(cgroup, "read_kernel_file", exit_then_read)
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
-    assert [(e.container, "is gone" in e.message) for e in reading.errors] == \
+    assert reading.errors == ()
+    assert [(g.entry.container, "is gone" in g.entry.message) for g in reading.gone] == \
         [("worker", True)]
     assert len(reading.enforced.containers) == 5
 
@@ -238,9 +243,10 @@ def test_pod_directory_vanishing_after_discovery(
     monkeypatch.setattr(cgroup, "_pod_dirs", discover_then_delete)
     reading = read_enforced(detect_layout(str(tmp_path)),
                             pod_refs_from_pod_list(pod_list(pods)))
-    assert [(e.pod, e.container) for e in reading.errors] == [("batch", "sidecar"),
-                                                                ("batch", "worker")]
-    assert all("is gone" in e.message for e in reading.errors)
+    assert reading.errors == ()
+    assert [(g.entry.pod, g.entry.container) for g in reading.gone] == [
+        ("batch", "sidecar"), ("batch", "worker")]
+    assert all("is gone" in g.entry.message for g in reading.gone)
     assert len(reading.enforced.containers) == 4
 
 

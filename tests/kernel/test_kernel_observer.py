@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,15 @@ from exporter.sim.cgroupfs import (
     write_cgroup_tree,
 )
 from exporter.sources.cgroup import pod_refs_from_pod_list
+from kernel.helpers import (
+    cid,
+    container_dir_name,
+    pod_dir,
+    pod_list,
+    small_ledger,
+    write_tree,
+)
+from kernel.test_cgroup_source import three_pods
 from kernel.test_sim_roundtrip import ledger_of, place
 
 LOAD = {"reserved": 0.05, "node_shared": 0.4, "pod_exclusive": 0.8, "pod_shared": 0.6,
@@ -142,3 +152,90 @@ def test_unreadable_entries_are_one_source_error(tmp_path: Path) -> None:
     assert set(report.errors) == {("cgroup", "read")}
     assert report.entry_errors and all(e.pod == victim.name for e in report.entry_errors)
     assert report.enforced.containers  # the other pods still read
+
+
+# -- a restarted container: followed within the poll ----------------------------------------
+
+def _restart(tmp_path: Path, pods: list[Any], which: tuple[int, int], new_id: str) -> None:
+    """The runtime's side of a restart: the old scope goes, one under the new id comes."""
+    pod = pods[which[0]]
+    old = pod.containers[which[1]]
+    d = pod_dir(tmp_path, "systemd", pod)
+    shutil.rmtree(d / container_dir_name("systemd", old))
+    old.id = new_id
+    scope = d / container_dir_name("systemd", old)
+    scope.mkdir()
+    assert old.cpus is not None
+    (scope / "cpuset.cpus.effective").write_text(old.cpus)
+
+
+def test_restarted_container_is_found_again_within_the_poll(tmp_path: Path) -> None:
+    pods = three_pods("containerd")
+    write_tree(tmp_path, "v2", "systemd", pods)
+    ledger = small_ledger()
+    observer = KernelObserver(KernelOptions(str(tmp_path), proc_root=None))
+    before = pod_list(pods)  # what the exporter's /pods says until its next refresh
+    first = observer.poll(ledger, before, None, 0.0)
+    assert not first.errors and first.enforced.containers[("prod", "web", "app")]
+
+    _restart(tmp_path, pods, (0, 1), cid(9))
+    after = pod_list(pods)
+    asked: list[int] = []
+
+    def refresh() -> Any:
+        asked.append(1)
+        return pod_refs_from_pod_list(after)
+
+    second = observer.poll(ledger, before, None, 1.0, refresh)
+    assert asked == [1]  # /pods read again at once, not at its next refresh
+    assert not second.errors and not second.entry_errors
+    assert second.enforced.containers[("prod", "web", "app")] == frozenset({2, 3})
+    assert second.enforced == first.enforced
+    # The next poll has the fresh /pods: nothing is missing, nothing is read twice.
+    third = observer.poll(ledger, after, None, 2.0, refresh)
+    assert asked == [1] and not third.errors
+
+
+def test_a_stopped_container_is_not_looked_for(tmp_path: Path) -> None:
+    """Crash-looping: the old cgroup is gone and /pods, read again, says ``waiting``."""
+    pods = three_pods("containerd")
+    write_tree(tmp_path, "v2", "systemd", pods)
+    before = pod_list(pods)
+    waiting = copy.deepcopy(before)
+    status = waiting["items"][1]["status"]  # type: ignore[index]
+    status["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    shutil.rmtree(pod_dir(tmp_path, "systemd", pods[1])
+                  / container_dir_name("systemd", pods[1].containers[1]))
+    observer = KernelObserver(KernelOptions(str(tmp_path), proc_root=None))
+    for now in range(5):
+        report = observer.poll(small_ledger(), before if now == 0 else waiting, None,
+                               float(now), lambda: pod_refs_from_pod_list(waiting))
+        assert not report.errors and report.cgroup_off is None, now
+        assert ("prod", "batch", "worker") not in report.enforced.containers
+
+
+def test_a_cgroup_missing_for_good_is_an_error_after_two_polls(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """/pods read again still names it (a layout the source misreads, a kubelet whose
+    status lags): not an error at once, one after GONE_POLLS polls; /pods is not read again
+    for it after that."""
+    pods = three_pods("containerd")
+    write_tree(tmp_path, "v2", "systemd", pods)
+    shutil.rmtree(pod_dir(tmp_path, "systemd", pods[2]))
+    body = pod_list(pods)
+    asked: list[int] = []
+
+    def refresh() -> Any:
+        asked.append(1)
+        return pod_refs_from_pod_list(body)
+
+    observer = KernelObserver(KernelOptions(str(tmp_path), proc_root=None))
+    reports = [observer.poll(small_ledger(), body, None, float(t), refresh) for t in range(4)]
+    assert [bool(r.errors) for r in reports] == [False] + [True] * (kernel.GONE_POLLS - 1) \
+        + [True] * (4 - kernel.GONE_POLLS)
+    assert len(asked) == kernel.GONE_POLLS
+    assert "no pod cgroup" in reports[-1].errors[("cgroup", "read")]
+    # Without a way to read /pods again (no kubelet client), the same count holds.
+    quiet = KernelObserver(KernelOptions(str(tmp_path), proc_root=None))
+    assert [bool(quiet.poll(small_ledger(), body, None, float(t)).errors)
+            for t in range(3)] == [False, True, True]

@@ -10,6 +10,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,7 +136,15 @@ async def test_sources_off_or_failing_leave_the_ledger_as_before(
     assert value(samples, "podres_up") == 1.0
     assert value(samples, "podres_source_up", source="procstat") == 0.0
     assert set(pool_seconds(samples).values()) == {0.0}
-    assert sum(series(samples, "podres_cpuset_drift").values()) == 0.0
+    # The cgroup source is on but --cgroup.root is no cgroup mount: down, with the
+    # reason; no drift gauge (drift checking off is not "no drift") and no usage series.
+    assert value(samples, "podres_source_up", source="cgroup") == 0.0
+    assert value(samples, "podres_source_off_reason", source="cgroup",
+                 reason="not_mounted") == 1.0
+    assert len(series(samples, "podres_source_off_reason")) == 1
+    assert not series(samples, "podres_cpuset_drift")
+    assert not series(samples, "podres_container_cpu_usage_seconds_total")
+    assert value(samples, "podres_source_errors_total", source="cgroup", operation="read") == 0
     status, body = await served.get("/api/v1/ledger")
     assert status == 200
     ledger = json.loads(body)
@@ -144,3 +153,71 @@ async def test_sources_off_or_failing_leave_the_ledger_as_before(
     assert status == 200 and not any("enforced" in c for c in json.loads(body)["cpus"])
     status, body = await served.get("/api/v1/cpuload")
     assert status == 200 and json.loads(body) == {"cpus": {}}  # no /proc/stat sample yet
+
+
+async def _polls(served: Any, n: int) -> list[dict[Any, float]]:
+    """The metrics after each of the next ``n`` polls (one scrape per poll seen)."""
+    seen: list[dict[Any, float]] = []
+    last = value(await served.metrics(), "podres_last_success_timestamp_seconds")
+    while len(seen) < n:
+        samples = await served.wait_for(
+            lambda s, last=last: value(s, "podres_last_success_timestamp_seconds") != last,
+            what="the next poll")
+        last = value(samples, "podres_last_success_timestamp_seconds")
+        seen.append(samples)
+    return seen
+
+
+async def test_restart_followed_within_a_poll_on_kinds_layout(
+        tmp_path: Path, start_sim: StartSim, run_serve: RunServe) -> None:
+    """kind's kubelet (cgroupRoot /kubelet, systemd driver: kubelet.slice/
+    kubelet-kubepods.slice/…), found from /configz alone. A container restarts (a new id
+    in /pods and in the tree, the same PodResources List): the exporter reads /pods again
+    in that poll rather than at its refresh an hour away, keeps reading the container's
+    cgroup, and never counts a cgroup error."""
+    node = place("1.37", "pod", 1)
+    kernel = SimKernel(node.model, tmp_path / "cg", tmp_path / "proc" / "stat",
+                       load_by_pool=LOAD, kubelet_root=("kubelet",))
+    assert (tmp_path / "cg" / "kubelet.slice" / "kubelet-kubepods.slice").is_dir()
+    state = node.state()
+    configz = json.loads(json.dumps(state.configz))
+    configz["kubeletconfig"].update(cgroupRoot="/kubelet", cgroupDriver="systemd")
+
+    def kubelet() -> Any:
+        return replace(state, pod_list=kernel.decorate(state.pod_list), configz=configz)
+
+    sim = await start_sim(kubelet(), http=True)
+    topology = tmp_path / "topology.json"
+    topology.write_text(json.dumps(node.topology_json()))
+    served = await run_serve(sim, "--poll.interval", "0.1s", "--topology", str(topology),
+                             "--kubelet.pods-refresh-interval", "1h",
+                             "--cgroup.root", str(tmp_path / "cg"),
+                             "--proc.root", str(tmp_path / "proc"))
+    victim = next((p.namespace, p.name, c.name) for _, p in sorted(node.model.pods.items())
+                  for c in p.containers if c.exclusive)
+    labels = dict(zip(("namespace", "pod", "container"), victim, strict=True))
+    kernel.tick(4.0)
+    ran = await served.wait_for(
+        lambda s: (value(s, "podres_container_cpu_usage_seconds_total", **labels) or 0) > 0,
+        what="the container's own CPU time")
+    assert value(ran, "podres_source_up", source="cgroup") == 1.0
+    assert not series(ran, "podres_source_off_reason")
+    # Every container the ledger lists is read, on kind's layout.
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 200
+    assert all(c["enforced_cpus"] is not None for c in json.loads(body)["containers"])
+
+    reads = sim.http_requests["/pods"]
+    kernel.restart(victim)
+    sim.set_state(kubelet())
+    for samples in await _polls(served, 6):
+        assert value(samples, "podres_source_errors_total", source="cgroup",
+                     operation="read") == 0
+        assert value(samples, "podres_source_up", source="cgroup") == 1.0
+    assert sim.http_requests["/pods"] == reads + 1  # read again once, in the restart's poll
+    status, body = await served.get("/api/v1/ledger")
+    [entry] = [c for c in json.loads(body)["containers"]
+               if (c["namespace"], c["pod"], c["name"]) == victim]
+    assert entry["enforced_cpus"] == entry["cpus"]
+    # Its CPU time is its new cgroup's: it starts again from 0 (a counter reset).
+    assert not value(samples, "podres_container_cpu_usage_seconds_total", **labels)

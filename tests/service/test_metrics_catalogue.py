@@ -38,7 +38,8 @@ STATE = SelfState(
 
 KERNEL = KernelFacts({"pod_shared": 1.5}, {("default", "a", "pod_shared"): 1.5,
                                            ("default", "b", "pod_exclusive"): 2.0},
-                     {"pod_shared": 1})
+                     {"pod_shared": 1}, {"cgroup": "permission_denied"},
+                     {("default", "b", "main"): 1.25}, {("default", "b"): 1.5})
 
 
 def facts() -> NodeFacts:
@@ -95,7 +96,9 @@ def test_the_series_cap_keeps_whole_pods_first() -> None:
 
 def test_kernel_families_take_what_the_ledger_left_of_the_cap() -> None:
     capped = render_kernel(KERNEL, pods_series_left=1)
-    assert capped.dropped == 1 and capped.pods_series_left == 0
+    # The cap is shared by every per-pod kernel family, in catalogue order: the busy
+    # time's second series, the container's and the pod's usage are left out.
+    assert capped.dropped == 3 and capped.pods_series_left == 0
     assert len(series(parse_exposition(capped.text), "podres_pod_cpu_busy_seconds_total")) == 1
     samples = parse_exposition(render_kernel(KERNEL, pods_series_left=None).text)
     assert not series(samples, "podres_pod_cpu_busy_seconds_total")  # collector pods off
