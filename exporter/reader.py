@@ -132,6 +132,7 @@ class NodeReader:
         # /pods as last read (reduced to the fields the exporter reads), the outcome of
         # that read, and the List answer it was read beside.
         self._pods_at = -1e18
+        self._polled_at = -1e18  # the time of the last poll
         self._pods: bytes | None = None
         self._pods_error: SourceError | None = None
         self._pods_list: bytes | None = None
@@ -241,7 +242,7 @@ class NodeReader:
         not be read. The next poll sees the new body as it would a scheduled read's."""
         if self.kubelet is None:
             return None
-        self._pods_at = time.monotonic()
+        self._pods_at = self._polled_at  # it counts as this poll's read of /pods
         errors: dict[SourceKey, SourceError] = {}
         await self._pods_body(errors)
         return None if errors else self._pods
@@ -253,6 +254,7 @@ class NodeReader:
         due or the List answer changed: pods come and go, and containers are allocated,
         through List first."""
         await self.podresources.follow_restart()
+        self._polled_at = now
         errors: dict[SourceKey, SourceError] = {}
         list_raw, alloc_raw, pods_read, configz, metrics_read, files = await asyncio.gather(
             self._part(self.podresources.list_raw(), errors),

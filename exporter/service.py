@@ -219,8 +219,8 @@ class Exporter:
         loop = asyncio.get_running_loop()
 
         def refresh() -> Any:
-            # A container's cgroup is gone (docs/kernel.md#restarts): /pods afresh, read on
-            # the loop while this thread waits for it.
+            # A container's cgroup is gone (docs/kernel.md#restarted-containers): /pods
+            # afresh, read on the loop while this thread waits for it.
             body = asyncio.run_coroutine_threadsafe(self.reader.refresh_pods(), loop).result()
             return None if body is None else bodies.parsed("pods", body, pod_refs_from_body)
 
