@@ -29,7 +29,7 @@ from exporter.sources.cgroup import (
 )
 from exporter.sources.kernel_files import read_kernel_file
 from exporter.sources.procstat import MAX_PROC_STAT_BYTES, ProcStat, read_proc_stat
-from reconciler.cpuset import format_cpuset
+from reconciler.cpuset import MAX_CPU_ID, format_cpuset
 from reconciler.enforcement import (
     Drift,
     DriftState,
@@ -124,7 +124,12 @@ class KernelObserver:
         if self.cgroup is None:
             return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset",
                                 busy=self.busy)
-        reading = self.cgroup.read(self._pod_refs(pod_list))
+        # Ids past the node's last CPU are refused before a set is built, where the node is
+        # known (a topology; without one the online CPUs are only inferred): a hostile
+        # "0-1048575" then costs nothing (docs/kernel.md#hostile-files).
+        last = max((c.id for c in ledger.cpu_map), default=MAX_CPU_ID) \
+            if ledger.numa_nodes is not None else MAX_CPU_ID
+        reading = self.cgroup.read(self._pod_refs(pod_list), last)
         if reading.off is not None:
             return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off,
                                 busy=self.busy)

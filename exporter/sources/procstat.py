@@ -18,6 +18,7 @@ from typing import Final
 
 from exporter.errors import SourceError
 from exporter.sources.kernel_files import read_kernel_file
+from reconciler.cpuset import parse_cpu_id
 
 OPERATIONS: Final = {"procstat": ("read",)}  # what a poll reads
 
@@ -28,6 +29,7 @@ MAX_PROC_STAT_BYTES = 4 << 20
 _BUSY = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal
 _IDLE = (3, 4)  # idle iowait
 _MIN_FIELDS = 4  # user nice system idle: every kernel has these
+_MAX_COUNTER_DIGITS = len(str(2**64 - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,14 @@ class ProcStat:
     busy: dict[int, int] = field(default_factory=dict)
     idle: dict[int, int] = field(default_factory=dict)
     malformed: int = 0  # cpuN lines that could not be read (skipped)
+
+
+def _counter(text: str) -> int:
+    """A kernel u64 counter: ASCII digits, at most 20 of them (checked before ``int()``,
+    which would take thousands of digits, or raise a bare error past 4300)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_COUNTER_DIGITS:
+        raise ValueError(text)
+    return int(text)
 
 
 def parse_proc_stat(text: str, user_hz: int) -> ProcStat:
@@ -53,16 +63,15 @@ def parse_proc_stat(text: str, user_hz: int) -> ProcStat:
         parts = line.split()
         ident = parts[0][3:]
         try:
-            if not (ident.isascii() and ident.isdigit()) or len(parts) - 1 < _MIN_FIELDS:
+            # A CPUSetError (a ValueError) for an id of any length; see reconciler/cpuset.py.
+            cpu = parse_cpu_id(ident)
+            if len(parts) - 1 < _MIN_FIELDS:
                 raise ValueError(line)
-            values = [int(v) for v in parts[1:11]]
-            if any(v < 0 for v in values):
-                raise ValueError(line)
+            values = [_counter(v) for v in parts[1:11]]
         except ValueError:
             malformed += 1
             continue
         values += [0] * (10 - len(values))
-        cpu = int(ident)
         if cpu in busy or cpu in twice:  # the same CPU twice: trust neither line
             malformed += 1 if cpu in twice else 2
             twice.add(cpu)
