@@ -120,15 +120,15 @@ class KernelObserver:
         """``pod_list`` and ``configz``: the parsed ``/pods`` and ``/configz`` bodies (``None``
         when not read); ``now``: a monotonic time in seconds."""
         errors: dict[tuple[str, str], str] = {}
-        usage = self._usage_poll(ledger, errors)
+        # Ids past the node's last CPU are refused before a set is built, where the node is
+        # known (a topology; without one the online CPUs are only inferred): a hostile
+        # "0-1048575" then costs nothing (docs/design.md#cpu-lists).
+        last = max((c.id for c in ledger.cpu_map), default=MAX_CPU_ID) \
+            if ledger.numa_nodes is not None else MAX_CPU_ID
+        usage = self._usage_poll(ledger, errors, last)
         if self.cgroup is None:
             return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset",
                                 busy=self.busy)
-        # Ids past the node's last CPU are refused before a set is built, where the node is
-        # known (a topology; without one the online CPUs are only inferred): a hostile
-        # "0-1048575" then costs nothing (docs/kernel.md#hostile-files).
-        last = max((c.id for c in ledger.cpu_map), default=MAX_CPU_ID) \
-            if ledger.numa_nodes is not None else MAX_CPU_ID
         reading = self.cgroup.read(self._pod_refs(pod_list), last)
         if reading.off is not None:
             return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off,
@@ -166,13 +166,13 @@ class KernelObserver:
         return self._refs
 
     def _usage_poll(self, ledger: Ledger, errors: dict[tuple[str, str], str],
-                    ) -> UsageCounters | None:
+                    max_cpu: int = MAX_CPU_ID) -> UsageCounters | None:
         """Attribute the interval since the last sample with the ledger in force since then,
         then remember this sample and this ledger for the next interval."""
         if not self.options.proc_root:
             return None
         try:
-            sample = read_proc_stat(self.options.proc_root, self.options.user_hz)
+            sample = read_proc_stat(self.options.proc_root, self.options.user_hz, max_cpu)
         except SourceError as exc:
             errors[(exc.source, exc.operation)] = str(exc)
             return self._usage  # the next good sample is compared with the last good one

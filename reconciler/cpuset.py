@@ -2,7 +2,7 @@
 
 Every text read from outside (cgroup files, configz, checkpoints, fixtures, flags) goes
 through ``parse_cpuset``, so it must cost time linear in the text and memory bounded by the
-CPUs it names, whatever the text holds (docs/design.md#hostile-input):
+CPUs it names, whatever the text holds (docs/design.md#cpu-lists):
 
 * a number is measured before ``int()`` sees it: past ``MAX_CPU_ID``'s digits it is refused
   (Python's ``int()`` itself raises a bare ``ValueError`` past 4300 digits);

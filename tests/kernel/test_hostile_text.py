@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,25 @@ def test_hostile_proc_stat_line_is_skipped(line: str) -> None:
     stat = parse_proc_stat(text, 100)
     assert stat.malformed >= 1
     assert 0 in stat.busy
+
+
+def test_proc_stat_ids_past_the_node_are_skipped() -> None:
+    text = "cpu0 1 0 1 10\ncpu7 1 0 1 10\ncpu8 1 0 1 10\ncpu1048576 1 0 1 10\n"
+    stat = parse_proc_stat(text, 100, max_cpu=7)
+    assert sorted(stat.busy) == [0, 7] and stat.malformed == 2
+
+
+def test_checkpoint_and_configz_ids_past_the_node_are_refused() -> None:
+    from exporter.sources.checkpoint import CheckpointError, parse_checkpoint
+    from reconciler.kube import SpecError, kubelet_config_from_json
+
+    body = {"policyName": "static", "defaultCpuSet": "0-7",
+            "entries": {"uid-1": {"app": "0-1048575"}}, "checksum": 1}
+    data = json.dumps(body).encode()
+    assert parse_checkpoint("cpu_manager_state", data).policy_name == "static"
+    with pytest.raises(CheckpointError, match="past the node's last CPU 7"):
+        parse_checkpoint("cpu_manager_state", data, max_cpu=7)
+    config = {"kubeletconfig": {"cpuManagerPolicy": "static", "reservedSystemCPUs": "0-9"}}
+    assert kubelet_config_from_json(config).reserved_system_cpus == frozenset(range(10))
+    with pytest.raises(SpecError, match="past the node's last CPU 7"):
+        kubelet_config_from_json(config, max_cpu=7)
