@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
-.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak clean
+.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -85,6 +85,12 @@ bench-quick: $(STAMP)
 # the same without history, SOAK_ARGS="--minutes 8" for a shorter run.
 soak: $(RUNTIME)
 	$(BIN)/python -m bench.soak --minutes 90 $(SOAK_ARGS)
+
+# The image's dependencies, pinned with their hashes (the Dockerfile installs from it with
+# --require-hashes): run after changing a dependency in pyproject.toml, and commit the file.
+lock: $(UV)
+	$(UV) pip compile pyproject.toml --extra postgres --generate-hashes --universal \
+	  --python-version 3.11 --quiet -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
