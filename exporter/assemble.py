@@ -15,6 +15,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from exporter.errors import SourceError
@@ -25,6 +26,7 @@ from exporter.sources.convert import allocatable_from_proto, pods_from_proto
 from exporter.sources.kubelet import parse_feature_metrics
 from exporter.sources.pod_list import each_pod_item
 from exporter.sources.podresources import decode_allocatable, decode_pods
+from reconciler.cpuset import MAX_CPU_ID
 from reconciler.kube import (
     KubeletConfig,
     PodSpec,
@@ -101,8 +103,8 @@ def _pod_specs(body: bytes) -> tuple[PodSpec, ...]:
     return pod_list_from_json(parse_json_object(body))
 
 
-def _config(body: bytes) -> KubeletConfig:
-    return kubelet_config_from_json(parse_json_object(body))
+def _config(body: bytes, max_cpu: int = MAX_CPU_ID) -> KubeletConfig:
+    return kubelet_config_from_json(parse_json_object(body), max_cpu=max_cpu)
 
 
 def kubelet_facts(raw: RawNode) -> dict[str, str]:
@@ -134,13 +136,17 @@ def parse_optional(raw: RawNode, *, checkpoints: bool = False) -> OptionalParts:
     """``checkpoints`` says whether the checkpoint source was configured (its facts are
     ``None`` otherwise)."""
     errors: dict[SourceKey, SourceError] = {}
+    # CPU ids past the node's last CPU are refused where the topology says which that is
+    # (docs/design.md#cpu-lists).
+    last = max(raw.topology.online, default=MAX_CPU_ID) if raw.topology else MAX_CPU_ID
     allocatable = _optional(raw.allocatable, decode_allocatable,
                             ("podresources", "GetAllocatableResources"), errors)
     specs = _optional(raw.pods, _pod_specs, ("kubelet", "pods"), errors)
-    config = _optional(raw.configz, _config, ("kubelet", "configz"), errors)
+    config = _optional(raw.configz, partial(_config, max_cpu=last), ("kubelet", "configz"),
+                       errors)
     facts = None
     if checkpoints:
-        facts, problems = checkpoint_facts(raw.checkpoints)
+        facts, problems = checkpoint_facts(raw.checkpoints, last)
         for problem in problems:
             errors[(problem.source, problem.operation)] = problem
     return OptionalParts(allocatable, specs, config, facts, errors)

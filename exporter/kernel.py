@@ -32,7 +32,7 @@ from exporter.sources.cgroup import (
 )
 from exporter.sources.kernel_files import read_kernel_file
 from exporter.sources.procstat import MAX_PROC_STAT_BYTES, ProcStat, read_proc_stat
-from reconciler.cpuset import format_cpuset
+from reconciler.cpuset import MAX_CPU_ID, format_cpuset
 from reconciler.enforcement import (
     Drift,
     DriftState,
@@ -146,11 +146,17 @@ class KernelObserver:
         when not read); ``now``: a monotonic time in seconds; ``refresh``: reads ``/pods``
         afresh when a container's cgroup is gone (a restart gives it a new id)."""
         errors: dict[tuple[str, str], str] = {}
-        usage = self._usage_poll(ledger, errors)
+        # Ids past the node's last CPU are refused before a set is built, where the node is
+        # known (a topology; without one the online CPUs are only inferred): a hostile
+        # "0-1048575" then costs nothing (docs/design.md#cpu-lists).
+        last = max((c.id for c in ledger.cpu_map), default=MAX_CPU_ID) \
+            if ledger.numa_nodes is not None else MAX_CPU_ID
+        usage = self._usage_poll(ledger, errors, last)
         if self.cgroup is None:
             return KernelReport(usage=usage, errors=errors, cgroup_off="--cgroup.root unset",
                                 busy=self.busy)
-        reading = self._cgroup_read(self.cgroup, self._pod_refs(pod_list), configz, refresh)
+        reading = self._cgroup_read(self.cgroup, self._pod_refs(pod_list), configz, refresh,
+                                     last)
         if reading.off is not None:
             self._gone = {}
             return KernelReport(usage=usage, errors=errors, cgroup_off=reading.off,
@@ -172,19 +178,19 @@ class KernelObserver:
                             pod_usage=reading.pod_usage)
 
     def _cgroup_read(self, source: CgroupSource, refs: tuple[PodRef, ...] | None,
-                     configz: Any, refresh: PodsRefresh | None) -> CgroupReading:
+                     configz: Any, refresh: PodsRefresh | None, max_cpu: int) -> CgroupReading:
         """One reading; when cgroups /pods names are gone and have not been missing for
         ``GONE_POLLS`` polls yet, ``/pods`` is read afresh and the cgroups again: a
         restarted container is found under its new id within the poll, and a stopped one
         (``waiting``) is no longer looked for."""
-        reading = source.read(refs, configz)
+        reading = source.read(refs, configz, max_cpu)
         if (refresh is not None and reading.gone
                 and any(self._gone.get(g.key, 0) < GONE_POLLS for g in reading.gone)):
             fresh = refresh()
             if fresh is not None:
                 log.debug("cgroups gone, /pods read again", extra={
                     "gone": len(reading.gone), "first": reading.gone[0].entry.message})
-                reading = source.read(fresh, configz)
+                reading = source.read(fresh, configz, max_cpu)
         return reading
 
     def _lasting_gone(self, reading: CgroupReading) -> tuple[EntryError, ...]:
@@ -214,13 +220,13 @@ class KernelObserver:
         return self._refs
 
     def _usage_poll(self, ledger: Ledger, errors: dict[tuple[str, str], str],
-                    ) -> UsageCounters | None:
+                    max_cpu: int = MAX_CPU_ID) -> UsageCounters | None:
         """Attribute the interval since the last sample with the ledger in force since then,
         then remember this sample and this ledger for the next interval."""
         if not self.options.proc_root:
             return None
         try:
-            sample = read_proc_stat(self.options.proc_root, self.options.user_hz)
+            sample = read_proc_stat(self.options.proc_root, self.options.user_hz, max_cpu)
         except SourceError as exc:
             errors[(exc.source, exc.operation)] = str(exc)
             return self._usage  # the next good sample is compared with the last good one

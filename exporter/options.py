@@ -146,8 +146,9 @@ class WebOptions(FlagGroup):
         "request, and a response may take to be read", metavar="DURATION",
         type=duration(0.1, _DAY)), 120.0)
     max_connections: int = option(Flag(
-        "--web.max-connections", "open connections beyond which new ones are closed at once",
-        metavar="N", type=positive_int), 128)
+        "--web.max-connections", "open connections at most: at the cap a new one replaces "
+        "the one waiting longest for its request (half-sent or idle), and is refused only "
+        "when every open one has a request in flight", metavar="N", type=positive_int), 128)
 
     def validate(self) -> None:
         self.bind()

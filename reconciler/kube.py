@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeGuard
 
-from reconciler.cpuset import CPUSetError, parse_cpuset
+from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
@@ -353,7 +353,7 @@ def _reserved_quantities(name: str, obj: object) -> tuple[tuple[str, str], ...]:
     return _pairs(obj)
 
 
-def _reserved_system_cpus(value: object) -> frozenset[int] | None:
+def _reserved_system_cpus(value: object, max_cpu: int) -> frozenset[int] | None:
     if value is None:
         return None
     if not isinstance(value, str):
@@ -361,14 +361,15 @@ def _reserved_system_cpus(value: object) -> frozenset[int] | None:
         raise SpecError(f"reservedSystemCPUs: expected a CPU list such as \"0-1\", "
                         f"got {value!r:.60}")
     try:
-        return parse_cpuset(value) or None
+        return parse_cpuset(value, max_cpu) or None
     except CPUSetError as exc:
         raise SpecError(f"reservedSystemCPUs: {exc}") from None
 
 
-def kubelet_config_from_json(obj: object) -> KubeletConfig:
+def kubelet_config_from_json(obj: object, *, max_cpu: int = MAX_CPU_ID) -> KubeletConfig:
     """The body of the kubelet's ``/configz`` (``{"kubeletconfig": {...}}``) or the bare
-    configuration object."""
+    configuration object; ``max_cpu``: the node's last CPU where it is known (reserved
+    CPUs past it are refused before a set is built)."""
     if not isinstance(obj, Mapping):
         raise SpecError("configz is not a JSON object")
     cfg = obj.get("kubeletconfig", obj)
@@ -388,7 +389,7 @@ def kubelet_config_from_json(obj: object) -> KubeletConfig:
         cpu_manager_policy=str(get("cpuManagerPolicy") or "none"),
         cpu_manager_policy_options=_pairs(get("cpuManagerPolicyOptions")),
         topology_manager_policy_options=_pairs(get("topologyManagerPolicyOptions")),
-        reserved_system_cpus=_reserved_system_cpus(get("reservedSystemCPUs")),
+        reserved_system_cpus=_reserved_system_cpus(get("reservedSystemCPUs"), max_cpu),
         memory_manager_policy=str(get("memoryManagerPolicy") or "None"),
         topology_manager_policy=str(get("topologyManagerPolicy") or "none"),
         topology_manager_scope=str(get("topologyManagerScope") or "container"),

@@ -6,10 +6,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from exporter.options import HistoryOptions, LogOptions, WebOptions
 
+if TYPE_CHECKING:
+    from exporter.history.store import HistoryStore
+
 HELP = "serve the read-only history API (/api/v1) over a history database"
+# A readiness check that takes longer counts as "database not answering": the kubelet's
+# probe times out at 5 s (deploy/), and a frozen database must not hold it that long.
+READY_TIMEOUT = 3.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +28,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     LogOptions.from_args(args).setup()
     return asyncio.run(serve_api(args))
+
+
+def add_probes(app: Any, store: HistoryStore) -> None:
+    """The probes Kubernetes asks (docs/deploy.md#probes), as ``serve`` answers them:
+    ``/healthz`` (the process answers; ``/-/healthy`` is its older name) and ``/readyz``
+    (the database answers a query within ``READY_TIMEOUT``). One check runs at a time: while
+    one is stuck on a frozen database, the next probes are answered "not ready" at once
+    instead of piling up threads."""
+    from aiohttp import web
+
+    running: list[asyncio.Future[Any]] = []
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if running and not running[0].done():
+            return web.Response(status=503, text="not ready: the history database has not "
+                                "answered the last check yet\n")
+        running[:] = [asyncio.ensure_future(asyncio.to_thread(store.revision))]
+        try:
+            await asyncio.wait_for(asyncio.shield(running[0]), READY_TIMEOUT)
+        except TimeoutError:
+            return web.Response(status=503, text=f"not ready: the history database did not "
+                                f"answer within {READY_TIMEOUT:g} s\n")
+        except Exception as exc:  # any driver error: said, not raised
+            from exporter.history.common import describe_error
+
+            return web.Response(status=503, text=f"not ready: history database: "
+                                f"{describe_error(exc)}\n")
+        return web.Response(text="ready\n")
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/-/healthy", healthz)
+    app.router.add_get("/readyz", readyz)
 
 
 async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = None,
@@ -41,10 +83,7 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
     app = web.Application(middlewares=[auth_middleware(config)])
     add_routes(app, store)
 
-    async def health(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
-
-    app.router.add_get("/-/healthy", health)
+    add_probes(app, store)
     try:
         listening = await start_site(app, host, port, ssl_context=config.ssl_context,
                                      address=web_options.listen_address,

@@ -24,6 +24,14 @@ HELP = "poll the kubelet, reconcile, and serve /metrics, the ledger API and hist
 
 log = logging.getLogger("podres.serve")
 
+# Stopping (SIGTERM) is bounded whatever the history database does (docs/history.md#outages):
+# pending history writes get HISTORY_FLUSH seconds, and a process still not gone
+# SHUTDOWN_BUDGET seconds after the signal (a thread stuck in a read from a frozen
+# database, which nothing can interrupt) exits there. Kubernetes kills at 30 s by default.
+HISTORY_FLUSH = 5.0
+SHUTDOWN_BUDGET = 8.0
+WEB_DRAIN = 2.0  # for requests in flight when stopping (a history query may be stuck)
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -54,7 +62,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = ServeOptions.from_args(args)
     LogOptions.from_args(args).setup()
-    return asyncio.run(run_service(options))
+    return asyncio.run(run_service(options, on_stop=exit_within(SHUTDOWN_BUDGET)))
+
+
+def exit_within(seconds: float) -> Callable[[], None]:
+    """A function that, called when stopping begins, makes sure the process is gone
+    ``seconds`` later: a daemon timer ends it then, saying what it was waiting for. For
+    the command only: a test running ``serve`` in its own process must not be ended."""
+    def arm() -> None:
+        import os
+        import threading
+
+        def give_up() -> None:
+            waiting = sorted(t.name for t in threading.enumerate()
+                             if t is not threading.current_thread() and t.is_alive())
+            log.warning("still stopping after %gs; exiting (threads waiting: %s)", seconds,
+                        ", ".join(waiting) or "none")
+            logging.shutdown()
+            os._exit(0)
+
+        timer = threading.Timer(seconds, give_up)
+        timer.daemon = True
+        timer.start()
+    return arm
 
 
 async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | None = None,
@@ -64,9 +94,10 @@ async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | N
 
 
 async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] | None = None,
-                      stop: asyncio.Event | None = None) -> int:
+                      stop: asyncio.Event | None = None,
+                      on_stop: Callable[[], None] | None = None) -> int:
     """Run until SIGINT/SIGTERM (or ``stop``); ``on_ready`` gets the base URL once
-    listening."""
+    listening, ``on_stop`` is called when stopping begins."""
     from exporter.commands._sources import source_options
     from exporter.kernel import KernelObserver, KernelOptions
     from exporter.reader import NodeReader
@@ -92,7 +123,8 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         kernel=KernelObserver(KernelOptions.from_flags(options.kernel)))
     app = build_app(exporter, web_config, _history_routes(history.reader if history else None))
     listening = await start_site(app, host, port, ssl_context=web_config.ssl_context,
-                                 address=options.web.listen_address, options=options.web)
+                                 address=options.web.listen_address, options=options.web,
+                                 shutdown_timeout=WEB_DRAIN)
     log.info("listening", extra={"url": listening.url, "socket": sources.socket})
     stop = stop or asyncio.Event()
     stop_on_signals(stop, on_hup=exporter.wake)
@@ -104,6 +136,8 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     try:
         await exporter.run(stop)
     finally:
+        if on_stop is not None:
+            on_stop()
         await listening.close()
         await reader.close()
         if history is not None:
@@ -136,7 +170,7 @@ class _History:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await self.writer.close()
+            await self.writer.close(HISTORY_FLUSH)
         for store in (self.store,) if self.reader is self.store else (self.store, self.reader):
             with contextlib.suppress(Exception):
                 store.close()

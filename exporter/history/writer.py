@@ -6,7 +6,12 @@ one and writes them in the background, in order, surviving database outages.
 - A converter task reduces each ledger to its :class:`~exporter.history.changes.State` and
   queues the change-set (nothing at all when the ledger did not change and no summary is due).
 - A flusher task writes queued change-sets in order, several per transaction, in a dedicated
-  thread; on failure it retries the same batch with exponential backoff.
+  thread; on failure it retries the same batch with exponential backoff, capped at
+  ``RETRY_MAX`` seconds so that writes resume within seconds of the database's return.
+- ``close`` is bounded: what cannot be written within its timeout (a database that does
+  not answer) is counted as dropped, and a write stuck in the database thread is left
+  behind, not waited for: that thread is a daemon, so it does not hold the process either
+  (docs/history.md#outages).
 - ``max_pending`` bounds the queue. Past the bound, change-sets are dropped and counted; once
   there is room again, one explicit gap row (its span and the dropped count) is written and
   the latest state is reconciled in full against the database, so history is never wrong,
@@ -23,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue
+import threading
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,13 +47,54 @@ log = logging.getLogger("podres.history")
 
 MAX_BATCH = 64  # change-sets per transaction when catching up
 RELEASE_AFTER_ROWS = 500
+# The longest pause between two attempts: the delay between the database's return and the
+# first write that succeeds (an outage measured 20 s of dropped writes with a 30 s cap).
+RETRY_MAX = 5.0
+
+
+class _DaemonExecutor(Executor):
+    """One daemon thread running what is submitted, in order. ``ThreadPoolExecutor``'s
+    threads are joined when the interpreter exits: one stuck in a read from a frozen
+    database would hold the process past its termination grace period."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+                                      | None] = queue.SimpleQueue()
+        self._name = name
+        self._thread: threading.Thread | None = None  # started by the first job
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to the waiter, as an executor does
+                    future.set_exception(exc)
+            del job, future, fn, args  # nothing of a finished job kept while waiting
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        assert not kwargs, "positional arguments only"
+        future: Future[Any] = Future()
+        self._jobs.put((future, fn, args))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+            self._thread.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self._thread is None:
+            return
+        self._jobs.put(None)
+        if wait:
+            self._thread.join()
 
 
 class HistoryWriter:
     def __init__(self, store: WritePath[Any], node: str, *, max_pending: int = 10000,
                  summary_interval: float = 60.0, retention: float = 30 * 86400,
                  prune_interval: float = 3600.0, retry_initial: float = 0.5,
-                 retry_max: float = 30.0) -> None:
+                 retry_max: float = RETRY_MAX) -> None:
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
         self.store = store
@@ -76,7 +125,8 @@ class HistoryWriter:
         self._pending_event = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="podres-history")
+        self._executor = _DaemonExecutor("podres-history")
+        self._writing: asyncio.Future[Any] | None = None  # the write in the thread, if any
         self._last_prune: float | None = None
         self._carry_gap: Gap | None = None
         self._busy = False  # the flusher is between taking a batch and finishing with it
@@ -119,11 +169,13 @@ class HistoryWriter:
         return True
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Flush what can be flushed within ``timeout`` and stop."""
+        """Flush what can be flushed within ``timeout`` and stop, within ``timeout`` (and a
+        little) whatever the database does."""
         if self._closed:
             return
         if self._tasks:
             await self.flush(timeout)
+        writing = self._writing
         self._closed = True
         self._stop.set()
         self._inbox_event.set()
@@ -137,9 +189,12 @@ class HistoryWriter:
         lost = len(self._pending)
         if lost:
             log.warning("history change-sets not written at shutdown",
-                        extra={"node": self.node, "lost": lost})
+                        extra={"node": self.node, "lost": lost, "error": self.last_error
+                               or ("the database did not answer within "
+                                   f"{timeout:g} s" if writing is not None else None)})
             self._dropped += lost
-        self._executor.shutdown(wait=True)
+        # A write still in the database thread is not waited for: that thread is a daemon.
+        self._executor.shutdown(wait=writing is None or writing.done())
 
     # -- conversion --------------------------------------------------------------------
 
@@ -249,11 +304,13 @@ class HistoryWriter:
             batch = [self._pending[i] for i in range(min(MAX_BATCH, len(self._pending)))]
             self._busy = True
             try:
-                rows = await loop.run_in_executor(
+                self._writing = loop.run_in_executor(
                     self._executor, self.store.write, self.node, self.writer_id, batch)
+                rows = await self._writing
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._writing = None
                 self._busy = False
                 self.last_error = describe_error(exc)
                 if not is_transient(exc) and not self._make_robust(batch, exc):
@@ -264,6 +321,7 @@ class HistoryWriter:
                     await asyncio.wait_for(self._stop.wait(), delay)
                 delay = min(delay * 2, self.retry_max)
                 continue
+            self._writing = None
             delay = self.retry_initial
             self.last_error = None
             self.rows_written_total += rows

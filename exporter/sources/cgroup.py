@@ -45,7 +45,7 @@ from exporter.sources.cgroup_layout import (
 )
 from exporter.sources.kernel_files import read_kernel_file
 from exporter.sources.pod_list import each_pod_item
-from reconciler.cpuset import CPUSetError, parse_cpuset
+from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
 from reconciler.enforcement import DEFAULT_RECONCILE_PERIOD, EnforcedCpusets
 
 log = logging.getLogger("podres.cgroup")
@@ -204,13 +204,14 @@ _CpusetCache = dict[bytes, frozenset[int]]
 _CACHE_LIMIT = 4096
 
 
-def _parse(data: bytes, cache: _CpusetCache) -> frozenset[int]:
+def _parse(data: bytes, cache: _CpusetCache, max_cpu: int = MAX_CPU_ID) -> frozenset[int]:
     """A cpuset file's content; identical texts (every node-shared container holds the
-    same) give the same set object, parsed once. Raises ``CPUSetError``."""
+    same) give the same set object, parsed once (the cache holds one ``max_cpu``'s).
+    Raises ``CPUSetError``, also for an id past ``max_cpu``, the node's last CPU."""
     cpus = cache.get(data)
     if cpus is None:
         try:
-            cpus = parse_cpuset(data.decode("ascii"))
+            cpus = parse_cpuset(data.decode("ascii"), max_cpu)
         except UnicodeDecodeError:
             raise CPUSetError("not ASCII text") from None
         if len(cache) >= _CACHE_LIMIT:
@@ -219,7 +220,8 @@ def _parse(data: bytes, cache: _CpusetCache) -> frozenset[int]:
     return cpus
 
 
-def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache) -> frozenset[int]:
+def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache,
+                 max_cpu: int = MAX_CPU_ID) -> frozenset[int]:
     """The first of ``names`` present in the cgroup ``path``. Raises ``OSError`` or
     ``CPUSetError``; ``FileNotFoundError`` when none of the files is there."""
     missing: FileNotFoundError | None = None
@@ -229,7 +231,7 @@ def _read_cpuset(path: str, names: Sequence[str], cache: _CpusetCache) -> frozen
         except FileNotFoundError as exc:
             missing = exc
             continue
-        cpus = _parse(data, cache)
+        cpus = _parse(data, cache, max_cpu)
         if not cpus:
             raise CPUSetError(f"{name}: empty")
         return cpus
@@ -311,9 +313,11 @@ def _usage_seconds(data: bytes, version: Version) -> float:
 class _PodReader:
     """Reads one poll's pods into the accumulators."""
 
-    def __init__(self, layout: CgroupLayout, cache: _CpusetCache) -> None:
+    def __init__(self, layout: CgroupLayout, cache: _CpusetCache,
+                 max_cpu: int = MAX_CPU_ID) -> None:
         self.layout = layout
         self.cache = cache
+        self.max_cpu = max_cpu
         self.names = _EFFECTIVE[layout.version]
         self.scopes = _CONTAINER_NAMES[layout.driver]
         self.every_scope = tuple(dict.fromkeys(n for names in self.scopes.values()
@@ -363,11 +367,11 @@ class _PodReader:
         for scope in names[:-1]:  # an unknown runtime: the first scope that is there
             path = f"{pod_dir}/{scope.format(c.id)}"
             try:
-                return path, _read_cpuset(path, self.names, self.cache)
+                return path, _read_cpuset(path, self.names, self.cache, self.max_cpu)
             except FileNotFoundError:
                 continue
         path = f"{pod_dir}/{names[-1].format(c.id)}"
-        return path, _read_cpuset(path, self.names, self.cache)
+        return path, _read_cpuset(path, self.names, self.cache, self.max_cpu)
 
     def _usage(self, path: str, namespace: str, pod: str, container: str | None,
                ) -> float | None:
@@ -397,7 +401,7 @@ class _PodReader:
         which v1 cannot express (its pod cpusets are always filled in)."""
         try:
             cpus = _parse(read_kernel_file(f"{pod_dir}/cpuset.cpus", MAX_CPUSET_BYTES),
-                          self.cache)
+                          self.cache, self.max_cpu)
         except FileNotFoundError:
             return
         except (OSError, CPUSetError) as exc:
@@ -409,14 +413,16 @@ class _PodReader:
 
 
 def read_enforced(layout: CgroupLayout, pods: Iterable[PodRef],
-                  cache: _CpusetCache | None = None) -> CgroupReading:
+                  cache: _CpusetCache | None = None, max_cpu: int = MAX_CPU_ID,
+                  ) -> CgroupReading:
     """The enforced cpuset and CPU usage of every running container of ``pods`` (and of
     each pod's cgroup), with an error entry for each one that could not be read and a
     ``Gone`` entry for each cgroup that is not there. ``cache`` (parsed cpuset texts) may
-    be kept from one poll to the next. Raises ``CgroupUnavailable`` when the pod cgroups
-    cannot be listed."""
+    be kept from one poll to the next, for one ``max_cpu`` (the node's last CPU: a cpuset
+    naming a CPU past it is an error entry). Raises ``CgroupUnavailable`` when the pod
+    cgroups cannot be listed."""
     dirs = _pod_dirs(layout)
-    reader = _PodReader(layout, {} if cache is None else cache)
+    reader = _PodReader(layout, {} if cache is None else cache, max_cpu)
     for ref in pods:
         reader.pod(ref, dirs.get(ref.uid))
     return CgroupReading(EnforcedCpusets(reader.containers, reader.pods),
@@ -481,17 +487,21 @@ class CgroupSource:
         self.kubelet_root = kubelet_root
         self._said: str | None = None
         self._cache: _CpusetCache = {}
+        self._max_cpu = MAX_CPU_ID
 
-    def read(self, pods: Sequence[PodRef] | None, configz: object = None) -> CgroupReading:
+    def read(self, pods: Sequence[PodRef] | None, configz: object = None,
+             max_cpu: int = MAX_CPU_ID) -> CgroupReading:
         """``configz``: the kubelet's parsed ``/configz``, for its ``cgroupRoot`` and
-        ``cgroupDriver`` (the flags, when set, win)."""
+        ``cgroupDriver`` (the flags, when set, win); ``max_cpu``: the node's last CPU."""
         if pods is None:
             return self._off("no pod list from the kubelet's /pods to match cgroups to "
                              "containers (set --kubelet.url)", "no_pod_list")
         try:
             layout = detect_layout(self.root, self.driver, kubelet_cgroups(
                 configz, self.kubelet_root, self.driver))
-            reading = read_enforced(layout, pods, self._cache)
+            if max_cpu != self._max_cpu:  # the cache holds sets checked against the old bound
+                self._cache, self._max_cpu = {}, max_cpu
+            reading = read_enforced(layout, pods, self._cache, max_cpu)
         except CgroupUnavailable as exc:
             return self._off(str(exc), exc.reason)
         self._said = None

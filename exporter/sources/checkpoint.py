@@ -16,12 +16,13 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes
-from reconciler.cpuset import CPUSetError, parse_cpuset
+from reconciler.cpuset import MAX_CPU_ID, CPUSetError, parse_cpuset
 from reconciler.snapshot import CheckpointFacts
 
 MAX_BYTES = 64 << 20
@@ -122,13 +123,13 @@ def _load(text: str, what: str) -> dict[str, Any]:
     return merged
 
 
-def _cpuset(value: object, where: str) -> frozenset[int]:
+def _cpuset(value: object, where: str, max_cpu: int = MAX_CPU_ID) -> frozenset[int]:
     if value is None:
         return frozenset()
     if not isinstance(value, str):
         raise CheckpointError(f"{where}: a cpuset must be a string")
     try:
-        return parse_cpuset(value)
+        return parse_cpuset(value, max_cpu)
     except (CPUSetError, ValueError) as exc:  # ValueError: an id past int's digit limit
         raise CheckpointError(f"{where}: {_reason(exc)}") from None
 
@@ -175,15 +176,18 @@ def _format(top: Mapping[str, Any], names: tuple[str, str, str]) -> str:
     return names[1] if "podentries" in top else names[0]
 
 
-def parse_cpu_checkpoint(text: str) -> CPUCheckpoint:
+def parse_cpu_checkpoint(text: str, max_cpu: int = MAX_CPU_ID) -> CPUCheckpoint:
+    """``max_cpu``: the node's last CPU where it is known; a cpuset naming one past it is
+    refused before any set is built (docs/design.md#cpu-lists)."""
     what = "cpu_manager_state"
     top = _load(text, what)
     if "policyname" not in top:
         raise CheckpointError(f"{what}: no policyName (not a CPU manager checkpoint)")
-    entries, pod_entries = _entry_tables(top, what, _cpuset, "cpuset")
+    entries, pod_entries = _entry_tables(top, what, partial(_cpuset, max_cpu=max_cpu),
+                                         "cpuset")
     fmt = _format(top, ("v2", "v3", "v4"))
     return CPUCheckpoint(fmt, str(top.get("policyname") or ""),
-                         _cpuset(top.get("defaultcpuset"), f"{what} defaultCpuSet"),
+                         _cpuset(top.get("defaultcpuset"), f"{what} defaultCpuSet", max_cpu),
                          entries, pod_entries)
 
 
@@ -206,7 +210,8 @@ def _blocks(value: object, where: str) -> tuple[MemoryEntry, ...]:
     return tuple(out)
 
 
-def parse_memory_checkpoint(text: str) -> MemoryCheckpoint:
+def parse_memory_checkpoint(text: str, max_cpu: int = MAX_CPU_ID) -> MemoryCheckpoint:
+    """``max_cpu`` is not used: memory blocks name NUMA nodes, not CPUs."""
     what = "memory_manager_state"
     top = _load(text, what)
     if "policyname" not in top:
@@ -219,23 +224,23 @@ def parse_memory_checkpoint(text: str) -> MemoryCheckpoint:
                             entries, pod_entries)
 
 
-PARSERS: dict[str, Callable[[str], Checkpoint]] = {
+PARSERS: dict[str, Callable[[str, int], Checkpoint]] = {
     "cpu_manager_state": parse_cpu_checkpoint,
     "memory_manager_state": parse_memory_checkpoint,
 }
 
 
-def parse_checkpoint(name: str, data: bytes) -> Checkpoint:
+def parse_checkpoint(name: str, data: bytes, max_cpu: int = MAX_CPU_ID) -> Checkpoint:
     """Parse the checkpoint file ``name`` from its bytes; ``CheckpointError`` when it is
-    not one of the known formats."""
+    not one of the known formats (or names a CPU past ``max_cpu``)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise CheckpointError(f"{name}: not UTF-8 text") from None
-    return PARSERS[name](text)
+    return PARSERS[name](text, max_cpu)
 
 
-def checkpoint_facts(files: Iterable[tuple[str, bytes]]
+def checkpoint_facts(files: Iterable[tuple[str, bytes]], max_cpu: int = MAX_CPU_ID,
                      ) -> tuple[CheckpointFacts, list[SourceError]]:
     """Formats and the downgrade trap of the files present, and an error for each file
     that cannot be parsed. An unparsable file has no format (the last good one would be a
@@ -245,7 +250,7 @@ def checkpoint_facts(files: Iterable[tuple[str, bytes]]
     errors: list[SourceError] = []
     for name, data in sorted(files):
         try:
-            parsed = parse_checkpoint(name, data)
+            parsed = parse_checkpoint(name, data, max_cpu)
         except CheckpointError as exc:
             errors.append(SourceError(SOURCE, "parse", str(exc)))
             continue

@@ -1,13 +1,22 @@
-"""Connection hygiene for every server the project runs: a cap on open connections, one
-deadline for the TLS handshake plus the request headers, an idle timeout between requests
-(which also bounds how long a response may take to be read), and a client's malformed
-request logged as one rate-limited line instead of an error with a traceback.
+"""Connection hygiene for every server the project runs: a cap on open connections that
+only requests in flight can fill, one deadline for the TLS handshake plus the request
+headers, an idle timeout between requests (which also bounds how long a response may take
+to be read), and a client's malformed request logged as one rate-limited line instead of
+an error with a traceback.
 
 aiohttp 3.x offers a keep-alive timeout but no header deadline and no connection cap, and
 asyncio allocates a 256 KiB read buffer for each TLS connection as soon as it is accepted.
-So connections are accepted here: beyond the cap they are closed before any TLS state
-exists; the others are handed to asyncio (``connect_accepted_socket``, with a handshake
-timeout) and to aiohttp's protocol behind a thin guard that owns the timers.
+So connections are accepted here, and handed to asyncio (``connect_accepted_socket``, with
+a handshake timeout) and to aiohttp's protocol behind a thin guard that owns the timers.
+
+At the cap, a new connection is not refused while some open connection is only *waiting*:
+in its TLS handshake, still sending its request headers, or idle between two requests. The
+one that has waited longest is closed to make room (``evicted``), so clients that open
+connections and send half a request, reconnecting when dropped, churn among themselves
+while a scraper or a probe, which sends its request at once, is answered: a cap on
+connections alone let 200 such clients lock every new connection out
+(docs/deploy.md#connection-limits).
+A connection is refused only when every open one has a request in flight.
 """
 
 from __future__ import annotations
@@ -66,28 +75,51 @@ class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 @dataclass
 class ConnectionStats:
-    """Counts a test or a benchmark can read: connections open now, refused at the cap,
-    and closed by a timeout."""
+    """Counts a test or a benchmark can read: connections open now, refused at the cap
+    (every open one had a request in flight), closed at the cap to make room for a new one
+    (waiting the longest), and closed by a timeout."""
 
     open: int = 0
     refused: int = 0
+    evicted: int = 0
     timed_out: int = 0
 
 
 class _Slot:
-    """One counted connection, released exactly once however it ends."""
+    """One counted connection, released exactly once however it ends. While it waits (TLS
+    handshake, request headers, idle between requests) it is in its listener's ``waiting``
+    list, oldest first, and may be evicted; ``abort`` closes it (set by its stage)."""
 
-    __slots__ = ("_held", "_stats")
+    __slots__ = ("_held", "_listener", "abort")
 
-    def __init__(self, stats: ConnectionStats) -> None:
-        self._stats = stats
+    def __init__(self, listener: Listener) -> None:
+        self._listener = listener
         self._held = True
-        stats.open += 1
+        self.abort: Callable[[], None] | None = None
+        listener.stats.open += 1
+        listener.waiting[self] = None
+
+    def wait(self, waiting: bool) -> None:
+        """A request started (False) or finished (True): it can be evicted again, as the
+        newest waiter."""
+        if not self._held:
+            return
+        self._listener.waiting.pop(self, None)
+        if waiting:
+            self._listener.waiting[self] = None
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._stats.open -= 1
+            self._listener.stats.open -= 1
+            self._listener.waiting.pop(self, None)
+
+    def evict(self) -> None:
+        abort, self.abort = self.abort, None
+        self.release()
+        self._listener.stats.evicted += 1
+        if abort is not None:
+            abort()
 
 
 class _Guard(asyncio.Protocol):
@@ -123,6 +155,7 @@ class _Guard(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._slot.abort = transport.abort
         self._listener.guards[self._inner] = self
         self._inner.connection_made(transport)
 
@@ -153,12 +186,14 @@ class _Guard(asyncio.Protocol):
 
     def request_started(self) -> None:
         self._busy = True
+        self._slot.wait(False)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def request_finished(self) -> None:
         self._busy = False
+        self._slot.wait(True)
         self._waiting_for_headers = False
         self._arm(asyncio.get_running_loop().time() + self._listener.options.idle_timeout)
 
@@ -176,6 +211,8 @@ class Listener:
     sockets: list[socket.socket] = field(default_factory=list)
     stats: ConnectionStats = field(default_factory=ConnectionStats)
     guards: dict[RequestHandler, _Guard] = field(default_factory=dict)
+    # Open connections with no request in flight, the one waiting longest first.
+    waiting: dict[_Slot, None] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -217,10 +254,11 @@ class Listener:
     def port(self) -> int:
         return int(self.sockets[0].getsockname()[1])
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -238,12 +276,28 @@ class Listener:
                 continue
             failing = False
             if self.stats.open >= self.options.max_connections:
-                self.stats.refused += 1
-                conn.close()
-                continue
-            self._spawn(self._serve(conn, _Slot(self.stats), loop.time()))
+                victim = next(iter(self.waiting), None)
+                if victim is None:  # every open connection has a request in flight
+                    self.stats.refused += 1
+                    conn.close()
+                    continue
+                victim.evict()
+            slot = _Slot(self)
+            started = [False]
+            task = self._spawn(self._serve(conn, slot, loop.time(), started))
 
-    async def _serve(self, conn: socket.socket, slot: _Slot, accepted_at: float) -> None:
+            def abort(task: asyncio.Task[None] = task, conn: socket.socket = conn,
+                      started: list[bool] = started) -> None:
+                # Cancelled in its handshake, asyncio closes the transport; cancelled before
+                # it ran at all, the socket is still only ours to close.
+                task.cancel()
+                if not started[0]:
+                    conn.close()
+            slot.abort = abort
+
+    async def _serve(self, conn: socket.socket, slot: _Slot, accepted_at: float,
+                     started: list[bool]) -> None:
+        started[0] = True
         loop = asyncio.get_running_loop()
         try:
             await loop.connect_accepted_socket(

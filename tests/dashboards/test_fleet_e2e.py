@@ -154,7 +154,9 @@ class Fleet:
 
 def _render_chart() -> tuple[dict[str, Any], dict[str, Any]]:
     chart = helm.Chart.load(str(CHART))
-    rendered = chart.render({}, name="podres-exporter", namespace="podres-system",
+    # As on a cluster serving monitoring.coreos.com/v1 (the SDK renders without one).
+    rendered = chart.render({"serviceMonitor": {"enabled": True}}, name="podres-exporter",
+                            namespace="podres-system",
                             is_install=True)
     objects = [d for path, text in rendered.items() if not path.endswith(".txt")
                for d in yaml.safe_load_all(text) if d]

@@ -69,7 +69,24 @@ def render(values: dict[str, Any] | None = None) -> dict[str, str]:
     return chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
 
 
-def rendered_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+# The chart renders the prometheus-operator objects where the cluster serves their API
+# ("auto"); the SDK renders without a cluster, so the tests that look at them say "true".
+OPERATOR_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+
+
+def with_operator(values: dict[str, Any] | None) -> dict[str, Any]:
+    """``values`` with the operator objects on, unless they say otherwise."""
+    merged = copy.deepcopy(values or {})
+    for name, on in OPERATOR_ON.items():
+        merged.setdefault(name, {}).setdefault("enabled", on["enabled"])
+    return merged
+
+
+def rendered_objects(values: dict[str, Any] | None = None, *,
+                     operator: bool = True) -> list[dict[str, Any]]:
+    """The chart's objects; ``operator``: as on a cluster with prometheus-operator."""
+    if operator:
+        values = with_operator(values)
     objects = []
     for path, text in sorted(render(values).items()):
         if path.endswith(".txt"):
@@ -195,6 +212,20 @@ def test_optional_objects_are_off_by_default() -> None:
     assert not [o for o in off if o["kind"] in CRD_KINDS]
 
 
+def test_default_install_needs_no_prometheus_operator() -> None:
+    """Defaults ("auto") on a cluster that does not serve monitoring.coreos.com/v1 (the
+    SDK renders with no API beyond the built-in ones): no object of a CRD kind, which
+    `helm install` would refuse; everything else as on a cluster with the operator."""
+    bare = rendered_objects(operator=False)
+    assert not [o for o in bare if o["kind"] in CRD_KINDS]
+    assert by_key(bare) == {k: o for k, o in by_key(rendered_objects()).items()
+                            if k[0] not in CRD_KINDS}
+    values = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    assert values["serviceMonitor"]["enabled"] == values["prometheusRule"]["enabled"] == "auto"
+    template = (CHART / "templates" / "_helpers.tpl").read_text(encoding="utf-8")
+    assert '.Capabilities.APIVersions.Has "monitoring.coreos.com/v1"' in template
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -265,9 +296,9 @@ def test_rendered_variations_are_valid_and_wired() -> None:
     ds = one(objects, "DaemonSet")
     validate_builtin(ds)
     container = ds["spec"]["template"]["spec"]["containers"][0]
-    assert not [a for a in container["args"] if a.startswith("--history.url")]
-    assert not [a for a in container["args"] if a.startswith("--kubelet.root-dir")]
-    assert "--kubelet.insecure-skip-verify" in container["args"]
+    settings = _settings(container)
+    assert "PODRES_KUBELET_ROOT_DIR" not in settings
+    assert settings["PODRES_KUBELET_INSECURE_SKIP_VERIFY"] == "true"
     env = {e["name"]: e for e in container["env"]}
     assert env["PODRES_HISTORY_URL"]["valueFrom"]["secretKeyRef"] == {"name": "podres-db",
                                                                        "key": "url"}
@@ -276,7 +307,7 @@ def test_rendered_variations_are_valid_and_wired() -> None:
     assert volumes["history"]["hostPath"]["type"] == "DirectoryOrCreate"
     # Kernel sources off: no host mount, and serve told so (not left reading its own /proc).
     assert "cgroup" not in volumes and "proc" not in volumes
-    assert {"--cgroup.root=", "--proc.root="} <= set(container["args"])
+    assert settings["PODRES_CGROUP_ROOT"] == settings["PODRES_PROC_ROOT"] == ""
 
 
 def test_yamllint_on_plain_and_rendered_output(tmp_path: Path) -> None:
@@ -399,30 +430,30 @@ def test_daemonset_mounts_the_pod_resources_directory(source: str, ds: dict[str,
     pr = volumes["pod-resources"]["hostPath"]
     assert pr == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"
-    args = pod["containers"][0]["args"]
-    assert "--podresources.socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
+    env = _settings(pod["containers"][0])
+    assert env["PODRES_PODRESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
     # /sys read-only; every host path mount is read-only.
     assert volumes["sys"]["hostPath"]["path"] == "/sys"
     for name, volume in volumes.items():
         if "hostPath" in volume:
             assert mounts[name].get("readOnly") is True, f"host path {name} must be read-only"
-    assert f"--sysfs={mounts['sys']['mountPath']}" in args
-    # The kernel sources (docs/kernel.md): the cgroup filesystem and procfs, read-only.
+    assert env["PODRES_SYSFS"] == mounts["sys"]["mountPath"]
+    # The kernel sources (docs/kernel.md): the cgroup filesystem read-only; /proc/stat from
+    # the container's own procfs (the host's counters), the host's /proc not mounted.
     assert volumes["cgroup"]["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
-    assert volumes["proc"]["hostPath"] == {"path": "/proc", "type": "Directory"}
-    assert f"--cgroup.root={mounts['cgroup']['mountPath']}" in args
-    assert f"--proc.root={mounts['proc']['mountPath']}" in args
+    assert env["PODRES_CGROUP_ROOT"] == mounts["cgroup"]["mountPath"]
+    assert "proc" not in volumes and env["PODRES_PROC_ROOT"] == "/proc"
     # The history store is writable (the root filesystem is not).
     assert "emptyDir" in volumes["history"]
     assert not mounts["history"].get("readOnly")
-    assert "--history.url=sqlite:////var/lib/podres-exporter/history.db" in args
+    assert env["PODRES_HISTORY_URL"] == "sqlite:////var/lib/podres-exporter/history.db"
     assert mounts["history"]["mountPath"] == "/var/lib/podres-exporter"
 
 
 # What the default install may read on the host: the PodResources socket's directory and the
 # read-only system trees the topology and kernel readings come from. Not the kubelet root:
 # it holds every pod's Secret, projected and service-account-token volumes.
-DEFAULT_HOST_PATHS = {"/var/lib/kubelet/pod-resources", "/sys", "/sys/fs/cgroup", "/proc"}
+DEFAULT_HOST_PATHS = {"/var/lib/kubelet/pod-resources", "/sys", "/sys/fs/cgroup"}
 
 
 @pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
@@ -439,7 +470,8 @@ def test_default_install_mounts_nothing_beyond_what_it_reads(source: str,
     # Nothing else reaches the host either: every other volume is the pod's own.
     for volume in pod["volumes"]:
         assert set(volume) - {"name"} <= {"hostPath", "emptyDir"}, volume
-    assert not [a for a in pod["containers"][0]["args"] if a.startswith("--kubelet.root-dir")]
+    assert "PODRES_KUBELET_ROOT_DIR" not in _settings(pod["containers"][0])
+    assert not pod["containers"][0].get("args")
 
 
 def json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
@@ -469,8 +501,8 @@ def test_checkpoint_patch_is_the_charts_opt_in() -> None:
     mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert volumes["kubelet-root"]["hostPath"]["path"] == "/var/lib/kubelet"
     assert mounts["kubelet-root"]["readOnly"] is True
-    assert (f"--kubelet.root-dir={mounts['kubelet-root']['mountPath']}"
-            in pod["containers"][0]["args"])
+    assert (_settings(pod["containers"][0])["PODRES_KUBELET_ROOT_DIR"]
+            == mounts["kubelet-root"]["mountPath"])
 
 
 @pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
@@ -484,9 +516,12 @@ def test_daemonset_probes_ports_and_downward_api(source: str, ds: dict[str, Any]
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert env["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
     assert env["PODRES_NODE_NAME"]["value"] == "$(NODE_NAME)"
-    # $(HOST_IP) in args is expanded by the kubelet only if HOST_IP is defined in env.
-    assert "--kubelet.url=https://$(HOST_IP):10250" in container["args"]
-    assert "--web.listen-address=:9847" in container["args"]
+    # $(HOST_IP) is expanded by the kubelet only if HOST_IP is defined earlier in env.
+    names = [e["name"] for e in container["env"]]
+    assert env["PODRES_KUBELET_URL"]["value"] == "https://$(HOST_IP):10250"
+    assert names.index("HOST_IP") < names.index("PODRES_KUBELET_URL")
+    assert names.index("NODE_NAME") < names.index("PODRES_NODE_NAME")
+    assert env["PODRES_WEB_LISTEN_ADDRESS"]["value"] == ":9847"
 
 
 def test_rbac_is_least_privilege() -> None:
@@ -567,6 +602,11 @@ def _env_flags(command: str) -> set[str]:
             if opt.startswith("--")}
 
 
+def _settings(container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment variables that have a plain value."""
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+
+
 def _expand(arg: str) -> str:
     # What the kubelet does with $(VAR) references to the container's env.
     return arg.replace("$(HOST_IP)", "10.0.0.7").replace("$(NODE_NAME)", "worker-7")
@@ -575,19 +615,24 @@ def _expand(arg: str) -> str:
 @pytest.mark.parametrize("values", [{}, {"kubelet": {"insecureSkipVerify": True},
                                          "extraArgs": ["--no-collector.pods"]}],
                          ids=["defaults", "options"])
-def test_daemonset_args_and_env_are_flags_of_serve(values: dict[str, Any]) -> None:
-    """The DaemonSet's command line parses with the real CLI, and every PODRES_* variable
-    it sets belongs to a serve flag: a renamed flag breaks this test, not a rollout."""
-    parser, _ = _command_parser("serve")
+def test_daemonset_args_and_env_are_flags_of_serve(values: dict[str, Any],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DaemonSet's settings parse with the real CLI, read from the environment as the
+    container gets it, and every PODRES_* variable it sets belongs to a serve flag: a
+    renamed flag breaks this test, not a rollout."""
     for ds in (one(plain_objects(), "DaemonSet"), one(rendered_objects(values), "DaemonSet")):
         (container,) = ds["spec"]["template"]["spec"]["containers"]
-        ns = parser.parse_args(["serve", *map(_expand, container["args"])])
+        with monkeypatch.context() as env:
+            for name, value in _settings(container).items():
+                env.setenv(name, _expand(value))
+            parser, _ = _command_parser("serve")  # flags read their variables when added
+            ns = parser.parse_args(["serve", *map(_expand, container.get("args", []))])
         options = vars(ns)
         assert options["podresources.socket"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
         assert options["kubelet.url"] == "https://10.0.0.7:10250"
         assert options["sysfs"] == "/host/sys"
         assert (options["cgroup.root"], options["proc.root"]) == \
-            ("/host/sys/fs/cgroup", "/host/proc")
+            ("/host/sys/fs/cgroup", "/proc")
         flags = _env_flags("serve")
         for env in container["env"]:
             if env["name"].startswith("PODRES_"):

@@ -286,27 +286,58 @@ async def test_kept_alive_connection_is_closed_when_idle(
     assert listening.connections.timed_out == 1
 
 
-async def test_connections_beyond_the_cap_are_closed_at_once(
+async def test_at_the_cap_the_longest_waiting_connection_makes_room(
         serve: Serve, tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
     server_ssl, client_ssl = tls
     cap = WebOptions(read_header_timeout=60.0, idle_timeout=60.0, max_connections=5)
     listening = await serve(WebConfig(ssl_context=server_ssl), cap)
-    held = [await asyncio.open_connection("127.0.0.1", listening.port) for _ in range(5)]
-    while listening.connections.open < 5:  # the accept loop has taken all five
-        await asyncio.sleep(0.01)
-    reader, writer = await asyncio.open_connection("127.0.0.1", listening.port)
-    assert await closed_by_server(reader)
-    writer.close()
-    assert listening.connections.refused == 1
-    # A freed slot is served again.
-    held.pop()[1].close()
-    while listening.connections.open > 4:
-        await asyncio.sleep(0.01)
+    held = []
+    for _ in range(5):  # five clients that never even start their TLS handshake
+        held.append(await asyncio.open_connection("127.0.0.1", listening.port))
+        while listening.connections.open < len(held):  # accepted in this order
+            await asyncio.sleep(0.01)
     async with aiohttp.ClientSession() as session, \
             session.get(listening.url + "/metrics", ssl=client_ssl) as response:
         assert response.status == 200
+    assert listening.connections.refused == 0
+    assert listening.connections.evicted == 1
+    assert await closed_by_server(held[0][0])  # the oldest waiter made room
     for _, w in held:
         w.close()
+
+
+async def test_at_the_cap_with_every_request_in_flight_a_new_connection_is_refused(
+        serve: Serve) -> None:
+    release = asyncio.Event()
+    started = 0
+
+    async def slow(_: web.Request) -> web.Response:
+        nonlocal started
+        started += 1
+        await release.wait()
+        return web.Response(text="done\n")
+
+    cap = WebOptions(read_header_timeout=60.0, idle_timeout=60.0, max_connections=3)
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    listening = await start_site(app, "127.0.0.1", 0, shutdown_timeout=1.0, options=cap)
+    try:
+        async with aiohttp.ClientSession() as session:
+            busy = [asyncio.ensure_future(session.get(listening.url + "/slow"))
+                    for _ in range(3)]
+            while started < 3:
+                await asyncio.sleep(0.01)
+            reader, writer = await asyncio.open_connection("127.0.0.1", listening.port)
+            assert await closed_by_server(reader)
+            writer.close()
+            assert listening.connections.refused == 1
+            assert listening.connections.evicted == 0
+            release.set()
+            for response in await asyncio.gather(*busy):
+                assert response.status == 200  # requests in flight are never cut
+                response.release()
+    finally:
+        await listening.close()
 
 
 async def test_patient_limits_leave_a_slow_but_honest_client_alone(

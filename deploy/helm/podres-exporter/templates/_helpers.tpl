@@ -47,3 +47,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "podres-exporter.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/* Whether a prometheus-operator object is rendered: enabled "auto" (the default) renders
+     it only where the cluster serves monitoring.coreos.com/v1, so that a default install
+     works without prometheus-operator; true always, false never (docs/deploy.md). */}}
+{{- define "podres-exporter.operatorObject" -}}
+{{- $enabled := .enabled }}
+{{- if eq (toString $enabled) "auto" }}
+{{- if .root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- else if $enabled }}true{{ end }}
+{{- end }}

@@ -1,0 +1,110 @@
+"""The connection-exhaustion attack of issue 25, on loopback: 200 clients that each open a
+connection, send half a request (or, on TLS, nothing at all) and reconnect as soon as they
+are dropped, against the real ``start_site`` with the default limits (128 connections). A
+cap on connections alone locked every new one out (0 of 58 scrapes, 0 of 19 probes); with
+waiting connections evicted oldest first, every scrape and probe is answered.
+
+Bounded in count: the attackers run while a fixed number of scrapes and probes are made;
+nothing asserts a duration (each request has the usual client timeout, as a scraper does)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from exporter.options import WebOptions
+from exporter.tlsutil import write_self_signed
+from exporter.web.lifecycle import start_site
+
+ATTACKERS = 200
+SCRAPES = 30
+PROBES = 15
+HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: victim\r\nUser-Agent: slow"
+
+
+async def ok(_: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def attacker(port: int, tls: bool, stop: asyncio.Event, seen: Counter[str]) -> None:
+    """Connect, send half a request (plain) or nothing (TLS: no handshake), wait to be
+    dropped, reconnect at once."""
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            seen["connect failed"] += 1
+            await asyncio.sleep(0.01)
+            continue
+        seen["connected"] += 1
+        try:
+            if not tls:
+                writer.write(HALF_REQUEST)
+            stopping = asyncio.ensure_future(stop.wait())
+            dropped = asyncio.ensure_future(reader.read())
+            await asyncio.wait({stopping, dropped}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            dropped.cancel()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_half_sent_requests_do_not_lock_out_scrapes_and_probes(
+        tls: bool, short_tmp: Path) -> None:
+    server_ssl = client_ssl = None
+    if tls:
+        cert, key = write_self_signed(short_tmp)
+        server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_ssl.load_cert_chain(cert, key)
+        client_ssl = ssl.create_default_context(cafile=str(cert))
+    options = WebOptions()  # the defaults serve runs with
+    assert options.max_connections < ATTACKERS
+    app = web.Application()
+    app.router.add_get("/metrics", ok)
+    app.router.add_get("/healthz", ok)
+    listening = await start_site(app, "127.0.0.1", 0, ssl_context=server_ssl,
+                                 shutdown_timeout=1.0, options=options)
+    stop = asyncio.Event()
+    seen: Counter[str] = Counter()
+    attackers = [asyncio.ensure_future(attacker(listening.port, tls, stop, seen))
+                 for _ in range(ATTACKERS)]
+    answers: Counter[str] = Counter()
+    try:
+        while listening.connections.open < options.max_connections:  # the cap is full
+            await asyncio.sleep(0.05)
+        # Each request on a new connection, as a probe (and a scraper after an error) makes.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
+            for i in range(SCRAPES + PROBES):
+                path = "/metrics" if i % 3 else "/healthz"
+                kind = "scrape" if path == "/metrics" else "probe"
+                try:
+                    async with session.get(listening.url + path, ssl=client_ssl) as resp:
+                        await resp.read()
+                        answers[f"{kind} {resp.status}"] += 1
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    answers[f"{kind} {type(exc).__name__}"] += 1
+    finally:
+        stop.set()
+        await asyncio.gather(*attackers, return_exceptions=True)
+        await listening.close()
+    stats = listening.connections
+    assert answers == {"scrape 200": SCRAPES, "probe 200": PROBES}, (answers, stats, seen)
+    # The attack was on: the cap stayed full and waiting connections were pushed out.
+    assert seen["connected"] > ATTACKERS
+    assert stats.evicted >= seen["connected"] - options.max_connections - stats.timed_out \
+        - SCRAPES - PROBES
+    assert stats.refused == 0
