@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from reconciler.allocator.live import LiveNode
 
 HELP = "model pod budgets from manifests: legacy vs pod-level CPUs, admission, placement"
+# The exit status of --fail-on-refusal: 2 is a usage or input error in every command, so a
+# refusal gets a status of its own (docs/plan.md#exit-status).
+REFUSED_EXIT = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_flag(parser)
     add_flag(parser, "--suggest", action="store_true", default=False,
              help="propose a pod-level budget for templates that have none")
+    add_flag(parser, "--fail-on-refusal", action="store_true", default=False,
+             help=f"exit with status {REFUSED_EXIT} when the kubelet would refuse a pod, after "
+             "printing the plan (a gate for CI); without it plan exits 0 whatever the "
+             "verdicts")
     add_flag(parser, "--node", nargs="?", const="", default=None, metavar="NAME",
              help="place the pods on a live node as it stands now (its free CPUs and "
              "memory, its kubelet configuration when /configz is read), read through the "
@@ -202,9 +209,16 @@ def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
 
     snapshot, ledger = _read_node(args)
     try:
-        return live_node(snapshot, ledger, live_config(snapshot, fallback)), ledger.node_name
+        live = live_node(snapshot, ledger, live_config(snapshot, fallback))
     except (LiveNodeError, ModelError) as exc:
         raise UserError(f"--node: {exc}") from None
+    # `--node NAME` names the node, whatever the sources call it (--node-name, /pods).
+    return live, args.node or ledger.node_name
+
+
+def refused(plans: list[Any]) -> list[str]:
+    """``namespace/name`` of every template whose pod the kubelet would refuse."""
+    return [f"{p.template.namespace}/{p.template.name}" for p in plans if not p.admitted]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -244,6 +258,11 @@ def run(args: argparse.Namespace) -> int:
         if live is not None:
             print(_node_line(live, name))
         print(render_table(plans, with_topology=with_topology, with_suggestion=args.suggest))
+    if args.fail_on_refusal:
+        names = refused(plans)
+        if names:
+            print(f"podres-exporter plan: refused: {', '.join(names)}", file=sys.stderr)
+            return REFUSED_EXIT
     return 0
 
 
