@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.errors import UserError
 from exporter.flags import add_flag
 from exporter.options import ModelOptions, SourcesOptions, add_output_flag
+from exporter.render import COSTS_MORE, reclaimed_cell
 
 if TYPE_CHECKING:
     from reconciler.allocator.live import LiveNode
@@ -127,7 +128,8 @@ def _pod_row(p: Any, with_topology: bool) -> list[str]:
     t = p.template
     row = [t.kind, f"{t.namespace}/{t.name}", p.qos,
            "-" if p.budget_cpus is None else str(p.budget_cpus), str(p.legacy_cpus),
-           str(p.pod_level_cpus), str(p.reclaimed_cpus), _yes(p.admitted)]
+           str(p.pod_level_cpus), reclaimed_cell(p.reclaimed_cpus) if p.admitted else "-",
+           _yes(p.admitted)]
     if with_topology:
         row += [_fmt_cpus(p.cpus) or "-",
                 ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-"]
@@ -173,6 +175,8 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
     if with_topology:
         head += ["CPUS", "NUMA"]
     lines = _table([[*head, "REASON"], *(_pod_row(p, with_topology) for p in plans)])
+    if any(p.admitted and p.reclaimed_cpus < 0 for p in plans):
+        lines.append(COSTS_MORE)
     for p in plans:
         t = p.template
         lines += ["", f"{t.kind} {t.namespace}/{t.name}:"]
@@ -180,7 +184,8 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
         if with_suggestion:
             lines += _suggestion_lines(p)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
-    lines += ["", f"total reclaimed CPUs (one pod per template): {total}"]
+    lines += ["", f"total reclaimed CPUs (admitted pods, one per template, net): "
+              f"{reclaimed_cell(total)}"]
     return "\n".join(lines)
 
 
@@ -232,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
     on_node = args.node is not None
     if args.from_dir and not on_node:
         raise UserError("--from DIR reads a node: it goes with --node")
+    if args.from_dir:
+        from exporter.commands._sources import refuse_ignored_with_from
+
+        refuse_ignored_with_from(args, keep=("node_name",))
     options = ModelOptions.from_args(args)
     if on_node and options.shape:
         raise UserError("--node places pods on the node as read: --topology.shape does not "
