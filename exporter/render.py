@@ -71,32 +71,12 @@ def _kubelet_value(value: object) -> object:
 
 
 def render_ledger(ledger: Ledger) -> str:
-    out: list[str] = []
     name = ledger.node_name or "(unnamed node)"
     numa = f", {ledger.numa_nodes} NUMA nodes" if ledger.numa_nodes else ""
-    out.append(f"Node {name}: {ledger.online_cpus} online CPUs{numa}")
-    for key, value in ledger.kubelet:
-        if value not in ("", None):
-            out.append(f"  {_KUBELET_LABELS.get(key, key)}: {_kubelet_value(value)}")
-    out.append("")
-    headers = ["numa", *CPU_POOLS]
-    rows: list[list[object]] = [["all", *ledger.cpu_pools.to_json().values()]]
-    rows += [[n, *p.to_json().values()] for n, p in ledger.cpu_pools_by_numa]
-    out += ["CPU pools", table(headers, rows), ""]
-    if ledger.memory_pools:
-        out += ["Memory pools",
-                table(["type", "node_exclusive", "pod_exclusive", "pod_shared"],
-                      [[t, *map(human_bytes, sizes)] for t, sizes in ledger.memory_pools]),
-                ""]
-    out += ["Pods", table(
-        ["namespace", "pod", "cpus", "budget", "pod_excl", "pod_shared", "pod_idle",
-         "node_excl", "reclaimed", "reclaimable", "basis"],
-        [[p.namespace, p.name, format_cpuset(p.cpus) or "-", p.budget_cpus,
-          p.pod_exclusive_cpus, p.pod_shared_cpus, p.pod_idle_cpus, p.node_exclusive_cpus,
-          reclaimed_cell(p.reclaimed_cpus), p.reclaimable_cpus, p.estimate_basis]
-         for p in ledger.pods]), ""]
-    if any((p.reclaimed_cpus or 0) < 0 for p in ledger.pods):
-        out[-1:] = [COSTS_MORE, ""]
+    out = [f"Node {name}: {ledger.online_cpus} online CPUs{numa}"]
+    out += [f"  {_KUBELET_LABELS.get(key, key)}: {_kubelet_value(value)}"
+            for key, value in ledger.kubelet if value not in ("", None)]
+    out += ["", *_pools(ledger), *_pods(ledger)]
     out += ["Containers", table(
         ["namespace", "pod", "container", "sidecar", "assignment", "memory", "cpus", "n"],
         [[c.namespace, c.pod, c.name, "yes" if c.sidecar else "", c.assignment,
@@ -104,17 +84,46 @@ def render_ledger(ledger: Ledger) -> str:
          for c in ledger.containers]), ""]
     out.append(f"Reclaimed cores (net): {reclaimed_cell(ledger.reclaimed_cpus)}    "
                f"Reclaimable cores: {ledger.reclaimable_cpus}")
+    out += _anomalies(ledger)
+    return "\n".join(out) + "\n"
+
+
+def _pools(ledger: Ledger) -> list[str]:
+    rows: list[list[object]] = [["all", *ledger.cpu_pools.to_json().values()]]
+    rows += [[n, *p.to_json().values()] for n, p in ledger.cpu_pools_by_numa]
+    out = ["CPU pools", table(["numa", *CPU_POOLS], rows), ""]
+    if ledger.memory_pools:
+        out += ["Memory pools",
+                table(["type", "node_exclusive", "pod_exclusive", "pod_shared"],
+                      [[t, *map(human_bytes, sizes)] for t, sizes in ledger.memory_pools]),
+                ""]
+    return out
+
+
+def _pods(ledger: Ledger) -> list[str]:
+    out = ["Pods", table(
+        ["namespace", "pod", "cpus", "budget", "pod_excl", "pod_shared", "pod_idle",
+         "node_excl", "reclaimed", "reclaimable", "basis"],
+        [[p.namespace, p.name, format_cpuset(p.cpus) or "-", p.budget_cpus,
+          p.pod_exclusive_cpus, p.pod_shared_cpus, p.pod_idle_cpus, p.node_exclusive_cpus,
+          reclaimed_cell(p.reclaimed_cpus), p.reclaimable_cpus, p.estimate_basis]
+         for p in ledger.pods])]
+    if any((p.reclaimed_cpus or 0) < 0 for p in ledger.pods):
+        out.append(COSTS_MORE)
+    return [*out, ""]
+
+
+def _anomalies(ledger: Ledger) -> list[str]:
+    """The errors, then the informational kinds apart (docs/design.md#anomalies)."""
     errors = [a for a in ledger.anomalies if a.kind not in INFORMATIONAL_KINDS]
     notes = [a for a in ledger.anomalies if a.kind in INFORMATIONAL_KINDS]
     headers = ["kind", "namespace", "pod", "container", "detail"]
-    if errors:
-        out += ["", "Anomalies", table(
-            headers, [[a.kind, a.namespace, a.pod, a.container, a.detail] for a in errors])]
-    else:
-        out.append("Anomalies: none")
+    out = ["", "Anomalies", table(
+        headers, [[a.kind, a.namespace, a.pod, a.container, a.detail] for a in errors])] \
+        if errors else ["Anomalies: none"]
     if notes:
         out += ["", "Notes (reported as anomalies of an informational kind, not errors: "
                 "docs/design.md#anomalies)", table(
                     headers, [[a.kind, a.namespace, a.pod, a.container, a.detail]
                               for a in notes])]
-    return "\n".join(out) + "\n"
+    return out
