@@ -82,13 +82,21 @@ class Layout:
 
 
 # Exclusive CPUs of a pod busy under 10 % of the time over an hour (docs/kernel.md).
+# Exclusive CPUs a pod kept under 10 % busy for the whole last hour. The busy fraction is a
+# short rate (one $__rate_interval), its worst case over the hour a subquery; a pod must have
+# held the CPUs an hour ago too. A plain rate(...[1h]) divides what a pod younger than an hour
+# used by the whole hour, so every young pod looked idle (issue 25, docs/dashboards.md).
+_STRANDED_BY = "cluster, node, namespace, pod, pool"
+_STRANDED_SEL = '{{{sel}, pool=~"pod_exclusive|node_exclusive"}}'
 STRANDED = (
-    'sum by (cluster, node, namespace, pod, pool) (rate(podres_pod_cpu_busy_seconds_total{{{sel}, '
-    'pool=~"pod_exclusive|node_exclusive"}}[1h]))\n'
-    "/ on (cluster, node, namespace, pod, pool)\n"
-    "(sum by (cluster, node, namespace, pod, pool) (podres_pod_cpus{{{sel}, "
-    'pool=~"pod_exclusive|node_exclusive"}}) > 0)\n'
-    "< 0.1")
+    "max_over_time((\n"
+    f"  sum by ({_STRANDED_BY}) (rate(podres_pod_cpu_busy_seconds_total{_STRANDED_SEL}"
+    "[$__rate_interval]))\n"
+    f"  / on ({_STRANDED_BY})\n"
+    f"  (sum by ({_STRANDED_BY}) (podres_pod_cpus{_STRANDED_SEL}) > 0)\n"
+    ")[1h:1m]) < 0.1\n"
+    f"and on ({_STRANDED_BY})\n"
+    f"sum by ({_STRANDED_BY}) (podres_pod_cpus{_STRANDED_SEL} offset 1h)")
 
 
 def prom_target(expr: str, ref: str = "A", legend: str = "", *, instant: bool = False,
@@ -441,9 +449,11 @@ def node_dashboard() -> dict[str, Any]:
         overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=N), instant=True, table=True)],
-        description="Exclusive cores whose pod kept them under 10 % busy over the last "
-                    "hour: capacity pinned and unused (docs/kernel.md).",
-        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        description="Exclusive cores whose pod kept them under 10 % busy throughout the "
+                    "last hour (every short-window busy fraction), held for at least that "
+                    "hour: capacity pinned and unused (docs/kernel.md). Pods younger than "
+                    "an hour are not judged.",
+        transformations=[organize(["Time"], {"Value": "busiest in the hour"})],
         unit="percentunit"), 12, 9)
 
     lay.row("Kubelet and exporter")
@@ -630,9 +640,9 @@ def fleet_dashboard() -> dict[str, Any]:
         description="Busy fraction of the pod shared pools of each node."), 8, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=F), instant=True, table=True)],
-        description="Exclusive cores whose pod kept them under 10 % busy over the last "
-                    "hour, on every node.",
-        transformations=[organize(["Time"], {"Value": "busy fraction (1h)"})],
+        description="Exclusive cores whose pod kept them under 10 % busy throughout the "
+                    "last hour, held for at least that hour, on every node.",
+        transformations=[organize(["Time"], {"Value": "busiest in the hour"})],
         unit="percentunit"), 8, 9)
 
     lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")
@@ -662,10 +672,17 @@ def fleet_dashboard() -> dict[str, Any]:
                     f"[$__rate_interval]))", ref="C",
                     legend="topology admission {{cluster}} {{node}}")], unit="ops"), 12, 8)
     lay.add(node_table("Exporters down", [prom_target(
-        f"max by (cluster, node, instance, __name__) (up{{{F}}} == 0 or podres_up{{{F}}} == 0)",
+        "max by (cluster, node, instance, __name__) (\n"
+        f"  (up{{{F}}} == 0\n"
+        "   and on (cluster, job)\n"
+        f"   group by (cluster, job) (present_over_time(podres_up{{{F}}}[$__range])))\n"
+        f"  or podres_up{{{F}}} == 0)",
         instant=True, table=True)], {"__name__": "metric"}, exclude=("Time", "Value"),
-        description="Scrape failures (up == 0) or a failing PodResources source "
-                    "(podres_up == 0)."), 12, 8)
+        # $job "All" is any job: `up` is kept to the jobs that served podres series in the
+        # dashboard's range, as the job variable's own values are.
+        description="Scrape failures (up == 0) of this exporter's jobs (those that served "
+                    "podres_up in the dashboard's time range) or a failing PodResources "
+                    "source (podres_up == 0)."), 12, 8)
 
     variables = [
         datasource_var("prometheus"),
