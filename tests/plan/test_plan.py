@@ -42,7 +42,7 @@ def test_motivating_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_motivating_example_placement(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--topology", "1x8x1",
+    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--topology.shape", "1x8x1",
                    "--reserved", "0")
     (pod,) = report["pods"]
     assert pod["cpus"] == "1-3"
@@ -102,7 +102,7 @@ def test_container_scope(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_topology_rejections(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"), "--topology", "2x4x1",
+    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"), "--topology.shape", "2x4x1",
                    "--reserved", "0")
     by = {p["name"]: p for p in report["pods"]}
     assert by["db"]["admitted"] is False
@@ -207,7 +207,7 @@ def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     good = str(DATA / "motivating.yaml")
     assert main(["plan", "-f", good, "--topology", "2by4"]) == 2
     assert "SOCKETSxCORESxTHREADS" in capsys.readouterr().err
-    assert main(["plan", "-f", good, "--topology", "1x4x1", "--reserved", "9"]) == 2
+    assert main(["plan", "-f", good, "--topology.shape", "1x4x1", "--reserved", "9"]) == 2
     assert "--reserved" in capsys.readouterr().err
     assert main(["plan", "-f", good, "--cpu-policy-options", "turbo"]) == 2
     assert "turbo" in capsys.readouterr().err
