@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Generates the Grafana dashboards node.json, fleet.json and history.json (stdlib only).
+"""Generates the Grafana dashboards node.json, fleet.json and history.json with Grafana's own
+typed builder, grafana-foundation-sdk (a dev dependency in pyproject.toml).
 
     python dashboards/grafana/generate.py            # rewrite the JSON files
     python dashboards/grafana/generate.py --check    # exit 1 if a committed file differs
 
-The JSON files are what Grafana imports; this script keeps panel ids, grid positions and
-data source references consistent. tests/dashboards checks that the committed files are
+The JSON files are what Grafana imports. The SDK's builders make the dashboard, rows, panels,
+Prometheus queries, variables, links, thresholds, colours, overrides and transformations, and
+its encoder writes the JSON; this script keeps panel ids, grid positions and data source
+references consistent. The PostgreSQL queries, which the SDK has no type for, are written
+as Grafana names them (``SQLQuery``). tests/dashboards checks that the committed files are
 its output, validate against schema/dashboard.schema.json, and that every expression parses
 (promtool) and every SQL query runs (SQLite and PostgreSQL).
 
@@ -26,6 +30,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.builders import prometheus
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
+
 HERE = Path(__file__).resolve().parent
 SCHEMA_VERSION = 39
 TAGS = ["podres", "kubernetes", "cpu"]
@@ -44,10 +56,11 @@ ASSIGNMENT_COLORS = {
 
 
 class Layout:
-    """Panels laid out left to right on Grafana's 24-column grid, rows stacked."""
+    """Panels laid out left to right on Grafana's 24-column grid, rows stacked: each
+    builder gets its id and grid position here, so the dashboard builder keeps them."""
 
     def __init__(self) -> None:
-        self.panels: list[dict[str, Any]] = []
+        self.items: list[tuple[str, Any]] = []  # ("row" | "panel", builder)
         self.x = 0
         self.y = 0
         self.row_h = 0
@@ -59,10 +72,9 @@ class Layout:
 
     def row(self, title: str) -> None:
         self.newline()
-        self.panels.append({
-            "type": "row", "id": self._id(), "title": title, "collapsed": False,
-            "panels": [], "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
-        })
+        row = sdk.Row(title).id(self._id()).collapsed(False).grid_pos(
+            model.GridPos(h=1, w=24, x=0, y=self.y))
+        self.items.append(("row", row))
         self.y += 1
 
     def newline(self) -> None:
@@ -71,17 +83,15 @@ class Layout:
         self.x = 0
         self.row_h = 0
 
-    def add(self, panel: dict[str, Any], w: int, h: int) -> None:
+    def add(self, panel: Any, w: int, h: int) -> None:
         if self.x + w > 24:
             self.newline()
-        panel["id"] = self._id()
-        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        self.panels.append(panel)
+        panel.id(self._id()).grid_pos(model.GridPos(h=h, w=w, x=self.x, y=self.y))
+        self.items.append(("panel", panel))
         self.x += w
         self.row_h = max(self.row_h, h)
 
 
-# Exclusive CPUs of a pod busy under 10 % of the time over an hour (docs/kernel.md).
 # Exclusive CPUs a pod kept under 10 % busy for the whole last hour. The busy fraction is a
 # short rate (one $__rate_interval), its worst case over the hour a subquery; a pod must have
 # held the CPUs an hour ago too. A plain rate(...[1h]) divides what a pod younger than an hour
@@ -99,41 +109,86 @@ STRANDED = (
     f"sum by ({_STRANDED_BY}) (podres_pod_cpus{_STRANDED_SEL} offset 1h)")
 
 
+def _ref(datasource: dict[str, str]) -> model.DataSourceRef:
+    return model.DataSourceRef(type_val=datasource["type"], uid=datasource["uid"])
+
+
 def prom_target(expr: str, ref: str = "A", legend: str = "", *, instant: bool = False,
-                table: bool = False) -> dict[str, Any]:
-    t: dict[str, Any] = {"datasource": PROM, "refId": ref, "expr": expr, "editorMode": "code",
-                         "range": not instant, "instant": instant}
+                table: bool = False) -> prometheus.Dataquery:
+    t = (prometheus.Dataquery().datasource(_ref(PROM)).ref_id(ref).expr(expr)
+         .editor_mode(prometheus_model.QueryEditorMode.CODE))
+    t = t.instant() if instant else t.range()
     if legend:
-        t["legendFormat"] = legend
+        t.legend_format(legend)
     if table:
-        t["format"] = "table"
+        t.format(prometheus_model.PromQueryFormat.TABLE)
     return t
 
 
-def sql_target(sql: str, ref: str = "A", *, fmt: str = "table") -> dict[str, Any]:
-    return {"datasource": PG, "refId": ref, "format": fmt, "rawQuery": True,
-            "editorMode": "code", "rawSql": sql}
+class _RawQuery(variants.Dataquery):
+    """A query of a data source the SDK has no types for (Grafana's PostgreSQL)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    def to_json(self) -> dict[str, Any]:
+        return self.body
 
 
-def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: str = "",
+class SQLQuery(cogbuilder.Builder[variants.Dataquery]):
+    def __init__(self, body: dict[str, Any]) -> None:
+        self._internal = _RawQuery(body)
+
+    def build(self) -> variants.Dataquery:
+        return self._internal
+
+
+def sql_target(sql: str, ref: str = "A", *, fmt: str = "table") -> SQLQuery:
+    return SQLQuery({"datasource": PG, "refId": ref, "format": fmt, "rawQuery": True,
+                     "editorMode": "code", "rawSql": sql})
+
+
+def _thresholds(steps: list[dict[str, Any]]) -> sdk.ThresholdsConfig:
+    return sdk.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(
+        [model.Threshold(value=s["value"], color=s["color"]) for s in steps])
+
+
+def _color(spec: dict[str, Any]) -> sdk.FieldColor:
+    color = sdk.FieldColor().mode(model.FieldColorModeId(spec["mode"]))
+    return color.fixed_color(spec["fixedColor"]) if "fixedColor" in spec else color
+
+
+# Field defaults written as Grafana names them, each set through its typed builder method.
+_DEFAULTS = {
+    "unit": lambda b, v: b.unit(v), "min": lambda b, v: b.min(v),
+    "max": lambda b, v: b.max(v), "decimals": lambda b, v: b.decimals(v),
+    "noValue": lambda b, v: b.no_value(v), "displayName": lambda b, v: b.display_name(v),
+    "mappings": lambda b, v: b.mappings(v), "custom": lambda b, v: b.custom(v),
+    "thresholds": lambda b, v: b.thresholds(_thresholds(v["steps"])),
+    "color": lambda b, v: b.color_scheme(_color(v)),
+}
+
+
+def panel(kind: str, title: str, targets: list[Any], *, description: str = "",
           unit: str | None = None, defaults: dict[str, Any] | None = None,
           options: dict[str, Any] | None = None, overrides: list[dict[str, Any]] | None = None,
           transformations: list[dict[str, Any]] | None = None,
-          datasource: dict[str, str] = PROM) -> dict[str, Any]:
-    d: dict[str, Any] = dict(defaults or {})
-    if unit:
-        d["unit"] = unit
-    p: dict[str, Any] = {
-        "type": kind, "title": title, "datasource": datasource, "targets": targets,
-        "fieldConfig": {"defaults": d, "overrides": overrides or []},
-        "options": options or {},
-    }
+          datasource: dict[str, str] = PROM) -> sdk.Panel:
+    p = sdk.Panel().type(kind).title(title).datasource(_ref(datasource)).targets(targets)
+    p.options(options or {})
+    for key, value in {**(defaults or {}), **({"unit": unit} if unit else {})}.items():
+        _DEFAULTS[key](p, value)
+    for o in overrides or []:
+        p.with_override(model.MatcherConfig(id_val=o["matcher"]["id"],
+                                            options=o["matcher"]["options"]),
+                        [model.DynamicConfigValue(id_val=v["id"], value=v["value"])
+                         for v in o["properties"]])
     if description:
-        p["description"] = description
+        p.description(description)
     if transformations:
-        p["transformations"] = transformations
+        p.transformations([model.DataTransformerConfig(id_val=t["id"], options=t["options"])
+                           for t in transformations])
     return p
-
 
 
 def counts_bargauge(title: str, targets: list[dict[str, Any]], *, description: str = ""
@@ -232,61 +287,61 @@ def organize(exclude: list[str], rename: dict[str, str] | None = None,
     return {"id": "organize", "options": opts}
 
 
-def datasource_var(plugin: str) -> dict[str, Any]:
-    return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": plugin, "refresh": 1, "hide": 0, "regex": "", "options": []}
+def datasource_var(plugin: str) -> sdk.DatasourceVariable:
+    return (sdk.DatasourceVariable("datasource").label("Data source").type(plugin)
+            .regex(""))
 
 
 def prom_query_var(name: str, label: str, query: str, *, include_all: bool = False,
-                   multi: bool = False) -> dict[str, Any]:
-    v: dict[str, Any] = {
-        "name": name, "label": label, "type": "query", "datasource": PROM,
-        "query": {"query": query, "refId": f"{name}-variable"},
-        "refresh": 2, "sort": 1, "hide": 0,
-        "includeAll": include_all, "multi": multi, "regex": "", "options": [],
-    }
+                   multi: bool = False) -> sdk.QueryVariable:
+    v = (sdk.QueryVariable(name).label(label).datasource(_ref(PROM))
+         .query({"query": query, "refId": f"{name}-variable"})
+         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+         .sort(model.VariableSort.ALPHABETICAL_ASC).include_all(include_all).multi(multi)
+         .regex(""))
     if include_all:
-        v["allValue"] = ".*"
-        v["current"] = {"text": "All", "value": "$__all"}
+        v.all_value(".*").current(model.VariableOption(text="All", value="$__all"))
     return v
 
 
-def sql_query_var(name: str, label: str, sql: str) -> dict[str, Any]:
-    return {"name": name, "label": label, "type": "query", "datasource": PG,
-            "query": sql, "refresh": 1, "sort": 1, "hide": 0,
-            "includeAll": False, "multi": False, "regex": "", "options": []}
+def sql_query_var(name: str, label: str, sql: str) -> sdk.QueryVariable:
+    return (sdk.QueryVariable(name).label(label).datasource(_ref(PG)).query(sql)
+            .refresh(model.VariableRefresh.ON_DASHBOARD_LOAD)
+            .sort(model.VariableSort.ALPHABETICAL_ASC).include_all(False).multi(False)
+            .regex(""))
 
 
 def dashboard(uid: str, title: str, description: str, layout: Layout,
-              variables: list[dict[str, Any]], *, time_from: str = "now-6h",
-              refresh: str = "1m", links: list[dict[str, Any]] | None = None
+              variables: list[Any], *, time_from: str = "now-6h",
+              refresh: str = "1m", links: list[sdk.DashboardLink] | None = None
               ) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "title": title,
-        "description": description,
-        "tags": TAGS,
-        "schemaVersion": SCHEMA_VERSION,
-        "version": 1,
-        "editable": True,
-        "graphTooltip": 1,
-        "timezone": "browser",
-        "refresh": refresh,
-        "time": {"from": time_from, "to": "now"},
-        "timepicker": {},
-        "fiscalYearStartMonth": 0,
-        "liveNow": False,
-        "links": [{"title": "podres-exporter", "type": "dashboards", "tags": ["podres"],
-                   "asDropdown": True, "includeVars": False, "keepTime": True,
-                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""},
-                  *(links or [])],
-        "annotations": {"list": [{
-            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-            "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "templating": {"list": variables},
-        "panels": layout.panels,
-    }
+    d = (sdk.Dashboard(title).uid(uid).description(description).tags(TAGS).version(1)
+         .editable().tooltip(model.DashboardCursorSync.CROSSHAIR).timezone("browser")
+         .refresh(refresh).time(time_from, "now").fiscal_year_start_month(0).live_now(False)
+         .link(sdk.DashboardLink("podres-exporter").type(model.DashboardLinkType.DASHBOARDS)
+               .tags(["podres"]).as_dropdown(True).include_vars(False).keep_time(True)
+               .icon("external link").target_blank(False).tooltip("").url(""))
+         .annotation(sdk.AnnotationQuery().name("Annotations & Alerts")
+                     .datasource(model.DataSourceRef(type_val="grafana",
+                                                     uid="-- Grafana --"))
+                     .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)")
+                     .type("dashboard"))
+         .variables(variables))
+    for link_ in links or []:
+        d.link(link_)
+    for kind, item in layout.items:
+        if kind == "row":
+            d.with_row(item)
+        else:
+            d.with_panel(item)
+    built = d.build()
+    built.schema_version = SCHEMA_VERSION  # the dashboard model the panels are written for
+    for variable in built.templating.list_val or []:
+        # The SDK gives every variable the interval variable's auto-step fields; Grafana's
+        # schema allows them on interval variables only.
+        variable.auto = variable.auto_min = variable.auto_count = None
+    result: dict[str, Any] = json.loads(json.dumps(built, cls=JSONEncoder))
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -302,10 +357,10 @@ ALERTED = 'kind!="legacy_shared_report"'
 SATURATION_THRESHOLD = 0.9  # PodresPodSharedPoolSaturated
 
 
-def link(title: str, url: str, tooltip: str) -> dict[str, Any]:
-    return {"title": title, "type": "link", "url": url, "tooltip": tooltip,
-            "icon": "dashboard", "asDropdown": False, "includeVars": False,
-            "keepTime": True, "targetBlank": False, "tags": []}
+def link(title: str, url: str, tooltip: str) -> sdk.DashboardLink:
+    return (sdk.DashboardLink(title).type(model.DashboardLinkType.LINK).url(url)
+            .tooltip(tooltip).icon("dashboard").as_dropdown(False).include_vars(False)
+            .keep_time(True).target_blank(False).tags([]))
 
 
 def node_dashboard() -> dict[str, Any]:
