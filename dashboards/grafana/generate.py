@@ -30,11 +30,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grafana_foundation_sdk.builders import bargauge, common, prometheus
 from grafana_foundation_sdk.builders import dashboard as sdk
-from grafana_foundation_sdk.builders import prometheus
+from grafana_foundation_sdk.builders import stat as stat_sdk
+from grafana_foundation_sdk.builders import table as table_sdk
+from grafana_foundation_sdk.builders import timeseries as timeseries_sdk
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog import variants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_model
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prometheus_model
 
@@ -169,13 +173,14 @@ _DEFAULTS = {
 }
 
 
-def panel(kind: str, title: str, targets: list[Any], *, description: str = "",
-          unit: str | None = None, defaults: dict[str, Any] | None = None,
-          options: dict[str, Any] | None = None, overrides: list[dict[str, Any]] | None = None,
-          transformations: list[dict[str, Any]] | None = None,
-          datasource: dict[str, str] = PROM) -> sdk.Panel:
-    p = sdk.Panel().type(kind).title(title).datasource(_ref(datasource)).targets(targets)
-    p.options(options or {})
+def _panel(p: Any, title: str, targets: list[Any], *, description: str = "",
+           unit: str | None = None, defaults: dict[str, Any] | None = None,
+           overrides: list[dict[str, Any]] | None = None,
+           transformations: list[dict[str, Any]] | None = None,
+           datasource: dict[str, str] = PROM) -> Any:
+    """What every panel builder takes: title, data source, queries, field defaults,
+    overrides, transformations."""
+    p.title(title).datasource(_ref(datasource)).targets(targets)
     for key, value in {**(defaults or {}), **({"unit": unit} if unit else {})}.items():
         _DEFAULTS[key](p, value)
     for o in overrides or []:
@@ -191,21 +196,32 @@ def panel(kind: str, title: str, targets: list[Any], *, description: str = "",
     return p
 
 
-def counts_bargauge(title: str, targets: list[dict[str, Any]], *, description: str = ""
-                    ) -> dict[str, Any]:
+def panel(kind: str, title: str, targets: list[Any], *, options: dict[str, Any] | None = None,
+          **kwargs: Any) -> sdk.Panel:
+    """A panel of a visualisation written with Grafana's own option names (the
+    state timelines, whose options mix several of the SDK's types)."""
+    return _panel(sdk.Panel().type(kind).options(options or {}), title, targets, **kwargs)
+
+
+def _last_value() -> common.ReduceDataOptions:
+    return common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+
+
+def counts_bargauge(title: str, targets: list[Any], *, description: str = ""
+                    ) -> bargauge.Panel:
     """Whole counts as horizontal bars (CPUs per pool, nodes per setting)."""
-    return panel("bargauge", title, targets, description=description,
-                 defaults={"min": 0, "decimals": 0,
-                           "color": {"mode": "fixed", "fixedColor": "blue"}},
-                 options={"orientation": "horizontal", "displayMode": "basic",
-                          "showUnfilled": True, "valueMode": "color",
-                          "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False}})
+    p = (bargauge.Panel().orientation(common_model.VizOrientation.HORIZONTAL)
+         .display_mode(common_model.BarGaugeDisplayMode.BASIC).show_unfilled(True)
+         .value_mode(common_model.BarGaugeValueMode.COLOR).reduce_options(_last_value()))
+    return _panel(p, title, targets, description=description,
+                  defaults={"min": 0, "decimals": 0,
+                            "color": {"mode": "fixed", "fixedColor": "blue"}})
+
 
 def stat(title: str, expr: str, *, unit: str | None = None, description: str = "",
          thresholds: list[tuple[float | None, str]] | None = None,
          mappings: list[dict[str, Any]] | None = None,
-         no_value: str | None = None) -> dict[str, Any]:
+         no_value: str | None = None) -> stat_sdk.Panel:
     defaults: dict[str, Any] = {}
     if thresholds:
         defaults["thresholds"] = {"mode": "absolute", "steps": [
@@ -215,45 +231,50 @@ def stat(title: str, expr: str, *, unit: str | None = None, description: str = "
         defaults["mappings"] = mappings
     if no_value:
         defaults["noValue"] = no_value
-    return panel("stat", title, [prom_target(expr, instant=True)], unit=unit,
-                 description=description, defaults=defaults,
-                 options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False},
-                          "colorMode": "value", "graphMode": "none", "textMode": "auto"})
+    p = (stat_sdk.Panel().reduce_options(_last_value())
+         .color_mode(common_model.BigValueColorMode.VALUE)
+         .graph_mode(common_model.BigValueGraphMode.NONE)
+         .text_mode(common_model.BigValueTextMode.AUTO))
+    return _panel(p, title, [prom_target(expr, instant=True)], unit=unit,
+                  description=description, defaults=defaults)
 
 
-def timeseries(title: str, targets: list[dict[str, Any]], *, unit: str | None = None,
+def timeseries(title: str, targets: list[Any], *, unit: str | None = None,
                description: str = "", stack: bool = False, min0: bool = True,
                overrides: list[dict[str, Any]] | None = None,
                datasource: dict[str, str] = PROM,
-               threshold: float | None = None) -> dict[str, Any]:
+               threshold: float | None = None) -> timeseries_sdk.Panel:
     """``threshold``: drawn as a red line (the value an alert fires above)."""
-    custom: dict[str, Any] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
-                              "showPoints": "never", "spanNulls": False}
+    p = (timeseries_sdk.Panel().draw_style(common_model.GraphDrawStyle.LINE).line_width(1)
+         .fill_opacity(60 if stack else 10).show_points(common_model.VisibilityMode.NEVER)
+         .span_nulls(False)
+         .legend(common.VizLegendOptions().display_mode(common_model.LegendDisplayMode.TABLE)
+                 .placement(common_model.LegendPlacement.RIGHT).show_legend(True)
+                 .calcs(["lastNotNull"]))
+         .tooltip(common.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI)
+                  .sort(common_model.SortOrder.DESCENDING)))
     if stack:
-        custom.update({"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60})
-    defaults: dict[str, Any] = {"custom": custom}
+        p.stacking(common.StackingConfig().mode(common_model.StackingMode.NORMAL).group("A"))
+    defaults: dict[str, Any] = {}
     if threshold is not None:
-        custom["thresholdsStyle"] = {"mode": "line"}
+        p.thresholds_style(common.GraphThresholdsStyleConfig()
+                           .mode(common_model.GraphThresholdsStyleMode.LINE))
         defaults["thresholds"] = {"mode": "absolute", "steps": [
             {"value": None, "color": "green"}, {"value": threshold, "color": "red"}]}
     if min0:
         defaults["min"] = 0
-    return panel("timeseries", title, targets, unit=unit, description=description,
-                 defaults=defaults, overrides=overrides, datasource=datasource,
-                 options={"legend": {"displayMode": "table", "placement": "right",
-                                     "showLegend": True, "calcs": ["lastNotNull"]},
-                          "tooltip": {"mode": "multi", "sort": "desc"}})
+    return _panel(p, title, targets, unit=unit, description=description, defaults=defaults,
+                  overrides=overrides, datasource=datasource)
 
 
-def table(title: str, targets: list[dict[str, Any]], *, description: str = "",
+def table(title: str, targets: list[Any], *, description: str = "",
           transformations: list[dict[str, Any]] | None = None,
           overrides: list[dict[str, Any]] | None = None, unit: str | None = None,
-          datasource: dict[str, str] = PROM) -> dict[str, Any]:
-    return panel("table", title, targets, description=description, unit=unit,
-                 transformations=transformations, overrides=overrides, datasource=datasource,
-                 options={"showHeader": True, "cellHeight": "sm",
-                          "footer": {"show": False, "reducer": ["sum"], "fields": ""}})
+          datasource: dict[str, str] = PROM) -> table_sdk.Panel:
+    p = (table_sdk.Panel().show_header(True).cell_height(common_model.TableCellHeight.SM)
+         .footer(common.TableFooterOptions().show(False).reducer(["sum"]).fields([])))
+    return _panel(p, title, targets, description=description, unit=unit,
+                  transformations=transformations, overrides=overrides, datasource=datasource)
 
 
 def color_overrides(field_names: dict[str, str]) -> list[dict[str, Any]]:
