@@ -7,6 +7,7 @@ Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import re
 import sys
@@ -57,9 +58,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace
+            ) -> argparse.ArgumentParser:
+    """The (sub)command parser that parsed ``args``: the deepest subparser chosen."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], args)
+    return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """argparse's "unrecognized arguments", with the command's nearest flag for each
+    mistyped one (``--kublet.url`` → ``--kubelet.url``)."""
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    hints = {}
+    for arg in extras:
+        flag = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) \
+            if flag.startswith("-") else []
+        if close:
+            hints[flag] = close[0]
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    if len(hints) == 1:
+        return f"{message} (did you mean {next(iter(hints.values()))}?)"
+    said = "; ".join(f"{flag}: did you mean {near}?" for flag, near in hints.items())
+    return f"{message} ({said})" if hints else message
+
+
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str]) -> frozenset[str]:
+    """The flags written on the command line as written (not from the environment, not
+    defaults; an abbreviation as the flag it stands for): what a command that ignores some
+    flags, or deprecates a spelling, looks at."""
+    flags = set()
+    for arg in argv:
+        if arg == "--":
+            break
+        if not arg.startswith("--"):
+            continue
+        name = arg.split("=", 1)[0]
+        if name not in parser._option_string_actions:
+            found = [o for o in parser._option_string_actions if o.startswith(name)]
+            name = found[0] if len(found) == 1 else name
+        if name in parser._option_string_actions:
+            flags.add(name)
+    return frozenset(flags)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, extras = parser.parse_known_args(argv)
+    chosen = _chosen(parser, args)
+    if extras:
+        chosen.error(_unrecognized(chosen, extras))
+    args._given = _given(chosen, argv)
     try:
         code: int = args._run(args)
     except UserError as exc:

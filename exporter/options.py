@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -251,6 +252,14 @@ TOPOLOGY = Flag("--topology", "a topology.json file (as record writes it) descri
                 "node's CPUs, instead of sysfs or a modelled shape", metavar="FILE")
 
 
+def warn_topology_shape(shape: str) -> None:
+    """``--topology SxCxT``, the shape's spelling before ``--topology`` named a file, still
+    works; it says so once on stderr, pointing to the flag that replaces it."""
+    print(f"podres-exporter: warning: --topology {shape} is deprecated for a machine shape: "
+          f"use --topology.shape {shape} (--topology names a topology.json file)",
+          file=sys.stderr)
+
+
 def _kubelet_url(text: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("https", "http") or not parts.hostname:
@@ -402,6 +411,8 @@ class ModelOptions(FlagGroup):
         from reconciler.allocator import TopologyError, from_snapshot, from_spec
 
         shape = self._shape()
+        if shape and shape == self.topology:
+            warn_topology_shape(shape)
         if shape:
             try:
                 return from_spec(shape, numa_per_socket=self.numa_per_socket)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.anomalies import INFORMATIONAL_KINDS
 from reconciler.cpuset import format_cpuset
 from reconciler.ledger import CPU_POOLS, Ledger
 
@@ -17,6 +18,35 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def human_bytes(n: int | None) -> str:
+    """Bytes in binary units for a table (6442450944 → ``6 GiB``, 1610612736 →
+    ``1.5 GiB``, to one decimal); JSON outputs keep bytes."""
+    if n is None:
+        return "-"
+    for unit, size in _BINARY_UNITS:
+        if abs(n) >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} B"
+
+
+# Reclaimed cores are signed (legacy cost - budget, docs/design.md#estimates): a budget
+# bigger than what the per-container model would pin reclaims nothing and costs the rest.
+# Tables say so in words rather than print "-1"; JSON keeps the signed number.
+COSTS_MORE = ("none (+N): the pod budget pins N CPU(s) more than the per-container model "
+              "would (docs/design.md#estimates)")
+
+
+def reclaimed_cell(n: int | None) -> str:
+    """A table's reclaimed-cores cell: ``-`` when there is no estimate, ``none (+N)`` when
+    the budget costs N CPUs more than the per-container model."""
+    if n is None:
+        return "-"
+    return f"none (+{-n})" if n < 0 else str(n)
+
+
 def _cell(value: object) -> str:
     if value is None:
         return "-"
@@ -25,40 +55,75 @@ def _cell(value: object) -> str:
     return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
 
 
+# The ledger's kubelet facts (reconciler/node_facts.py, exporter/assemble.py) in words.
+_KUBELET_LABELS = {
+    "pod_level_resource_managers": "PodLevelResourceManagers gate (/configz)",
+    "feature_gate_metric": "PodLevelResourceManagers gate (kubelet_feature_enabled metric)",
+    "rpcs_unimplemented": "PodResources RPCs not served",
+}
+
+
+def _kubelet_value(value: object) -> object:
+    # A gate is a bool from /configz and "True"/"False" from the metric (str of a bool).
+    if isinstance(value, bool) or value in ("True", "False"):
+        return "on" if value in (True, "True") else "off"
+    return value
+
+
 def render_ledger(ledger: Ledger) -> str:
-    out: list[str] = []
     name = ledger.node_name or "(unnamed node)"
     numa = f", {ledger.numa_nodes} NUMA nodes" if ledger.numa_nodes else ""
-    out.append(f"Node {name}: {ledger.online_cpus} online CPUs{numa}")
-    for key, value in ledger.kubelet:
-        if value not in ("", None):
-            out.append(f"  {key}: {value}")
-    out.append("")
-    headers = ["numa", *CPU_POOLS]
-    rows: list[list[object]] = [["all", *ledger.cpu_pools.to_json().values()]]
-    rows += [[n, *p.to_json().values()] for n, p in ledger.cpu_pools_by_numa]
-    out += ["CPU pools", table(headers, rows), ""]
-    if ledger.memory_pools:
-        out += ["Memory pools (bytes)",
-                table(["type", "node_exclusive", "pod_exclusive", "pod_shared"],
-                      [[t, *sizes] for t, sizes in ledger.memory_pools]), ""]
-    out += ["Pods", table(
-        ["namespace", "pod", "cpus", "budget", "pod_excl", "pod_shared", "pod_idle",
-         "node_excl", "reclaimed", "reclaimable", "basis"],
-        [[p.namespace, p.name, format_cpuset(p.cpus) or "-", p.budget_cpus,
-          p.pod_exclusive_cpus, p.pod_shared_cpus, p.pod_idle_cpus, p.node_exclusive_cpus,
-          p.reclaimed_cpus, p.reclaimable_cpus, p.estimate_basis] for p in ledger.pods]), ""]
+    out = [f"Node {name}: {ledger.online_cpus} online CPUs{numa}"]
+    out += [f"  {_KUBELET_LABELS.get(key, key)}: {_kubelet_value(value)}"
+            for key, value in ledger.kubelet if value not in ("", None)]
+    out += ["", *_pools(ledger), *_pods(ledger)]
     out += ["Containers", table(
         ["namespace", "pod", "container", "sidecar", "assignment", "memory", "cpus", "n"],
         [[c.namespace, c.pod, c.name, "yes" if c.sidecar else "", c.assignment,
           c.memory_assignment, format_cpuset(c.cpus) or "-", c.cpu_count]
          for c in ledger.containers]), ""]
-    out.append(f"Reclaimed cores: {ledger.reclaimed_cpus}    "
+    out.append(f"Reclaimed cores (net): {reclaimed_cell(ledger.reclaimed_cpus)}    "
                f"Reclaimable cores: {ledger.reclaimable_cpus}")
-    if ledger.anomalies:
-        out += ["", "Anomalies", table(
-            ["kind", "namespace", "pod", "container", "detail"],
-            [[a.kind, a.namespace, a.pod, a.container, a.detail] for a in ledger.anomalies])]
-    else:
-        out.append("Anomalies: none")
+    out += _anomalies(ledger)
     return "\n".join(out) + "\n"
+
+
+def _pools(ledger: Ledger) -> list[str]:
+    rows: list[list[object]] = [["all", *ledger.cpu_pools.to_json().values()]]
+    rows += [[n, *p.to_json().values()] for n, p in ledger.cpu_pools_by_numa]
+    out = ["CPU pools", table(["numa", *CPU_POOLS], rows), ""]
+    if ledger.memory_pools:
+        out += ["Memory pools",
+                table(["type", "node_exclusive", "pod_exclusive", "pod_shared"],
+                      [[t, *map(human_bytes, sizes)] for t, sizes in ledger.memory_pools]),
+                ""]
+    return out
+
+
+def _pods(ledger: Ledger) -> list[str]:
+    out = ["Pods", table(
+        ["namespace", "pod", "cpus", "budget", "pod_excl", "pod_shared", "pod_idle",
+         "node_excl", "reclaimed", "reclaimable", "basis"],
+        [[p.namespace, p.name, format_cpuset(p.cpus) or "-", p.budget_cpus,
+          p.pod_exclusive_cpus, p.pod_shared_cpus, p.pod_idle_cpus, p.node_exclusive_cpus,
+          reclaimed_cell(p.reclaimed_cpus), p.reclaimable_cpus, p.estimate_basis]
+         for p in ledger.pods])]
+    if any((p.reclaimed_cpus or 0) < 0 for p in ledger.pods):
+        out.append(COSTS_MORE)
+    return [*out, ""]
+
+
+def _anomalies(ledger: Ledger) -> list[str]:
+    """The errors, then the informational kinds apart (docs/design.md#anomalies)."""
+    errors = [a for a in ledger.anomalies if a.kind not in INFORMATIONAL_KINDS]
+    notes = [a for a in ledger.anomalies if a.kind in INFORMATIONAL_KINDS]
+    headers = ["kind", "namespace", "pod", "container", "detail"]
+    out = ["", "Anomalies", table(
+        headers, [[a.kind, a.namespace, a.pod, a.container, a.detail] for a in errors])] \
+        if errors else ["Anomalies: none"]
+    if notes:
+        out += ["", "Notes (reported as anomalies of an informational kind, not errors: "
+                "docs/design.md#anomalies)", table(
+                    headers, [[a.kind, a.namespace, a.pod, a.container, a.detail]
+                              for a in notes])]
+    return out

@@ -27,6 +27,12 @@ ANOMALY_KINDS: tuple[AnomalyKind, ...] = (
     "full_pcpus_violation", "numa_policy_violation", "uncore_split", "cpuset_drift",
 )
 
+# Kinds that are counted like every kind (podres_anomalies{kind}, the ledger's list) but are
+# not allocation errors: nothing is alerted on them and tables list them apart
+# (docs/design.md#anomalies). The 1.36 reporting pattern is how an alpha kubelet reports a
+# correct pod-level allocation.
+INFORMATIONAL_KINDS: frozenset[AnomalyKind] = frozenset({"legacy_shared_report"})
+
 
 class Anomaly(NamedTuple):
     kind: AnomalyKind

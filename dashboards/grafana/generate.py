@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Generates the Grafana dashboards node.json, fleet.json and history.json (stdlib only).
+"""Generates the Grafana dashboards node.json, fleet.json and history.json with Grafana's own
+typed builder, grafana-foundation-sdk (a dev dependency in pyproject.toml).
 
     python dashboards/grafana/generate.py            # rewrite the JSON files
     python dashboards/grafana/generate.py --check    # exit 1 if a committed file differs
 
-The JSON files are what Grafana imports; this script keeps panel ids, grid positions and
-data source references consistent. tests/dashboards checks that the committed files are
+The JSON files are what Grafana imports. The SDK's builders make the dashboard, rows, panels,
+Prometheus queries, variables, links, thresholds, colours, overrides and transformations, and
+its encoder writes the JSON; this script keeps panel ids, grid positions and data source
+references consistent. The PostgreSQL queries, which the SDK has no type for, are written
+as Grafana names them (``SQLQuery``). tests/dashboards checks that the committed files are
 its output, validate against schema/dashboard.schema.json, and that every expression parses
 (promtool) and every SQL query runs (SQLite and PostgreSQL).
 
@@ -26,6 +30,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from grafana_foundation_sdk.builders import bargauge, common, prometheus
+from grafana_foundation_sdk.builders import dashboard as sdk
+from grafana_foundation_sdk.builders import stat as stat_sdk
+from grafana_foundation_sdk.builders import table as table_sdk
+from grafana_foundation_sdk.builders import timeseries as timeseries_sdk
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_model
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import prometheus as prometheus_model
+
 HERE = Path(__file__).resolve().parent
 SCHEMA_VERSION = 39
 TAGS = ["podres", "kubernetes", "cpu"]
@@ -44,10 +60,11 @@ ASSIGNMENT_COLORS = {
 
 
 class Layout:
-    """Panels laid out left to right on Grafana's 24-column grid, rows stacked."""
+    """Panels laid out left to right on Grafana's 24-column grid, rows stacked: each
+    builder gets its id and grid position here, so the dashboard builder keeps them."""
 
     def __init__(self) -> None:
-        self.panels: list[dict[str, Any]] = []
+        self.items: list[tuple[str, Any]] = []  # ("row" | "panel", builder)
         self.x = 0
         self.y = 0
         self.row_h = 0
@@ -59,10 +76,9 @@ class Layout:
 
     def row(self, title: str) -> None:
         self.newline()
-        self.panels.append({
-            "type": "row", "id": self._id(), "title": title, "collapsed": False,
-            "panels": [], "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
-        })
+        row = sdk.Row(title).id(self._id()).collapsed(False).grid_pos(
+            model.GridPos(h=1, w=24, x=0, y=self.y))
+        self.items.append(("row", row))
         self.y += 1
 
     def newline(self) -> None:
@@ -71,80 +87,144 @@ class Layout:
         self.x = 0
         self.row_h = 0
 
-    def add(self, panel: dict[str, Any], w: int, h: int) -> None:
+    def add(self, panel: Any, w: int, h: int) -> None:
         if self.x + w > 24:
             self.newline()
-        panel["id"] = self._id()
-        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        self.panels.append(panel)
+        panel.id(self._id()).grid_pos(model.GridPos(h=h, w=w, x=self.x, y=self.y))
+        self.items.append(("panel", panel))
         self.x += w
         self.row_h = max(self.row_h, h)
 
 
-# Containers holding exclusive CPUs that used under 10 % of them over an hour, by their
-# own CPU time (their cgroup's, docs/kernel.md): not the busy time of those CPUs, which a
-# neighbour running there would fill and hide the stranded core. Needs the cgroup source.
+# Containers holding exclusive CPUs that used under 10 % of them for the whole last hour, by
+# their own CPU time (their cgroup's, docs/kernel.md): not the busy time of those CPUs, which
+# a neighbour running there would fill and hide the stranded core. The fraction is a short
+# rate (one $__rate_interval), its worst case over the hour a subquery; the container must
+# have held the CPUs an hour ago too: a plain rate(...[1h]) divides what a container younger
+# than an hour used by the whole hour, so every young one looked idle (docs/dashboards.md).
+# Needs the cgroup source.
+_STRANDED_BY = "cluster, node, namespace, pod, container"
+_STRANDED_SEL = '{{{sel}, assignment=~"pod_exclusive|node_exclusive"}}'
 STRANDED = (
-    "sum by (cluster, node, namespace, pod, container) "
-    "(rate(podres_container_cpu_usage_seconds_total{{{sel}}}[1h]))\n"
-    "/ on (cluster, node, namespace, pod, container)\n"
-    "(sum by (cluster, node, namespace, pod, container) (podres_container_cpus{{{sel}, "
-    'assignment=~"pod_exclusive|node_exclusive"}}) > 0)\n'
-    "< 0.1")
+    "max_over_time((\n"
+    f"  sum by ({_STRANDED_BY}) (rate(podres_container_cpu_usage_seconds_total{{{{{{sel}}}}}}"
+    "[$__rate_interval]))\n"
+    f"  / on ({_STRANDED_BY})\n"
+    f"  (sum by ({_STRANDED_BY}) (podres_container_cpus{_STRANDED_SEL}) > 0)\n"
+    ")[1h:1m]) < 0.1\n"
+    f"and on ({_STRANDED_BY})\n"
+    f"sum by ({_STRANDED_BY}) (podres_container_cpus{_STRANDED_SEL} offset 1h)")
+
+
+def _ref(datasource: dict[str, str]) -> model.DataSourceRef:
+    return model.DataSourceRef(type_val=datasource["type"], uid=datasource["uid"])
 
 
 def prom_target(expr: str, ref: str = "A", legend: str = "", *, instant: bool = False,
-                table: bool = False) -> dict[str, Any]:
-    t: dict[str, Any] = {"datasource": PROM, "refId": ref, "expr": expr, "editorMode": "code",
-                         "range": not instant, "instant": instant}
+                table: bool = False) -> prometheus.Dataquery:
+    t = (prometheus.Dataquery().datasource(_ref(PROM)).ref_id(ref).expr(expr)
+         .editor_mode(prometheus_model.QueryEditorMode.CODE))
+    t = t.instant() if instant else t.range()
     if legend:
-        t["legendFormat"] = legend
+        t.legend_format(legend)
     if table:
-        t["format"] = "table"
+        t.format(prometheus_model.PromQueryFormat.TABLE)
     return t
 
 
-def sql_target(sql: str, ref: str = "A", *, fmt: str = "table") -> dict[str, Any]:
-    return {"datasource": PG, "refId": ref, "format": fmt, "rawQuery": True,
-            "editorMode": "code", "rawSql": sql}
+class _RawQuery(variants.Dataquery):
+    """A query of a data source the SDK has no types for (Grafana's PostgreSQL)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    def to_json(self) -> dict[str, Any]:
+        return self.body
 
 
-def panel(kind: str, title: str, targets: list[dict[str, Any]], *, description: str = "",
-          unit: str | None = None, defaults: dict[str, Any] | None = None,
-          options: dict[str, Any] | None = None, overrides: list[dict[str, Any]] | None = None,
-          transformations: list[dict[str, Any]] | None = None,
-          datasource: dict[str, str] = PROM) -> dict[str, Any]:
-    d: dict[str, Any] = dict(defaults or {})
-    if unit:
-        d["unit"] = unit
-    p: dict[str, Any] = {
-        "type": kind, "title": title, "datasource": datasource, "targets": targets,
-        "fieldConfig": {"defaults": d, "overrides": overrides or []},
-        "options": options or {},
-    }
+class SQLQuery(cogbuilder.Builder[variants.Dataquery]):
+    def __init__(self, body: dict[str, Any]) -> None:
+        self._internal = _RawQuery(body)
+
+    def build(self) -> variants.Dataquery:
+        return self._internal
+
+
+def sql_target(sql: str, ref: str = "A", *, fmt: str = "table") -> SQLQuery:
+    return SQLQuery({"datasource": PG, "refId": ref, "format": fmt, "rawQuery": True,
+                     "editorMode": "code", "rawSql": sql})
+
+
+def _thresholds(steps: list[dict[str, Any]]) -> sdk.ThresholdsConfig:
+    return sdk.ThresholdsConfig().mode(model.ThresholdsMode.ABSOLUTE).steps(
+        [model.Threshold(value=s["value"], color=s["color"]) for s in steps])
+
+
+def _color(spec: dict[str, Any]) -> sdk.FieldColor:
+    color = sdk.FieldColor().mode(model.FieldColorModeId(spec["mode"]))
+    return color.fixed_color(spec["fixedColor"]) if "fixedColor" in spec else color
+
+
+# Field defaults written as Grafana names them, each set through its typed builder method.
+_DEFAULTS = {
+    "unit": lambda b, v: b.unit(v), "min": lambda b, v: b.min(v),
+    "max": lambda b, v: b.max(v), "decimals": lambda b, v: b.decimals(v),
+    "noValue": lambda b, v: b.no_value(v), "displayName": lambda b, v: b.display_name(v),
+    "mappings": lambda b, v: b.mappings(v), "custom": lambda b, v: b.custom(v),
+    "thresholds": lambda b, v: b.thresholds(_thresholds(v["steps"])),
+    "color": lambda b, v: b.color_scheme(_color(v)),
+}
+
+
+def _panel(p: Any, title: str, targets: list[Any], *, description: str = "",
+           unit: str | None = None, defaults: dict[str, Any] | None = None,
+           overrides: list[dict[str, Any]] | None = None,
+           transformations: list[dict[str, Any]] | None = None,
+           datasource: dict[str, str] = PROM) -> Any:
+    """What every panel builder takes: title, data source, queries, field defaults,
+    overrides, transformations."""
+    p.title(title).datasource(_ref(datasource)).targets(targets)
+    for key, value in {**(defaults or {}), **({"unit": unit} if unit else {})}.items():
+        _DEFAULTS[key](p, value)
+    for o in overrides or []:
+        p.with_override(model.MatcherConfig(id_val=o["matcher"]["id"],
+                                            options=o["matcher"]["options"]),
+                        [model.DynamicConfigValue(id_val=v["id"], value=v["value"])
+                         for v in o["properties"]])
     if description:
-        p["description"] = description
+        p.description(description)
     if transformations:
-        p["transformations"] = transformations
+        p.transformations([model.DataTransformerConfig(id_val=t["id"], options=t["options"])
+                           for t in transformations])
     return p
 
 
+def panel(kind: str, title: str, targets: list[Any], *, options: dict[str, Any] | None = None,
+          **kwargs: Any) -> sdk.Panel:
+    """A panel of a visualisation written with Grafana's own option names (the
+    state timelines, whose options mix several of the SDK's types)."""
+    return _panel(sdk.Panel().type(kind).options(options or {}), title, targets, **kwargs)
 
-def counts_bargauge(title: str, targets: list[dict[str, Any]], *, description: str = ""
-                    ) -> dict[str, Any]:
+
+def _last_value() -> common.ReduceDataOptions:
+    return common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+
+
+def counts_bargauge(title: str, targets: list[Any], *, description: str = ""
+                    ) -> bargauge.Panel:
     """Whole counts as horizontal bars (CPUs per pool, nodes per setting)."""
-    return panel("bargauge", title, targets, description=description,
-                 defaults={"min": 0, "decimals": 0,
-                           "color": {"mode": "fixed", "fixedColor": "blue"}},
-                 options={"orientation": "horizontal", "displayMode": "basic",
-                          "showUnfilled": True, "valueMode": "color",
-                          "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False}})
+    p = (bargauge.Panel().orientation(common_model.VizOrientation.HORIZONTAL)
+         .display_mode(common_model.BarGaugeDisplayMode.BASIC).show_unfilled(True)
+         .value_mode(common_model.BarGaugeValueMode.COLOR).reduce_options(_last_value()))
+    return _panel(p, title, targets, description=description,
+                  defaults={"min": 0, "decimals": 0,
+                            "color": {"mode": "fixed", "fixedColor": "blue"}})
+
 
 def stat(title: str, expr: str, *, unit: str | None = None, description: str = "",
          thresholds: list[tuple[float | None, str]] | None = None,
          mappings: list[dict[str, Any]] | None = None,
-         no_value: str | None = None) -> dict[str, Any]:
+         no_value: str | None = None) -> stat_sdk.Panel:
     defaults: dict[str, Any] = {}
     if thresholds:
         defaults["thresholds"] = {"mode": "absolute", "steps": [
@@ -154,45 +234,50 @@ def stat(title: str, expr: str, *, unit: str | None = None, description: str = "
         defaults["mappings"] = mappings
     if no_value:
         defaults["noValue"] = no_value
-    return panel("stat", title, [prom_target(expr, instant=True)], unit=unit,
-                 description=description, defaults=defaults,
-                 options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
-                                            "values": False},
-                          "colorMode": "value", "graphMode": "none", "textMode": "auto"})
+    p = (stat_sdk.Panel().reduce_options(_last_value())
+         .color_mode(common_model.BigValueColorMode.VALUE)
+         .graph_mode(common_model.BigValueGraphMode.NONE)
+         .text_mode(common_model.BigValueTextMode.AUTO))
+    return _panel(p, title, [prom_target(expr, instant=True)], unit=unit,
+                  description=description, defaults=defaults)
 
 
-def timeseries(title: str, targets: list[dict[str, Any]], *, unit: str | None = None,
+def timeseries(title: str, targets: list[Any], *, unit: str | None = None,
                description: str = "", stack: bool = False, min0: bool = True,
                overrides: list[dict[str, Any]] | None = None,
                datasource: dict[str, str] = PROM,
-               threshold: float | None = None) -> dict[str, Any]:
+               threshold: float | None = None) -> timeseries_sdk.Panel:
     """``threshold``: drawn as a red line (the value an alert fires above)."""
-    custom: dict[str, Any] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
-                              "showPoints": "never", "spanNulls": False}
+    p = (timeseries_sdk.Panel().draw_style(common_model.GraphDrawStyle.LINE).line_width(1)
+         .fill_opacity(60 if stack else 10).show_points(common_model.VisibilityMode.NEVER)
+         .span_nulls(False)
+         .legend(common.VizLegendOptions().display_mode(common_model.LegendDisplayMode.TABLE)
+                 .placement(common_model.LegendPlacement.RIGHT).show_legend(True)
+                 .calcs(["lastNotNull"]))
+         .tooltip(common.VizTooltipOptions().mode(common_model.TooltipDisplayMode.MULTI)
+                  .sort(common_model.SortOrder.DESCENDING)))
     if stack:
-        custom.update({"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60})
-    defaults: dict[str, Any] = {"custom": custom}
+        p.stacking(common.StackingConfig().mode(common_model.StackingMode.NORMAL).group("A"))
+    defaults: dict[str, Any] = {}
     if threshold is not None:
-        custom["thresholdsStyle"] = {"mode": "line"}
+        p.thresholds_style(common.GraphThresholdsStyleConfig()
+                           .mode(common_model.GraphThresholdsStyleMode.LINE))
         defaults["thresholds"] = {"mode": "absolute", "steps": [
             {"value": None, "color": "green"}, {"value": threshold, "color": "red"}]}
     if min0:
         defaults["min"] = 0
-    return panel("timeseries", title, targets, unit=unit, description=description,
-                 defaults=defaults, overrides=overrides, datasource=datasource,
-                 options={"legend": {"displayMode": "table", "placement": "right",
-                                     "showLegend": True, "calcs": ["lastNotNull"]},
-                          "tooltip": {"mode": "multi", "sort": "desc"}})
+    return _panel(p, title, targets, unit=unit, description=description, defaults=defaults,
+                  overrides=overrides, datasource=datasource)
 
 
-def table(title: str, targets: list[dict[str, Any]], *, description: str = "",
+def table(title: str, targets: list[Any], *, description: str = "",
           transformations: list[dict[str, Any]] | None = None,
           overrides: list[dict[str, Any]] | None = None, unit: str | None = None,
-          datasource: dict[str, str] = PROM) -> dict[str, Any]:
-    return panel("table", title, targets, description=description, unit=unit,
-                 transformations=transformations, overrides=overrides, datasource=datasource,
-                 options={"showHeader": True, "cellHeight": "sm",
-                          "footer": {"show": False, "reducer": ["sum"], "fields": ""}})
+          datasource: dict[str, str] = PROM) -> table_sdk.Panel:
+    p = (table_sdk.Panel().show_header(True).cell_height(common_model.TableCellHeight.SM)
+         .footer(common.TableFooterOptions().show(False).reducer(["sum"]).fields([])))
+    return _panel(p, title, targets, description=description, unit=unit,
+                  transformations=transformations, overrides=overrides, datasource=datasource)
 
 
 def color_overrides(field_names: dict[str, str]) -> list[dict[str, Any]]:
@@ -226,61 +311,61 @@ def organize(exclude: list[str], rename: dict[str, str] | None = None,
     return {"id": "organize", "options": opts}
 
 
-def datasource_var(plugin: str) -> dict[str, Any]:
-    return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": plugin, "refresh": 1, "hide": 0, "regex": "", "options": []}
+def datasource_var(plugin: str) -> sdk.DatasourceVariable:
+    return (sdk.DatasourceVariable("datasource").label("Data source").type(plugin)
+            .regex(""))
 
 
 def prom_query_var(name: str, label: str, query: str, *, include_all: bool = False,
-                   multi: bool = False) -> dict[str, Any]:
-    v: dict[str, Any] = {
-        "name": name, "label": label, "type": "query", "datasource": PROM,
-        "query": {"query": query, "refId": f"{name}-variable"},
-        "refresh": 2, "sort": 1, "hide": 0,
-        "includeAll": include_all, "multi": multi, "regex": "", "options": [],
-    }
+                   multi: bool = False) -> sdk.QueryVariable:
+    v = (sdk.QueryVariable(name).label(label).datasource(_ref(PROM))
+         .query({"query": query, "refId": f"{name}-variable"})
+         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+         .sort(model.VariableSort.ALPHABETICAL_ASC).include_all(include_all).multi(multi)
+         .regex(""))
     if include_all:
-        v["allValue"] = ".*"
-        v["current"] = {"text": "All", "value": "$__all"}
+        v.all_value(".*").current(model.VariableOption(text="All", value="$__all"))
     return v
 
 
-def sql_query_var(name: str, label: str, sql: str) -> dict[str, Any]:
-    return {"name": name, "label": label, "type": "query", "datasource": PG,
-            "query": sql, "refresh": 1, "sort": 1, "hide": 0,
-            "includeAll": False, "multi": False, "regex": "", "options": []}
+def sql_query_var(name: str, label: str, sql: str) -> sdk.QueryVariable:
+    return (sdk.QueryVariable(name).label(label).datasource(_ref(PG)).query(sql)
+            .refresh(model.VariableRefresh.ON_DASHBOARD_LOAD)
+            .sort(model.VariableSort.ALPHABETICAL_ASC).include_all(False).multi(False)
+            .regex(""))
 
 
 def dashboard(uid: str, title: str, description: str, layout: Layout,
-              variables: list[dict[str, Any]], *, time_from: str = "now-6h",
-              refresh: str = "1m", links: list[dict[str, Any]] | None = None
+              variables: list[Any], *, time_from: str = "now-6h",
+              refresh: str = "1m", links: list[sdk.DashboardLink] | None = None
               ) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "title": title,
-        "description": description,
-        "tags": TAGS,
-        "schemaVersion": SCHEMA_VERSION,
-        "version": 1,
-        "editable": True,
-        "graphTooltip": 1,
-        "timezone": "browser",
-        "refresh": refresh,
-        "time": {"from": time_from, "to": "now"},
-        "timepicker": {},
-        "fiscalYearStartMonth": 0,
-        "liveNow": False,
-        "links": [{"title": "podres-exporter", "type": "dashboards", "tags": ["podres"],
-                   "asDropdown": True, "includeVars": False, "keepTime": True,
-                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""},
-                  *(links or [])],
-        "annotations": {"list": [{
-            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
-            "name": "Annotations & Alerts", "type": "dashboard"}]},
-        "templating": {"list": variables},
-        "panels": layout.panels,
-    }
+    d = (sdk.Dashboard(title).uid(uid).description(description).tags(TAGS).version(1)
+         .editable().tooltip(model.DashboardCursorSync.CROSSHAIR).timezone("browser")
+         .refresh(refresh).time(time_from, "now").fiscal_year_start_month(0).live_now(False)
+         .link(sdk.DashboardLink("podres-exporter").type(model.DashboardLinkType.DASHBOARDS)
+               .tags(["podres"]).as_dropdown(True).include_vars(False).keep_time(True)
+               .icon("external link").target_blank(False).tooltip("").url(""))
+         .annotation(sdk.AnnotationQuery().name("Annotations & Alerts")
+                     .datasource(model.DataSourceRef(type_val="grafana",
+                                                     uid="-- Grafana --"))
+                     .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)")
+                     .type("dashboard"))
+         .variables(variables))
+    for link_ in links or []:
+        d.link(link_)
+    for kind, item in layout.items:
+        if kind == "row":
+            d.with_row(item)
+        else:
+            d.with_panel(item)
+    built = d.build()
+    built.schema_version = SCHEMA_VERSION  # the dashboard model the panels are written for
+    for variable in built.templating.list_val or []:
+        # The SDK gives every variable the interval variable's auto-step fields; Grafana's
+        # schema allows them on interval variables only.
+        variable.auto = variable.auto_min = variable.auto_count = None
+    result: dict[str, Any] = json.loads(json.dumps(built, cls=JSONEncoder))
+    return result
 
 
 # --------------------------------------------------------------------------------------
@@ -296,10 +381,10 @@ ALERTED = 'kind!="legacy_shared_report"'
 SATURATION_THRESHOLD = 0.9  # PodresPodSharedPoolSaturated
 
 
-def link(title: str, url: str, tooltip: str) -> dict[str, Any]:
-    return {"title": title, "type": "link", "url": url, "tooltip": tooltip,
-            "icon": "dashboard", "asDropdown": False, "includeVars": False,
-            "keepTime": True, "targetBlank": False, "tags": []}
+def link(title: str, url: str, tooltip: str) -> sdk.DashboardLink:
+    return (sdk.DashboardLink(title).type(model.DashboardLinkType.LINK).url(url)
+            .tooltip(tooltip).icon("dashboard").as_dropdown(False).include_vars(False)
+            .keep_time(True).target_blank(False).tags([]))
 
 
 def node_dashboard() -> dict[str, Any]:
@@ -443,11 +528,12 @@ def node_dashboard() -> dict[str, Any]:
         overrides=color_overrides(ASSIGNMENT_COLORS)), 12, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=N), instant=True, table=True)],
-        description="Containers with exclusive cores that used under 10 % of them over "
-                    "the last hour, by their own cgroup's CPU time (not the cores' busy "
-                    "time, which a neighbour could fill): capacity pinned and unused "
-                    "(docs/kernel.md).",
-        transformations=[organize(["Time"], {"Value": "own usage (1h)"})],
+        description="Containers with exclusive cores that used under 10 % of them "
+                    "throughout the last hour, by their own cgroup's CPU time (not the "
+                    "cores' busy time, which a neighbour could fill), held for at least "
+                    "that hour: capacity pinned and unused (docs/kernel.md). Containers "
+                    "younger than an hour are not judged.",
+        transformations=[organize(["Time"], {"Value": "own usage, busiest in the hour"})],
         unit="percentunit"), 12, 9)
 
     lay.row("Kubelet and exporter")
@@ -634,9 +720,10 @@ def fleet_dashboard() -> dict[str, Any]:
         description="Busy fraction of the pod shared pools of each node."), 8, 9)
     lay.add(table("Stranded cores", [prom_target(
         STRANDED.format(sel=F), instant=True, table=True)],
-        description="Containers with exclusive cores that used under 10 % of them over "
-                    "the last hour (their own cgroup's CPU time), on every node.",
-        transformations=[organize(["Time"], {"Value": "own usage (1h)"})],
+        description="Containers with exclusive cores that used under 10 % of them "
+                    "throughout the last hour (their own cgroup's CPU time), held for at "
+                    "least that hour, on every node.",
+        transformations=[organize(["Time"], {"Value": "own usage, busiest in the hour"})],
         unit="percentunit"), 8, 9)
 
     lay.row("Kubelet resource managers (kubelet metrics, 1.36 and 1.37 names)")
@@ -666,10 +753,17 @@ def fleet_dashboard() -> dict[str, Any]:
                     f"[$__rate_interval]))", ref="C",
                     legend="topology admission {{cluster}} {{node}}")], unit="ops"), 12, 8)
     lay.add(node_table("Exporters down", [prom_target(
-        f"max by (cluster, node, instance, __name__) (up{{{F}}} == 0 or podres_up{{{F}}} == 0)",
+        "max by (cluster, node, instance, __name__) (\n"
+        f"  (up{{{F}}} == 0\n"
+        "   and on (cluster, job)\n"
+        f"   group by (cluster, job) (present_over_time(podres_up{{{F}}}[$__range])))\n"
+        f"  or podres_up{{{F}}} == 0)",
         instant=True, table=True)], {"__name__": "metric"}, exclude=("Time", "Value"),
-        description="Scrape failures (up == 0) or a failing PodResources source "
-                    "(podres_up == 0)."), 12, 8)
+        # $job "All" is any job: `up` is kept to the jobs that served podres series in the
+        # dashboard's range, as the job variable's own values are.
+        description="Scrape failures (up == 0) of this exporter's jobs (those that served "
+                    "podres_up in the dashboard's time range) or a failing PodResources "
+                    "source (podres_up == 0)."), 12, 8)
 
     variables = [
         datasource_var("prometheus"),

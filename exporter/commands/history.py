@@ -16,6 +16,9 @@ from exporter.flags import add_flag, parse_duration, positive_int
 from exporter.options import HistoryOptions, add_output_flag
 
 HELP = "query the history store (events, what every container held at a time) and prune it"
+# `history at` that finds no container: the query worked but there is no answer, as grep's 1
+# (2 is a usage or database error in every command; docs/history.md#history-command).
+EMPTY_EXIT = 1
 
 
 def _common(parser: argparse.ArgumentParser, *history: str) -> None:
@@ -61,8 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at most this many events (default: %(default)s)")
 
     at = _subparser(sub, "at")
-    at.add_argument("time", metavar="TIME",
-                    help="RFC 3339 (2026-11-30T09:15:00Z), unix seconds, or 'now'")
+    at.add_argument("time", metavar="DURATION|TIME",
+                    help="a duration back from now (5m, 2h), RFC 3339 "
+                    "(2026-11-30T09:15:00Z), unix seconds, or 'now'; exits "
+                    f"{EMPTY_EXIT} when nothing was recorded at that time")
 
     prune = _subparser(sub, "prune", "retention")
     add_flag(prune, "--before", default=None, metavar="TIME",
@@ -78,17 +83,19 @@ def _time(text: str, flag: str) -> datetime:
         raise UserError(f"{flag}: {exc}") from None
 
 
-def _since(text: str) -> datetime:
+def _since(text: str, flag: str = "--since") -> datetime:
+    """A duration back from now (``5m``) or a time, as ``events --since`` and ``at``
+    take them."""
     from exporter.history.timeutil import TimeError, ago
 
     try:
         seconds = parse_duration(text)
     except argparse.ArgumentTypeError:
-        return _time(text, "--since")
+        return _time(text, flag)
     try:
         return ago(seconds)
     except TimeError as exc:
-        raise UserError(f"--since: {exc}") from None
+        raise UserError(f"{flag}: {exc}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,6 +144,7 @@ def _printable(text: Any) -> str:
 def _events(store: Any, args: argparse.Namespace) -> int:
     from exporter.history import queries as q
     from exporter.history.timeutil import format_time
+    from exporter.render import human_bytes
 
     start = _since(args.since)
     end = _time(args.until, "--until") if args.until else None
@@ -154,7 +162,8 @@ def _events(store: Any, args: argparse.Namespace) -> int:
             what = f"{e['kind']}: {e['detail']}"
             subject = "/".join(x for x in (e["namespace"], e["pod"], e["container"]) if x)
         else:
-            what = f"{e['assignment']} cpus={e['cpus'] or '-'} mem={e['memory_bytes']}"
+            what = f"{e['assignment']} cpus={e['cpus'] or '-'} " \
+                f"mem={human_bytes(e['memory_bytes'])}"
             subject = f"{e['namespace']}/{e['pod']}/{e['container']}"
         rows.append([_printable(x) for x in (e["time"], e["node"], e["event"], subject, what)])
     sys.stdout.write(table(["time", "node", "event", "subject", "detail"], rows))
@@ -164,25 +173,46 @@ def _events(store: Any, args: argparse.Namespace) -> int:
 def _at(store: Any, args: argparse.Namespace) -> int:
     from exporter.history import queries as q
     from exporter.history.timeutil import format_time
+    from exporter.render import human_bytes
 
-    when = _time(args.time, "TIME")
+    when = _since(args.time, "TIME")
     items = q.assignments_at(store, when, node=args.node)
     gap_items = q.gaps(store, node=args.node, window=q.Window(at=when), limit=1000).items
     items.sort(key=lambda i: (i["node"], i["namespace"], i["pod"], i["container"]))
+    if not items:
+        _say_empty(store, when, args.node)
     if args.output == "json":
         _emit_json({"at": format_time(when), "containers": items, "gaps": gap_items})
-        return 0
+        return 0 if items else EMPTY_EXIT
     for g in gap_items:
         print(f"warning: {_printable(g['node'])} has a history gap from {g['from']} to "
               f"{g['to']} ({g['dropped_writes']} writes dropped): this time is approximate",
               file=sys.stderr)
     rows = [[_printable(x) for x in (
         i["node"], i["namespace"], i["pod"], i["container"], i["assignment"],
-        i["cpus"] or "-", str(i["cpu_count"]), str(i["memory_bytes"]),
+        i["cpus"] or "-", str(i["cpu_count"]), human_bytes(i["memory_bytes"]),
         ",".join(map(str, i["numa_nodes"])) or "-", i["valid_from"])] for i in items]
     sys.stdout.write(table(["node", "namespace", "pod", "container", "assignment", "cpus",
                             "count", "memory", "numa", "since"], rows))
-    return 0
+    return 0 if items else EMPTY_EXIT
+
+
+def _say_empty(store: Any, when: datetime, node: str | None) -> None:
+    """An empty answer says why, on stderr: what the record covers."""
+    from exporter.history import queries as q
+    from exporter.history.timeutil import format_time
+
+    known = [n for n in q.list_nodes(store, limit=1000).items
+             if node is None or n["name"] == node]
+    where = f"node {_printable(node)}" if node else "any node"
+    if not known:
+        span = "the history holds no node" + (f" named {_printable(node)}" if node else "")
+    else:
+        first = min(n["first_seen"] for n in known)
+        last = max(n["last_seen"] for n in known)
+        span = f"the record runs from {first} to {last}"
+    print(f"podres-exporter history at: nothing recorded for {where} at "
+          f"{format_time(when)}: {span}", file=sys.stderr)
 
 
 def _prune(store: Any, args: argparse.Namespace) -> int:

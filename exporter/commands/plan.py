@@ -20,11 +20,15 @@ from typing import TYPE_CHECKING, Any
 from exporter.errors import UserError
 from exporter.flags import add_flag
 from exporter.options import ModelOptions, SourcesOptions, add_output_flag
+from exporter.render import COSTS_MORE, reclaimed_cell
 
 if TYPE_CHECKING:
     from reconciler.allocator.live import LiveNode
 
 HELP = "model pod budgets from manifests: legacy vs pod-level CPUs, admission, placement"
+# The exit status of --fail-on-refusal: 2 is a usage or input error in every command, so a
+# refusal gets a status of its own (docs/plan.md#exit-status).
+REFUSED_EXIT = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_flag(parser)
     add_flag(parser, "--suggest", action="store_true", default=False,
              help="propose a pod-level budget for templates that have none")
+    add_flag(parser, "--fail-on-refusal", action="store_true", default=False,
+             help=f"exit with status {REFUSED_EXIT} when the kubelet would refuse a pod, after "
+             "printing the plan (a gate for CI); without it plan exits 0 whatever the "
+             "verdicts")
     add_flag(parser, "--node", nargs="?", const="", default=None, metavar="NAME",
              help="place the pods on a live node as it stands now (its free CPUs and "
              "memory, its kubelet configuration when /configz is read), read through the "
@@ -120,7 +128,8 @@ def _pod_row(p: Any, with_topology: bool) -> list[str]:
     t = p.template
     row = [t.kind, f"{t.namespace}/{t.name}", p.qos,
            "-" if p.budget_cpus is None else str(p.budget_cpus), str(p.legacy_cpus),
-           str(p.pod_level_cpus), str(p.reclaimed_cpus), _yes(p.admitted)]
+           str(p.pod_level_cpus), reclaimed_cell(p.reclaimed_cpus) if p.admitted else "-",
+           _yes(p.admitted)]
     if with_topology:
         row += [_fmt_cpus(p.cpus) or "-",
                 ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-"]
@@ -166,6 +175,8 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
     if with_topology:
         head += ["CPUS", "NUMA"]
     lines = _table([[*head, "REASON"], *(_pod_row(p, with_topology) for p in plans)])
+    if any(p.admitted and p.reclaimed_cpus < 0 for p in plans):
+        lines.append(COSTS_MORE)
     for p in plans:
         t = p.template
         lines += ["", f"{t.kind} {t.namespace}/{t.name}:"]
@@ -173,7 +184,8 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
         if with_suggestion:
             lines += _suggestion_lines(p)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
-    lines += ["", f"total reclaimed CPUs (one pod per template): {total}"]
+    lines += ["", f"total reclaimed CPUs (admitted pods, one per template, net): "
+              f"{reclaimed_cell(total)}"]
     return "\n".join(lines)
 
 
@@ -202,9 +214,16 @@ def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
 
     snapshot, ledger = _read_node(args)
     try:
-        return live_node(snapshot, ledger, live_config(snapshot, fallback)), ledger.node_name
+        live = live_node(snapshot, ledger, live_config(snapshot, fallback))
     except (LiveNodeError, ModelError) as exc:
         raise UserError(f"--node: {exc}") from None
+    # `--node NAME` names the node, whatever the sources call it (--node-name, /pods).
+    return live, args.node or ledger.node_name
+
+
+def refused(plans: list[Any]) -> list[str]:
+    """``namespace/name`` of every template whose pod the kubelet would refuse."""
+    return [f"{p.template.namespace}/{p.template.name}" for p in plans if not p.admitted]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
     on_node = args.node is not None
     if args.from_dir and not on_node:
         raise UserError("--from DIR reads a node: it goes with --node")
+    if args.from_dir:
+        from exporter.commands._sources import refuse_ignored_with_from
+
+        refuse_ignored_with_from(args, keep=("node_name",))
     options = ModelOptions.from_args(args)
     if on_node and options.shape:
         raise UserError("--node places pods on the node as read: --topology.shape does not "
@@ -244,6 +267,11 @@ def run(args: argparse.Namespace) -> int:
         if live is not None:
             print(_node_line(live, name))
         print(render_table(plans, with_topology=with_topology, with_suggestion=args.suggest))
+    if args.fail_on_refusal:
+        names = refused(plans)
+        if names:
+            print(f"podres-exporter plan: refused: {', '.join(names)}", file=sys.stderr)
+            return REFUSED_EXIT
     return 0
 
 

@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     ledger: Ledger
     if args.from_dir:
+        from exporter.commands._sources import refuse_ignored_with_from
+
+        refuse_ignored_with_from(args, keep=("node_name",))
         ledger = ledger_from_fixture(args.from_dir,
                                      node_name=SourcesOptions.from_args(args).node_name)
     else:

@@ -125,10 +125,25 @@ def _with_budget(pod: PodSpec, budget: int, memory: int,
                    qos_class=None)
 
 
-def suggest(pod: PodSpec, config: ModelConfig) -> Suggestion | None:
+def _whole_cores(budget: int, config: ModelConfig, topology: CPUTopology | None) -> int:
+    """``budget`` rounded up to whole physical cores where ``full-pcpus-only`` asks for them
+    (the kubelet's SMTAlignmentError refuses an odd pod budget on an SMT-2 node): the extra
+    threads go to the pod shared pool."""
+    tpc = topology.threads_per_core if topology is not None else 1
+    if "full-pcpus-only" not in config.options or tpc == 1:
+        return budget
+    return -(-budget // tpc) * tpc
+
+
+def suggest(pod: PodSpec, config: ModelConfig,
+            topology: CPUTopology | None = None) -> Suggestion | None:
     """A pod budget for a template without one: integer containers stay exclusive, 1-CPU
     padding (every 1-CPU exclusive container but the largest exclusive one) and the
-    non-eligible containers share a pod shared pool."""
+    non-eligible containers share a pod shared pool.
+
+    The verdict is the one :func:`plan_templates` gives the suggested pod under the same
+    configuration: on an empty node of ``topology`` when there is one (its SMT width,
+    reserved CPUs and policy options apply), else on a scratch node (docs/plan.md#suggest)."""
     if pod.has_pod_cpu_budget or not pod.guaranteed or not pod.long_running:
         return None
     candidates, kept, shared = _split_for_budget(pod)
@@ -136,10 +151,14 @@ def suggest(pod: PodSpec, config: ModelConfig) -> Suggestion | None:
         return None  # everything needs its own cores: a budget would change nothing
     millis = sum((c.resources.cpu_limit_m or c.resources.cpu_request_m or 0) for c in shared)
     pool = max(1, math.ceil(millis / 1000))
-    budget = sum(c.resources.integer_cpus or 0 for c in kept) + pool
+    budget = _whole_cores(sum(c.resources.integer_cpus or 0 for c in kept) + pool, config,
+                          topology)
     memory = _suggested_memory(pod)
     new_pod = _with_budget(pod, budget, memory or 0, candidates)
-    result, ok = _verdict(_scratch_model(new_pod, replace(config, pod_level=True)), new_pod)
+    budget_config = replace(config, pod_level=True)
+    model = NodeModel(topology, budget_config) if topology is not None else \
+        _scratch_model(new_pod, budget_config)
+    result, ok = _verdict(model, new_pod)
     return Suggestion(budget, memory, tuple(c.name for c in candidates),
                       _legacy_pinned(pod) - budget, ok,
                       None if ok else getattr(result, "reason", None))
@@ -190,7 +209,7 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
         template=t, qos=pod.qos, budget_cpus=pod.budget_cpus, legacy_cpus=legacy,
         pod_level_cpus=pinned, reclaimed_cpus=legacy - pinned, admitted=admitted,
         reason=reason, containers=containers, cpus=cpus, numa_nodes=numa,
-        suggestion=suggest(pod, config) if want_suggestion else None)
+        suggestion=suggest(pod, config, topology) if want_suggestion else None)
 
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,

@@ -51,7 +51,7 @@ async def test_sim_places_serves_and_follows_manifest_churn(short_tmp: Path) -> 
     sock = short_tmp / "kubelet.sock"
     env = dict(os.environ, GRPC_VERBOSITY="ERROR")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "sim", "--topology", "1x8x2",
+        [sys.executable, "-m", "exporter.cli", "sim", "--topology.shape", "1x8x2",
          "--manifests", str(manifests), "--manifests-poll", "100ms", "--socket", str(sock),
          "--reporting", "1.37"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -87,9 +87,9 @@ async def test_sim_places_serves_and_follows_manifest_churn(short_tmp: Path) -> 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--topology", "2x2"], "SOCKETSxCORESxTHREADS"),
-    (["--topology", "1x4x1", "--numa-per-socket", "3"], "--numa-per-socket"),
-    (["--topology", "1x4x1", "--manifests", "/nonexistent/x"], "no such file"),
-    (["--topology", "1x4x1", "--topology-policy", "single-numa-node", "--reserved", "0-9"],
+    (["--topology.shape", "1x4x1", "--numa-per-socket", "3"], "--numa-per-socket"),
+    (["--topology.shape", "1x4x1", "--manifests", "/nonexistent/x"], "no such file"),
+    (["--topology.shape", "1x4x1", "--topology-policy", "single-numa-node", "--reserved", "0-9"],
      "--reserved"),
 ])
 def test_sim_bad_input_is_one_line(args: list[str], message: str, short_tmp: Path,
@@ -103,7 +103,7 @@ def test_sim_bad_manifest_is_one_line(short_tmp: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     bad = short_tmp / "bad.yaml"
     bad.write_text("kind: Gadget\nmetadata: {name: g}\n")
-    assert main(["sim", "--socket", str(short_tmp / "k.sock"), "--topology", "1x4x1",
+    assert main(["sim", "--socket", str(short_tmp / "k.sock"), "--topology.shape", "1x4x1",
                  "--manifests", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no pod templates" in err[0] and "Gadget" in err[0], err

@@ -247,3 +247,82 @@ def kubelet_exposition(node: Node, t0: float) -> str:
     lines.append(f'kubernetes_feature_enabled{{name="PodLevelResourceManagers",stage="BETA"}} '
                  f"{1 if node.pod_level else 0}")
     return _stamped(lines, now)
+
+
+# --- the node's kernel files (--cgroup.root, --proc.root) ------------------------------
+
+# Busy fraction of every CPU of a pool (the simulated /proc/stat): the kernel panels' values.
+POOL_LOAD = {"reserved": 0.1, "node_shared": 0.2, "pod_exclusive": 0.3, "pod_shared": 0.9,
+             "node_exclusive": 0.6, "pod_idle": 0.0}
+
+
+class KernelFiles:
+    """A node's cgroup tree, exactly what its ledger implies (so no cpuset_drift), and a
+    /proc/stat whose CPUs are busy at their pool's POOL_LOAD; ``tick`` as time passes."""
+
+    def __init__(self, fixture: Path, workdir: Path) -> None:
+        from exporter.commands.snapshot import ledger_from_fixture
+        from exporter.sim.cgroupfs import ProcStatWriter, per_cpu_load, write_cgroup_tree
+        from reconciler.enforcement import EnforcementOptions, expected_cpusets
+        from reconciler.usage import cpu_holders
+
+        ledger = ledger_from_fixture(str(fixture))
+        online = [cell.id for cell in ledger.cpu_map]
+        self.cgroup_root = workdir / "cgroup"
+        self.proc_root = workdir / "proc"
+        write_cgroup_tree(self.cgroup_root, _tree(fixture, ledger, expected_cpusets(
+            ledger, EnforcementOptions())), online)
+        self.load = per_cpu_load(cpu_holders(ledger), POOL_LOAD)
+        self.online = online
+        ProcStatWriter(self.proc_root / "stat", online)  # there before the exporter starts
+
+    def clock_spec(self) -> dict[str, Any]:
+        """What :func:`run_clock` needs to advance this node's /proc/stat."""
+        return {"path": str(self.proc_root / "stat"), "cpus": self.online,
+                "load": {str(cpu): f for cpu, f in self.load.items()}}
+
+
+def run_clock(specs: list[dict[str, Any]], period: float = 0.25) -> None:
+    """Advance every node's /proc/stat as real time passes, until killed. Run in a process
+    of its own (``python fleet_nodes.py SPECS_JSON``): in the test's process, threads
+    answering queries delayed it by seconds and every busy fraction read low."""
+    from exporter.sim.cgroupfs import ProcStatWriter
+
+    writers = [(ProcStatWriter(s["path"], s["cpus"]),
+                {int(cpu): f for cpu, f in s["load"].items()}) for s in specs]
+    last = time.monotonic()
+    while True:
+        time.sleep(period)
+        now = time.monotonic()
+        for writer, load in writers:
+            writer.advance(now - last, load)
+        last = now
+
+
+def _tree(fixture: Path, ledger: Any, expected: Any) -> list[Any]:
+    """The pods of the fixture's /pods as the kubelet's cgroups hold them: each container
+    (and the sandbox, on the node's shared CPUs) on what the ledger expects."""
+    from exporter.sim.cgroupfs import TreeContainer, TreePod, container_id
+
+    path = fixture / "pods.json"
+    items = json.loads(path.read_text())["items"] if path.exists() else []
+    shared = frozenset(c.id for c in ledger.cpu_map if c.pool in ("node_shared", "reserved"))
+    pods = []
+    for item in items:
+        meta, spec_ = item["metadata"], item["spec"]
+        key = (meta["namespace"], meta["name"])
+        uid = meta["uid"]
+        names = [c["name"] for c in spec_.get("initContainers", []) + spec_["containers"]]
+        containers = [TreeContainer(container_id(uid, ""), shared)] + [
+            TreeContainer(container_id(uid, n),
+                          expected.containers.get((*key, n), ("", shared))[1])
+            for n in names]
+        qos = item.get("status", {}).get("qosClass", "Guaranteed")
+        pods.append(TreePod(uid, qos, expected.pods.get(key, frozenset()), tuple(containers)))
+    return pods
+
+
+if __name__ == "__main__":
+    import sys
+
+    run_clock(json.loads(sys.argv[1]))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import http.server
 import json
 import os
@@ -57,7 +58,9 @@ from dash_helpers import (
     variable_queries,
 )
 from fleet_nodes import (
+    POOL_LOAD,
     TOPOLOGY,
+    KernelFiles,
     Node,
     cadvisor_exposition,
     fleet,
@@ -166,7 +169,16 @@ def _render_chart() -> tuple[dict[str, Any], dict[str, Any]]:
     return sm, {**svc, "pod_labels": ds["spec"]["template"]["metadata"]["labels"]}
 
 
-def _start_exporter(node: Node, sim: Any, workdir: Path, address: str) -> subprocess.Popen[bytes]:
+def _start_kernel_clock(files: list[KernelFiles]) -> subprocess.Popen[bytes]:
+    """The nodes' /proc/stat advancing in real time, in a process of its own."""
+    specs = json.dumps([f.clock_spec() for f in files])
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, str(Path(__file__).with_name("fleet_nodes.py")),
+                             specs], env=env, start_new_session=True)
+
+
+def _start_exporter(node: Node, sim: Any, workdir: Path, address: str,
+                    kernel: KernelFiles) -> subprocess.Popen[bytes]:
     topology = workdir / "topology.json"
     topology.write_text(json.dumps(TOPOLOGY))
     token = workdir / "token"
@@ -182,8 +194,8 @@ def _start_exporter(node: Node, sim: Any, workdir: Path, address: str) -> subpro
             # the alert windows on a real node (60 s by default).
             "--kubelet.pods-refresh-interval", "2s",
             "--history.url", f"sqlite:///{workdir / 'history.db'}",
-            # Not this machine's kernel: the fleet's nodes are simulated.
-            "--cgroup.root", "", "--proc.root", "",
+            # The node's simulated kernel files, not this machine's.
+            "--cgroup.root", str(kernel.cgroup_root), "--proc.root", str(kernel.proc_root),
             "--log.level", "warn"]
     if node.checkpoint is not None:
         root = workdir / "kubelet"
@@ -211,6 +223,7 @@ def _in_cluster(configs: list[dict[str, Any]], cluster: str) -> list[dict[str, A
 @pytest.fixture(scope="module")
 def fleet_env() -> Iterator[Fleet]:
     prometheus_binary()
+    from exporter.sim.cgroupfs import decorate_pod_list
     from exporter.sim.server import Misbehaviour, SimKubelet
     from exporter.sources.fixture import load_fixture_dir
 
@@ -224,13 +237,18 @@ def fleet_env() -> Iterator[Fleet]:
     servers: list[PrometheusServer] = []
     logs: dict[str, Path] = {}
     addresses: dict[str, str] = {}
+    kernels: list[KernelFiles] = []
     try:
         for name, node in nodes.items():
             if not node.exporter:
                 addresses[name] = f"127.0.0.1:{free_port()}"   # nobody listens: up == 0
                 continue
             workdir = root / name
-            state = load_fixture_dir(node.write_fixture(workdir / "fixture")).kubelet
+            fixture = node.write_fixture(workdir / "fixture")
+            state = load_fixture_dir(fixture).kubelet
+            if state.pod_list is not None:  # container ids that name the cgroup scopes
+                state = dataclasses.replace(state, pod_list=decorate_pod_list(state.pod_list))
+            kernels.append(KernelFiles(fixture, workdir))
             sim = SimKubelet(state, socket_path=str(root / f"{name[-2:]}.sock"),
                              http_listen="127.0.0.1:0",
                              misbehaviour=Misbehaviour(forbidden_paths=set(node.forbidden)))
@@ -240,9 +258,10 @@ def fleet_env() -> Iterator[Fleet]:
                 addresses[name] = f"[::1]:{free_port_v6()}"
             else:
                 addresses[name] = f"127.0.0.1:{free_port()}"
-            procs.append(_start_exporter(node, sim, workdir, addresses[name]))
+            procs.append(_start_exporter(node, sim, workdir, addresses[name], kernels[-1]))
             logs[name] = workdir / "exporter.log"
 
+        procs.append(_start_kernel_clock(kernels))
         sm, service = _render_chart()
         per_cluster: dict[str, list[dict[str, Any]]] = {}
         for cluster in ("a", "b"):
@@ -305,8 +324,8 @@ NODE_EMPTY_ALWAYS = {
     "Memory pools",
     # no kubelet root mounted (only node-a4 has checkpoints)
     "Checkpoints", "Checkpoint downgrade unsafe",
-    # the kernel sources are off (no simulated cgroup tree or /proc/stat in this fleet)
-    "Pool saturation", "Stranded cores",
+    # the kernel sources are on, but no pod has held its CPUs for an hour: none is judged
+    "Stranded cores",
 }
 NODE_EMPTY = {
     "node-a1": NODE_EMPTY_ALWAYS,
@@ -315,13 +334,15 @@ NODE_EMPTY = {
         "Online CPUs", "Reclaimed cores", "Reclaimable cores", "Active anomalies",
         "CPU pools by NUMA node", "CPU pools over time", "Memory pools",
         "Containers per assignment", "Pods", "Containers", "Kubelet configuration",
-        "Pod shared pool saturation", "CFS throttling of exclusive containers"},
+        "Pod shared pool saturation", "CFS throttling of exclusive containers",
+        # busy time is attributed to the ledger's pools: none without a ledger
+        "Pool saturation"},
     # anomalies, but no cAdvisor usage of pod_shared or throttled exclusive containers
     "node-a3": (NODE_EMPTY_ALWAYS - {"Current anomalies"}) | {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},
     # legacy_shared_report is a current anomaly; checkpoints are mounted; no cAdvisor usage
     "node-a4": {"Memory pools", "Pod shared pool saturation",
-                "CFS throttling of exclusive containers", "Pool saturation", "Stranded cores"},
+                "CFS throttling of exclusive containers", "Stranded cores"},
     "node-b1": NODE_EMPTY_ALWAYS,
     "node-b2": NODE_EMPTY_ALWAYS | {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},
@@ -330,8 +351,7 @@ NODE_EMPTY = {
 FLEET_EMPTY = {
     # "older" kubelet metrics are not published by these kubelets
     "always": {"Older kubelet manager errors", "Kubelet container assignment events",
-               # the kernel sources are off in this fleet
-               "Pool saturation across the fleet", "Pod shared pool saturation per node",
+               # no pod has held its CPUs for an hour in this fleet
                "Stranded cores"},
     "b": {"Kubelet allocation errors", "Kubelet allocations", "Exporters down",
           "Nodes with anomalies"},
@@ -495,7 +515,67 @@ def test_dead_kubelet_has_no_source_up(fleet_env: Fleet) -> None:
     sources = {r["metric"]["source"]: float(r["value"][1]) for r in a2["Sources up"]}
     assert sources.get("podresources") == 0, sources
     assert all(sources[s] == 0 for s in ("podresources", "kubelet") if s in sources), sources
-    assert {s for s, up in sources.items() if up} <= {"topology", "sysfs"}, sources
+    # The kernel's files (cgroup tree, /proc/stat) do not depend on the kubelet either.
+    assert {s for s, up in sources.items() if up} <= {"topology", "sysfs", "cgroup",
+                                                      "procstat"}, sources
+
+
+def _by_pool(results: list[Any]) -> dict[str, float]:
+    return {r["metric"]["pool"]: float(r["value"][1]) for r in results}
+
+
+# A node's /proc/stat is one file written at once: whatever delays its writer (a busy
+# machine) scales every pool of the node alike. Their ratios are exact to a counter step;
+# the fractions themselves are held to a wider band.
+RATIO_TOLERANCE = 0.15
+LOAD_TOLERANCE = 0.4
+
+
+def _loads_match(got: dict[str, float], *, one_node: bool = True) -> None:
+    assert got == pytest.approx({p: POOL_LOAD[p] for p in got}, rel=LOAD_TOLERANCE), got
+    if not one_node:  # pools summed over nodes whose files lag differently
+        return
+    base = got["reserved"]
+    ratios = {p: v / base for p, v in got.items()}
+    assert ratios == pytest.approx({p: POOL_LOAD[p] / POOL_LOAD["reserved"] for p in got},
+                                   rel=RATIO_TOLERANCE), got
+
+
+@pytest.mark.parametrize("where", ["cluster a", "global"])
+def test_kernel_panels(fleet_env: Fleet, where: str) -> None:
+    """The kernel sources read each node's simulated /proc/stat and cgroup tree: every
+    pool's busy fraction is the load its CPUs were given, on both servers; the trees match
+    the ledgers, so no cpuset drift; the stranded-cores panels judge no pod yet."""
+    prom = fleet_env.clusters["a"] if where == "cluster a" else fleet_env.global_
+    nodes = fleet_env.nodes
+    for name in ("node-a1", "node-a3", "node-a4", "node-b1", "node-b2"):
+        node = nodes[name]
+        if where == "cluster a" and node.cluster != "a":
+            continue
+        panels = node_queries(prom, node, cluster="All" if where == "cluster a"
+                              else node.cluster)
+        pools = _by_pool(panels["Pool saturation"])
+        _loads_match(pools)
+        assert {"reserved", "node_shared"} <= set(pools), name
+        assert panels["Stranded cores"] == []
+    # node-a1: the pod shared pool (CPU 4) at 0.9, its app's exclusive CPUs at 0.3.
+    a1 = _by_pool(node_queries(prom, nodes["node-a1"], cluster="All" if where == "cluster a"
+                               else "a")["Pool saturation"])
+    assert set(a1) == {"reserved", "node_shared", "pod_exclusive", "pod_shared"}
+    drift = prom.query('sum(podres_cpuset_drift) or vector(0)')
+    assert float(drift[0]["value"][1]) == 0
+    for cluster in (["All"] if where == "cluster a" else ["a", "b"]):
+        fleet_panels = fleet_queries(prom, cluster)
+        per_node = {r["metric"]["node"]: float(r["value"][1])
+                    for r in fleet_panels["Pod shared pool saturation per node"]}
+        expected = {"node-a1", "node-a4"} if cluster in ("All", "a") else {"node-b1"}
+        if where == "global" and cluster == "All":
+            expected |= {"node-b1"}
+        assert set(per_node) == expected, (cluster, per_node)
+        assert all(v == pytest.approx(POOL_LOAD["pod_shared"], rel=LOAD_TOLERANCE)
+                   for v in per_node.values())
+        _loads_match(_by_pool(fleet_panels["Pool saturation across the fleet"]),
+                     one_node=False)
 
 
 def test_fleet_values_of_cluster_a(fleet_env: Fleet) -> None:

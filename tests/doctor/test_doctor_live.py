@@ -18,7 +18,7 @@ import pytest
 def _start_sim(tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
     sock = str(tmp / "kubelet.sock")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.cli", "sim", "--topology", "1x4x2", "--socket", sock,
+        [sys.executable, "-m", "exporter.cli", "sim", "--topology.shape", "1x4x2", "--socket", sock,
          "--http-listen", "127.0.0.1:0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, GRPC_VERBOSITY="ERROR"))

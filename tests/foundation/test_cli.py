@@ -390,7 +390,8 @@ def test_topology_is_a_file_in_plan_too(capsys: pytest.CaptureFixture[str]) -> N
     code, out, _ = _main(capsys, "plan", "-f", manifest, "--topology.shape", "1x8x1",
                          "-o", "json")
     shaped = json.loads(out)
-    # The pre-file spelling still gives the shape.
+    # The pre-file spelling still gives the shape (with a deprecation warning,
+    # tests/foundation/test_cli_output.py).
     code, out, _ = _main(capsys, "plan", "-f", manifest, "--topology", "1x8x1", "-o", "json")
     assert code == 0 and json.loads(out) == shaped
 

@@ -15,6 +15,7 @@ from histsim import SimNode, actual_assignments, expected_assignments
 from bench.pgcluster import PgCluster
 from exporter.cli import build_parser, main
 from exporter.commands.api import serve_api
+from exporter.commands.history import EMPTY_EXIT
 from exporter.history import HistoryWriter, open_store
 from exporter.options import HistoryOptions
 
@@ -78,6 +79,52 @@ async def test_history_at_and_events(history_url: str,
     code, out, _ = cli(capsys, "history", "events", "--since", "1h", "--history.url",
                        history_url)
     assert code == 0 and out.startswith("TIME")  # header only: nothing in the last hour
+
+
+async def test_history_at_relative_and_empty(history_url: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`history at 5m` is read as `events --since 5m` reads it (a duration back from now);
+    a time with nothing recorded says so, naming what the record covers, and exits 1."""
+    timeline = await populate(history_url)  # from 2026-11-30T08:00Z, intervals left open
+    for when in ("5m", "now"):
+        code, out, err = await asyncio.to_thread(
+            cli, capsys, "history", "at", when, "--history.url", history_url, "-o", "json")
+        assert code == 0, err
+        body = json.loads(out)
+        assert datetime.fromisoformat(body["at"]) > at(30)
+        # What is still open now is what the last ledger held.
+        assert actual_assignments(body["containers"]) == expected_assignments(timeline[-1][1])
+    before = (T0 - timedelta(hours=1)).isoformat()
+    code, out, err = cli(capsys, "history", "at", before, "--history.url", history_url)
+    assert code == EMPTY_EXIT
+    assert out.split() == ["NODE", "NAMESPACE", "POD", "CONTAINER", "ASSIGNMENT", "CPUS",
+                           "COUNT", "MEMORY", "NUMA", "SINCE"]
+    assert "nothing recorded for any node at 2026-11-30T07:00:00Z: the record runs from " \
+        "2026-11-30T08:00:00Z to " in err
+    assert err.count("\n") == 1
+    code, _, err = cli(capsys, "history", "at", at(10).isoformat(), "--node", "elsewhere",
+                       "--history.url", history_url)
+    assert code == EMPTY_EXIT
+    assert "the history holds no node named elsewhere" in err
+    # Something recorded: 0, memory in binary units (JSON keeps bytes).
+    code, out, _ = cli(capsys, "history", "at", at(10).isoformat(), "--history.url",
+                       history_url, "-o", "json")
+    sizes = {c["memory_bytes"] for c in json.loads(out)["containers"]} - {0, None}
+    assert sizes and min(sizes) >= 2**20
+    code, out, _ = cli(capsys, "history", "at", at(10).isoformat(), "--history.url",
+                       history_url)
+    assert code == 0
+    for size in sizes:
+        assert f" {size} " not in out
+        assert f" {size / 2**20:g} MiB " in out or f" {size / 2**30:g} GiB " in out
+
+
+def test_history_at_duration_out_of_range(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/h.db"
+    open_store(url).close()
+    code, _, err = cli(capsys, "history", "at", "999999999d", "--history.url", url)
+    assert code == 2 and err.startswith("podres-exporter history: error: TIME: ")
 
 
 async def test_history_prune(history_url: str, capsys: pytest.CaptureFixture[str]) -> None:

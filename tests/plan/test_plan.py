@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from exporter.cli import main
+from exporter.commands.plan import REFUSED_EXIT
 
 DATA = Path(__file__).parent / "data"
 
@@ -39,7 +42,7 @@ def test_motivating_example(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_motivating_example_placement(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--topology", "1x8x1",
+    report = _plan(capsys, "-f", str(DATA / "motivating.yaml"), "--topology.shape", "1x8x1",
                    "--reserved", "0")
     (pod,) = report["pods"]
     assert pod["cpus"] == "1-3"
@@ -99,7 +102,7 @@ def test_container_scope(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_topology_rejections(capsys: pytest.CaptureFixture[str]) -> None:
-    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"), "--topology", "2x4x1",
+    report = _plan(capsys, "-f", str(DATA / "kinds.yaml"), "--topology.shape", "2x4x1",
                    "--reserved", "0")
     by = {p["name"]: p for p in report["pods"]}
     assert by["db"]["admitted"] is False
@@ -204,7 +207,7 @@ def test_missing_file_and_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     good = str(DATA / "motivating.yaml")
     assert main(["plan", "-f", good, "--topology", "2by4"]) == 2
     assert "SOCKETSxCORESxTHREADS" in capsys.readouterr().err
-    assert main(["plan", "-f", good, "--topology", "1x4x1", "--reserved", "9"]) == 2
+    assert main(["plan", "-f", good, "--topology.shape", "1x4x1", "--reserved", "9"]) == 2
     assert "--reserved" in capsys.readouterr().err
     assert main(["plan", "-f", good, "--cpu-policy-options", "turbo"]) == 2
     assert "turbo" in capsys.readouterr().err
@@ -221,3 +224,99 @@ def test_a_pod_larger_than_any_node_is_refused_not_an_error(
     (pod,) = json.loads(capsys.readouterr().out)["pods"]
     assert pod["admitted"] is False
     assert "not enough cpus available to satisfy request: requested=5000" in pod["reason"]
+
+
+# -- exit status for CI ----------------------------------------------------------------------
+
+def _pods_manifest(tmp: Path, *pods: tuple[str, str]) -> Path:
+    docs = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"namespace": "default", "name": name},
+             "spec": {"containers": [{"name": "app", "resources": {
+                 "requests": {"cpu": cpu, "memory": "1Gi"},
+                 "limits": {"cpu": cpu, "memory": "1Gi"}}}]}}
+            for name, cpu in pods]
+    path = tmp / "pods.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_fail_on_refusal_exit_status(tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # One physical core of an SMT-2 node under full-pcpus-only refuses a 1-CPU container.
+    manifest = _pods_manifest(tmp_path, ("fits", "2"), ("odd", "1"))
+    flags = ["-f", str(manifest), "--topology.shape", "1x4x2", "--reserved", "",
+             "--cpu-policy-options", "full-pcpus-only"]
+    assert main(["plan", *flags]) == 0  # without the flag, a report only
+    capsys.readouterr()
+    assert main(["plan", *flags, "--fail-on-refusal", "-o", "json"]) == REFUSED_EXIT
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # the plan is printed all the same
+    assert [p["admitted"] for p in report["pods"]] == [True, False]
+    assert "refused: default/odd" in captured.err
+    # Everything admitted: 0 with the flag.
+    ok = _pods_manifest(tmp_path, ("fits", "2"))
+    assert main(["plan", "-f", str(ok), "--topology.shape", "1x4x2", "--reserved", "",
+                 "--cpu-policy-options", "full-pcpus-only", "--fail-on-refusal"]) == 0
+
+
+# -- suggest, then plan the suggestion ---------------------------------------------------------
+
+def _apply_suggestion(template: dict[str, Any], suggestion: dict[str, Any]) -> dict[str, Any]:
+    """The manifest an operator writes from a suggestion: the pod resources block added,
+    the CPU request and limit of the containers moved to the shared pool removed."""
+    spec = copy.deepcopy(template)
+    pod_spec = spec["spec"]["template"]["spec"] if "template" in spec["spec"] else spec["spec"]
+    pod_spec["resources"] = suggestion["resources"]
+    for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+        if c["name"] in suggestion["move_to_shared_pool"]:
+            for block in c["resources"].values():
+                block.pop("cpu", None)
+    return spec
+
+
+def _padding_manifest() -> dict[str, Any]:
+    def ctr(name: str, cpu: str, sidecar: bool = False) -> dict[str, Any]:
+        c: dict[str, Any] = {"name": name, "resources": {
+            "requests": {"cpu": cpu, "memory": "256Mi"},
+            "limits": {"cpu": cpu, "memory": "256Mi"}}}
+        if sidecar:
+            c["restartPolicy"] = "Always"
+        return c
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "ns", "name": "pad"},
+            "spec": {"initContainers": [ctr("a", "1", True), ctr("b", "1", True),
+                                        ctr("c", "500m", True)],
+                     "containers": [ctr("app", "2"), ctr("log", "1")]}}
+
+
+_OPTION_SETS = ("", "full-pcpus-only", "full-pcpus-only,distribute-cpus-across-numa",
+                "distribute-cpus-across-cores", "align-by-socket")
+
+
+@pytest.mark.parametrize("shape", ["1x8x1", "1x8x2", "2x8x2"])
+@pytest.mark.parametrize("options", _OPTION_SETS)
+@pytest.mark.parametrize("scope", ["pod", "container"])
+def test_suggestion_is_admitted_when_planned(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             shape: str, options: str, scope: str) -> None:
+    """Whatever the node and options, a suggestion marked admitted is admitted when the
+    operator plans it, and one marked refused is refused (the suggestion used to be judged
+    on a scratch node without SMT, so full-pcpus-only on SMT-2 got a 3-CPU budget that plan
+    then refused)."""
+    policy = "best-effort" if "align-by-socket" in options else "single-numa-node"
+    flags = ["--topology.shape", shape, "--cpu-policy-options", options, "--scope", scope,
+             "--topology-policy", policy]
+    templates = [yaml.safe_load((DATA / "motivating-nobudget.yaml").read_text()),
+                 _padding_manifest()]
+    for template in templates:
+        source = tmp_path / "in.yaml"
+        source.write_text(yaml.safe_dump(template))
+        (pod,) = _plan(capsys, "-f", str(source), "--suggest", *flags)["pods"]
+        s = pod["suggestion"]
+        assert s is not None
+        if "full-pcpus-only" in options and shape.endswith("x2"):
+            assert s["budget_cpus"] % 2 == 0
+        planned = tmp_path / "suggested.yaml"
+        planned.write_text(yaml.safe_dump(_apply_suggestion(template, s)))
+        (again,) = _plan(capsys, "-f", str(planned), *flags)["pods"]
+        assert again["budget_cpus"] == s["budget_cpus"]
+        assert (again["admitted"], again["reason"]) == (s["admitted"], s["reason"]), \
+            (shape, options, scope, template["metadata"]["name"])

@@ -78,6 +78,23 @@ async def test_plan_node_over_the_socket(short_tmp: Path, start_sim: Any,
     assert pods["one"]["cpus"] == "3"
 
 
+async def test_plan_node_name_on_a_live_node(short_tmp: Path, start_sim: Any,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`--node NAME` names a live node in both outputs, even when --node-name says
+    otherwise (it used to report the sources' name and ignore NAME)."""
+    manifest = _manifest(short_tmp, ("one", 1))
+    node = _busy_node()
+    sim = await start_sim(node.state())
+    topology = short_tmp / "topology.json"
+    topology.write_text(json.dumps(node.topology_json()))
+    base = ["plan", "--node", "worker-9", "--podresources.socket", sim.socket_path,
+            "--topology", str(topology), "--node-name", "other", "-f", str(manifest)]
+    assert await asyncio.to_thread(main, [*base, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["node"]["name"] == "worker-9"
+    assert await asyncio.to_thread(main, base) == 0
+    assert capsys.readouterr().out.startswith("node worker-9: ")
+
+
 async def test_plan_node_table(short_tmp: Path, start_sim: Any,
                                capsys: pytest.CaptureFixture[str]) -> None:
     manifest = _manifest(short_tmp, ("needs-four", 4))
