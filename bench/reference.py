@@ -361,6 +361,9 @@ class Outcome:
     case: Case
     disagreements: list[str]
     skipped: str = ""  # why the case was not compared (a setup both refuse)
+    # The first step that disagreed: its operation and pod (None for setup and restart).
+    op: str = ""
+    pod: PodSpec | None = None
 
     @property
     def agrees(self) -> bool:
@@ -373,16 +376,17 @@ def run_case(ref: Reference, case: Case) -> Outcome:
         model = NodeModel(case.topo, case.config)
     except ModelError as exc:
         if answer.get("ok"):
-            return Outcome(case, [f"setup: kubelet starts, model refuses: {exc}"])
+            return Outcome(case, [f"setup: kubelet starts, model refuses: {exc}"], op="setup")
         return Outcome(case, [], skipped=f"both refuse the setup ({exc})")
     if not answer.get("ok"):
-        return Outcome(case, [f"setup: model starts, kubelet refuses: {answer.get('error')}"])
+        return Outcome(case, [f"setup: model starts, kubelet refuses: {answer.get('error')}"],
+                       op="setup")
     live: dict[str, PodSpec] = {}
     for step, (op, pod) in enumerate(case.ops):
         problems = _step(ref, model, live, op, pod)
         if problems:
             where = f"step {step} {op}{' ' + pod.name if pod else ''}"
-            return Outcome(case, [f"{where}: {p}" for p in problems])
+            return Outcome(case, [f"{where}: {p}" for p in problems], op=op, pod=pod)
     return Outcome(case, [])
 
 
@@ -435,16 +439,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
     parser.add_argument("--count", type=int, default=100,
                         help="random workloads to run (default 100)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build the reference for --version if needed, and stop")
     parser.add_argument("--show", type=int, default=5,
                         help="disagreements to print in full (default 5)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
     try:
-        build(args.version, quiet=False)
+        started = time.monotonic()
+        stale_before = stale(args.version)
+        path = build(args.version, quiet=False)
     except ReferenceUnavailable as exc:
         print(f"reference {args.version}: unavailable: {exc}", file=sys.stderr)
         return 2
+    if args.build_only:
+        what = f"built in {time.monotonic() - started:.0f} s" if stale_before else "up to date"
+        print(f"reference {args.version}: {path.relative_to(ROOT)} {what}")
+        return 0
     started = time.monotonic()
     agree = shown = skipped = 0
     for outcome in run(args.version, args.seed, args.count):
