@@ -95,7 +95,7 @@ def build(version: str, *, quiet: bool = True) -> Path:
                                    "reference cannot be built")
     _, modfile, tag = VERSIONS[version]
     BUILD.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", "-trimpath", f"-modfile={modfile}", "-o", str(out)]
+    cmd = [go, "build", f"-modfile={modfile}", "-o", str(out)]
     if tag:
         cmd.append(f"-tags={tag}")
     cmd.append(".")

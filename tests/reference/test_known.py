@@ -58,7 +58,7 @@ FIXTURES = [
     ("pod-level-resources-gate-off", "1.36", _case("1.36", "container", False, GATE_OFF_POD)),
     ("pod-level-resources-gate-off", "1.37", _case("1.37", "pod", False, GATE_OFF_POD)),
     ("restart-readmission", "1.37", _case("1.37", "pod", True, RESTART_POD, restart=True)),
-    ("container-scope-pod-shared-pool", "1.37", _case("1.37", "container", True, SHARED_POD)),
+    ("container-scope-pod-level", "1.37", _case("1.37", "container", True, SHARED_POD)),
 ]
 IDS = [f"{kind}-{version}" for kind, version, _ in FIXTURES]
 
@@ -79,7 +79,7 @@ def test_the_kubelet_does_what_was_found(kind: str, version: str, case: Case,
         if kind == "pod-level-resources-gate-off":
             assert held == {}
             assert parse_cpuset(state["default"]) == case.topo.online
-        elif kind == "container-scope-pod-shared-pool":
+        elif kind == "container-scope-pod-level":
             assert parse_cpuset(held["app"]) and "side" not in held
         else:
             assert state["pods"][pod.uid]
