@@ -31,12 +31,12 @@ def _g(cpu_m: int) -> Resources:
     return Resources(cpu_m, cpu_m, 64 * 2**20, 64 * 2**20)
 
 
-def _case(version: str, scope: str, pod_level: bool, pod: PodSpec, *, restart: bool = False
-          ) -> Case:
+def _case(version: str, scope: str, pod_level: bool, pod: PodSpec, *, restart: bool = False,
+          policy: str = "single-numa-node") -> Case:
     gates = dict(GATES)
     if version != "1.35":
         gates["PodLevelResourceManagers"] = pod_level
-    config = ModelConfig(topology_policy="single-numa-node", scope=scope, memory_policy="None",
+    config = ModelConfig(topology_policy=policy, scope=scope, memory_policy="None",
                          reserved_cpu_m=1000, pod_level=pod_level)
     case = Case(0, _topo(6), config, gates, [("admit", pod)])
     if restart:
@@ -59,6 +59,7 @@ FIXTURES = [
     ("pod-level-resources-gate-off", "1.37", _case("1.37", "pod", False, GATE_OFF_POD)),
     ("restart-readmission", "1.37", _case("1.37", "pod", True, RESTART_POD, restart=True)),
     ("container-scope-pod-level", "1.37", _case("1.37", "container", True, SHARED_POD)),
+    ("topology-none-pod-level", "1.37", _case("1.37", "pod", True, RESTART_POD, policy="none")),
 ]
 IDS = [f"{kind}-{version}" for kind, version, _ in FIXTURES]
 
@@ -79,6 +80,9 @@ def test_the_kubelet_does_what_was_found(kind: str, version: str, case: Case,
         if kind == "pod-level-resources-gate-off":
             assert held == {}
             assert parse_cpuset(state["default"]) == case.topo.online
+        elif kind == "topology-none-pod-level":
+            # No pod-level block: the exclusive container is placed on its own.
+            assert pod.uid not in state["pods"] and parse_cpuset(held["app"])
         elif kind == "container-scope-pod-level":
             assert parse_cpuset(held["app"]) and "side" not in held
         else:
