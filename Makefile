@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
-.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean
+.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean reference
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench        benchmarks on a real-sized node (1000 pods, 512 CPUs)"
 	@echo "make bench-quick  the same on a small node, in seconds"
 	@echo "make proto        regenerate exporter/pb from proto/"
+	@echo "make reference    build the kubelet reference (1.35, 1.36, 1.37; needs Go)"
 
 # The venv gets uv, which installs everything else: pip spends half a minute resolving the
 # runtime dependencies one index page after another (grpcio's alone is megabytes), uv a few
@@ -70,6 +71,15 @@ test: $(STAMP)
 # The fuzzing suite with a long random budget (make test runs a small fixed one).
 fuzz: $(STAMP)
 	PODRES_FUZZ_EXAMPLES=$${PODRES_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz $(PYTEST_ARGS)
+
+# The kubelet reference (docs/design.md#reference): the real CPU, memory and topology managers
+# of each kubelet minor, linked from k8s.io/kubernetes, built into reference/build/ (ignored by
+# git). Needs Go on PATH; the modules come from the Go module proxy on the first build. The
+# tests build what is missing themselves; this target builds every version up front.
+REFERENCE_VERSIONS ?= 1.35 1.36 1.37
+reference: $(STAMP)
+	@for v in $(REFERENCE_VERSIONS); do \
+	  $(BIN)/python -m bench.reference --build-only --version $$v || exit 1; done
 
 proto: $(STAMP)
 	$(BIN)/python -m exporter.pb.generate

@@ -1,0 +1,480 @@
+"""The kubelet itself as the reference: random nodes and workloads run through the real CPU,
+memory and topology managers (``reference/kubelet``, a Go program linking k8s.io/kubernetes)
+and through the project's allocator model, compared placement by placement
+(docs/design.md#reference).
+
+    python -m bench.reference --version 1.37 --seed 7 --count 200
+
+prints the first disagreements, then ``reference 1.37: A/N agree`` as its last line. The
+reference is built on first use (Go from the machine, modules from the proxy) into
+``reference/build/``, and rebuilt when its sources change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
+from reconciler.allocator.config import EXCLUSIVE_OPTIONS
+from reconciler.allocator.placement import PodPlacement, Rejection
+from reconciler.allocator.report import pod_to_json
+from reconciler.cpuset import format_cpuset, parse_cpuset
+from reconciler.kube import ContainerSpec, PodSpec, Resources
+from reconciler.snapshot import CPUInfo
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "reference" / "kubelet"
+BUILD = ROOT / "reference" / "build"
+# Each kubelet minor: its patch release, the go.mod that pins it and the build tag that picks
+# its version-specific file (reference/kubelet/node_<minor>.go).
+VERSIONS: dict[str, tuple[str, str, str]] = {
+    "1.35": ("1.35.4", "go.1_35.mod", "kubelet_1_35"),
+    "1.36": ("1.36.3", "go.1_36.mod", "kubelet_1_36"),
+    "1.37": ("1.37.2", "go.mod", ""),
+}
+# Static policy options each version accepts (pkg/kubelet/cm/cpumanager/policy_options.go).
+# The alpha ones need the CPUManagerPolicyAlphaOptions gate, which the reference turns on.
+OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
+           "distribute-cpus-across-cores", "strict-cpu-reservation",
+           "prefer-align-cpus-by-uncorecache")
+GiB = 2**30
+MiB = 2**20
+
+
+class ReferenceUnavailable(RuntimeError):
+    """The reference cannot be built here (no Go, or a module or package that fails)."""
+
+
+# ---- building ----------------------------------------------------------------------------
+
+
+def binary_path(version: str) -> Path:
+    return BUILD / f"kubelet-{version}"
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SOURCE.iterdir() if p.suffix in (".go", ".mod", ".sum"))
+
+
+def stale(version: str) -> bool:
+    out = binary_path(version)
+    if not out.exists():
+        return True
+    built = out.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in _sources())
+
+
+def go_binary() -> str | None:
+    return shutil.which("go") or (
+        "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+
+
+def build(version: str, *, quiet: bool = True) -> Path:
+    """The reference binary for ``version``, built if missing or older than its sources.
+    Raises :class:`ReferenceUnavailable` with the reason when it cannot be built."""
+    if version not in VERSIONS:
+        raise ReferenceUnavailable(f"unknown kubelet version {version!r} "
+                                   f"(one of {', '.join(VERSIONS)})")
+    out = binary_path(version)
+    if not stale(version):
+        return out
+    go = go_binary()
+    if go is None:
+        raise ReferenceUnavailable("no Go toolchain ('go' is not on PATH): the kubelet "
+                                   "reference cannot be built")
+    _, modfile, tag = VERSIONS[version]
+    BUILD.mkdir(parents=True, exist_ok=True)
+    cmd = [go, "build", f"-modfile={modfile}", "-o", str(out)]
+    if tag:
+        cmd.append(f"-tags={tag}")
+    cmd.append(".")
+    if not quiet:
+        print(f"building the kubelet {version} reference: {' '.join(cmd)}", file=sys.stderr)
+    done = subprocess.run(cmd, cwd=SOURCE, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ReferenceUnavailable(f"building the kubelet {version} reference failed:\n"
+                                   f"{done.stderr.strip()[-4000:]}")
+    return out
+
+
+# ---- talking to it -----------------------------------------------------------------------
+
+
+class Reference:
+    """One running reference process: a JSON request in, a JSON answer out."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.proc = subprocess.Popen(
+            [str(build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def request(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise ReferenceUnavailable(f"the kubelet {self.version} reference exited "
+                                       f"(code {self.proc.poll()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> Reference:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- random cases ------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """A node and a script of operations: ("admit", pod), ("remove", pod), ("restart",)."""
+
+    seed: int
+    topo: CPUTopology
+    config: ModelConfig
+    gates: dict[str, bool]
+    ops: list[tuple[str, PodSpec | None]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        cores = len(self.topo.core_cpus)
+        c = self.config
+        return (f"seed {self.seed}: {len(self.topo.online)} CPUs, {cores} cores, "
+                f"{len(self.topo.numa_nodes)} NUMA, {len(self.topo.socket_cpus)} sockets; "
+                f"topology {c.topology_policy}/{c.scope}, options "
+                f"{','.join(sorted(c.options)) or '-'}, reserved "
+                f"{format_cpuset(c.reserved_cpus) if c.reserved_cpus else f'{c.reserved_cpu_m}m'}"
+                f", pod-level {'on' if c.pod_level else 'off'}")
+
+
+def random_topology(rng: random.Random) -> CPUTopology:
+    """1-2 sockets, 1-8 NUMA nodes, SMT on or off, Linux or sequential numbering, L3 per
+    NUMA node, per socket or none. Each CPU's core is its kubelet CoreID (the lowest CPU id of
+    its core)."""
+    sockets = rng.choice((1, 1, 2))
+    numa_per_socket = rng.choice((1, 1, 2, 4)) if sockets == 1 else rng.choice((1, 2, 4))
+    cores_per_numa = rng.randint(1, 6)
+    threads = rng.choice((1, 2))
+    linux_order = rng.random() < 0.7
+    l3 = rng.choice(("numa", "socket", "none", "pairs"))
+    numas = sockets * numa_per_socket
+    total_cores = numas * cores_per_numa
+    cpus: list[tuple[int, int, int, int]] = []  # (id, core index, socket, numa)
+    for core in range(total_cores):
+        numa = core // cores_per_numa
+        socket = numa // numa_per_socket
+        for t in range(threads):
+            cpu = t * total_cores + core if linux_order else core * threads + t
+            cpus.append((cpu, core, socket, numa))
+    lowest: dict[int, int] = {}
+    for cpu, core, _, _ in cpus:
+        lowest[core] = min(cpu, lowest.get(core, cpu))
+    infos = tuple(sorted((CPUInfo(cpu, lowest[core], s, n) for cpu, core, s, n in cpus),
+                         key=lambda c: c.id))
+    uncore: list[tuple[int, int]] = []
+    if l3 != "none":
+        for cpu, core, s, n in cpus:
+            uncore.append((cpu, {"numa": n, "socket": s, "pairs": core // 2}[l3]))
+    memory = tuple((n, rng.choice((4, 8, 16)) * GiB) for n in range(numas))
+    return CPUTopology(cpus=infos, memory=memory, uncore=tuple(sorted(uncore)))
+
+
+def random_options(rng: random.Random, topology_policy: str, topo: CPUTopology
+                   ) -> frozenset[str]:
+    chosen: set[str] = set()
+    for opt in rng.sample(OPTIONS, rng.randint(0, 3)):
+        if any({opt, o} == {a, b} for a, b in EXCLUSIVE_OPTIONS for o in chosen):
+            continue
+        if opt == "align-by-socket" and (topology_policy == "single-numa-node"
+                                         or len(topo.socket_cpus) > len(topo.numa_cpus)):
+            continue
+        chosen.add(opt)
+    return frozenset(chosen)
+
+
+def _res(cpu_m: int | None, mem: int | None, guaranteed: bool) -> Resources:
+    if cpu_m is None and mem is None:
+        return Resources()
+    if guaranteed:
+        return Resources(cpu_m, cpu_m, mem, mem)
+    return Resources(cpu_m, None, mem, None)
+
+
+def random_pod(rng: random.Random, index: int, budget: int) -> PodSpec:
+    guaranteed = rng.random() < 0.8
+    pod_level = rng.random() < 0.4
+    mem = 64 * MiB
+
+    def container(name: str, *, shared_ok: bool) -> ContainerSpec:
+        if shared_ok and rng.random() < 0.35:
+            return ContainerSpec(name)
+        cpu_m = rng.choice((1000, 1000, 2000, 2000, 3000, 4000, 500, 1500))
+        if cpu_m >= 1000 and rng.random() < 0.2:
+            cpu_m = min(cpu_m * 2, max(1000, budget * 1000))
+        return ContainerSpec(name, _res(cpu_m, mem, guaranteed))
+
+    apps = tuple(container(f"app{i}", shared_ok=pod_level) for i in range(rng.randint(1, 3)))
+    inits: list[ContainerSpec] = []
+    for i in range(rng.choice((0, 0, 0, 1, 2))):
+        c = container(f"init{i}", shared_ok=pod_level)
+        sidecar = rng.random() < 0.5
+        inits.append(ContainerSpec(c.name, c.resources, sidecar=sidecar, init=not sidecar))
+    resources = None
+    if pod_level:
+        whole = sum((c.resources.cpu_request_m or 0) for c in (*apps, *inits) if not c.init)
+        cpu_m = (whole // 1000 + rng.randint(0, 2)) * 1000 or 1000
+        if rng.random() < 0.1:
+            cpu_m += 500
+        resources = _res(cpu_m, mem * 8, guaranteed)
+    uid = f"uid-{index:04d}"
+    return PodSpec("ref", f"pod-{index:04d}", uid, apps, tuple(inits), resources)
+
+
+def random_case(seed: int, version: str, *, ops: int = 12) -> Case:
+    rng = random.Random(f"{version}:{seed}")
+    topo = random_topology(rng)
+    topology_policy = rng.choice(("none", "best-effort", "restricted", "single-numa-node"))
+    scope = rng.choice(("container", "pod"))
+    options = random_options(rng, topology_policy, topo)
+    online = sorted(topo.online)
+    reserved_cpus: frozenset[int] | None = None
+    reserved_m = 0
+    if rng.random() < 0.3:
+        reserved_cpus = frozenset(rng.sample(online, rng.randint(1, max(1, len(online) // 4))))
+    else:
+        reserved_m = rng.choice((1000, 1000, 2000, 1500))
+    pod_level = version != "1.35" and rng.random() < 0.7
+    config = ModelConfig(cpu_policy="static", memory_policy="None",
+                         topology_policy=topology_policy, scope=scope, options=options,
+                         reserved_cpus=reserved_cpus, reserved_cpu_m=reserved_m,
+                         pod_level=pod_level)
+    gates = {"CPUManagerPolicyAlphaOptions": True, "CPUManagerPolicyBetaOptions": True,
+             "PodLevelResources": True}
+    if version != "1.35":
+        gates["PodLevelResourceManagers"] = pod_level
+    case = Case(seed, topo, config, gates)
+    live: list[PodSpec] = []
+    budget = max(1, len(online) // 3)
+    for i in range(ops):
+        roll = rng.random()
+        if live and roll < 0.2:
+            case.ops.append(("remove", live.pop(rng.randrange(len(live)))))
+        elif live and roll < 0.3:
+            case.ops.append(("restart", None))
+        else:
+            pod = random_pod(rng, i, budget)
+            live.append(pod)
+            case.ops.append(("admit", pod))
+    return case
+
+
+# ---- one case through both ---------------------------------------------------------------
+
+
+def setup_request(case: Case) -> dict[str, Any]:
+    c = case.config
+    cpus = [{"id": cpu.id, "core": cpu.core, "socket": cpu.socket, "numa": cpu.numa_node,
+             "l3": case.topo.uncore_of[cpu.id] if case.topo.uncore else -1}
+            for cpu in case.topo.cpus]
+    setup: dict[str, Any] = {
+        "cpus": cpus, "memory": {str(n): b for n, b in case.topo.memory},
+        "cpu_policy": c.cpu_policy, "cpu_policy_options": {o: "true" for o in c.options},
+        "topology_policy": c.topology_policy, "topology_scope": c.scope,
+        "memory_policy": c.memory_policy, "feature_gates": case.gates,
+    }
+    if c.reserved_cpus:
+        setup["reserved_cpus"] = format_cpuset(c.reserved_cpus)
+    else:
+        setup["reserved_cpu"] = f"{c.reserved_cpu_m}m"
+    return {"op": "setup", "setup": setup}
+
+
+def model_view(model: NodeModel) -> tuple[dict[str, dict[str, frozenset[int]]],
+                                         dict[str, frozenset[int]]]:
+    """What the kubelet's CPU manager state would hold, as the model has it: per container
+    its exclusive CPUs, or for a container on its pod's shared pool that pool; per pod its
+    pod-level block."""
+    containers: dict[str, dict[str, frozenset[int]]] = {}
+    pods: dict[str, frozenset[int]] = {}
+    for p in model.pods.values():
+        for c in p.containers:
+            cpus = c.exclusive or (c.cpus if c.assignment == "pod_shared" else frozenset())
+            if cpus:
+                containers.setdefault(p.uid, {})[c.name] = cpus
+        if p.block:
+            pods[p.uid] = p.block
+    return containers, pods
+
+
+def compare(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSpec]
+            ) -> list[str]:
+    """Differences between the model and the reference's CPU state, as CPU sets: each
+    long-running container's set, each pod-level set, the default set."""
+    out: list[str] = []
+    containers, pods = model_view(model)
+    for uid, pod in live.items():
+        ref = {name: parse_cpuset(s) for name, s in (state["containers"].get(uid) or {}).items()}
+        for c in pod.long_running:
+            want = ref.get(c.name, frozenset())
+            got = containers.get(uid, {}).get(c.name, frozenset())
+            if want != got:
+                out.append(f"{pod.name}/{c.name}: kubelet {format_cpuset(want) or '-'}, "
+                           f"model {format_cpuset(got) or '-'}")
+        want_pod = parse_cpuset(state["pods"].get(uid, ""))
+        got_pod = pods.get(uid, frozenset())
+        if want_pod != got_pod:
+            out.append(f"{pod.name} pod-level: kubelet {format_cpuset(want_pod) or '-'}, "
+                       f"model {format_cpuset(got_pod) or '-'}")
+    want_default = parse_cpuset(state["default"])
+    if want_default != model.default_set:
+        out.append(f"default set: kubelet {format_cpuset(want_default) or '-'}, "
+                   f"model {format_cpuset(model.default_set) or '-'}")
+    return out
+
+
+@dataclass
+class Outcome:
+    case: Case
+    disagreements: list[str]
+    skipped: str = ""  # why the case was not compared (a setup both refuse)
+    # The first step that disagreed: its operation and pod (None for setup and restart).
+    op: str = ""
+    pod: PodSpec | None = None
+
+    @property
+    def agrees(self) -> bool:
+        return not self.disagreements
+
+
+def run_case(ref: Reference, case: Case) -> Outcome:
+    answer = ref.request(setup_request(case))
+    try:
+        model = NodeModel(case.topo, case.config)
+    except ModelError as exc:
+        if answer.get("ok"):
+            return Outcome(case, [f"setup: kubelet starts, model refuses: {exc}"], op="setup")
+        return Outcome(case, [], skipped=f"both refuse the setup ({exc})")
+    if not answer.get("ok"):
+        return Outcome(case, [f"setup: model starts, kubelet refuses: {answer.get('error')}"],
+                       op="setup")
+    live: dict[str, PodSpec] = {}
+    for step, (op, pod) in enumerate(case.ops):
+        problems = _step(ref, model, live, op, pod)
+        if problems:
+            where = f"step {step} {op}{' ' + pod.name if pod else ''}"
+            return Outcome(case, [f"{where}: {p}" for p in problems], op=op, pod=pod)
+    return Outcome(case, [])
+
+
+def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
+          pod: PodSpec | None) -> list[str]:
+    if op == "admit" and pod is not None:
+        answer = ref.request({"op": "admit", "pod": pod_to_json(pod)})
+        if "state" not in answer:
+            raise ReferenceUnavailable(f"admit: {answer.get('error')}")
+        placed = model.admit(pod)
+        if answer["ok"] != isinstance(placed, PodPlacement):
+            if isinstance(placed, Rejection):
+                return [f"kubelet admits, model rejects: {placed.reason}"]
+            return [f"kubelet rejects ({answer.get('reason')}: {answer.get('error')}), "
+                    "model admits"]
+        if answer["ok"]:
+            live[pod.uid] = pod
+        return compare(model, answer["state"], live)
+    if op == "remove" and pod is not None:
+        if pod.uid not in live:
+            return []
+        answer = ref.request({"op": "remove", "pod_uid": pod.uid})
+        model.release(pod.namespace, pod.name)
+        del live[pod.uid]
+        return compare(model, answer["state"], live)
+    answer = ref.request({"op": "restart"})
+    if not answer.get("ok"):
+        return [f"kubelet restart fails: {answer.get('error')}"]
+    refused = [r for r in answer.get("readmitted", []) if not r["admitted"]]
+    if refused:
+        return [f"kubelet refuses {r['uid']} again after a restart: {r.get('reason')}: "
+                f"{r.get('message')}" for r in refused]
+    return compare(model, answer["state"], live)
+
+
+def run(version: str, seed: int, count: int) -> Iterator[Outcome]:
+    with Reference(version) as ref:
+        for i in range(count):
+            yield run_case(ref, random_case(seed * 1_000_003 + i, version))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reference",
+        description="Run N random nodes and workloads through the real kubelet's CPU, memory "
+                    "and topology managers and through the allocator model, and compare "
+                    "them placement by placement (docs/design.md#reference).")
+    parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS),
+                        help="kubelet minor to check against (default 1.37)")
+    parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
+    parser.add_argument("--count", type=int, default=100,
+                        help="random workloads to run (default 100)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build the reference for --version if needed, and stop")
+    parser.add_argument("--show", type=int, default=5,
+                        help="disagreements to print in full (default 5)")
+    args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    try:
+        started = time.monotonic()
+        stale_before = stale(args.version)
+        path = build(args.version, quiet=False)
+    except ReferenceUnavailable as exc:
+        print(f"reference {args.version}: unavailable: {exc}", file=sys.stderr)
+        return 2
+    if args.build_only:
+        what = f"built in {time.monotonic() - started:.0f} s" if stale_before else "up to date"
+        print(f"reference {args.version}: {path.relative_to(ROOT)} {what}")
+        return 0
+    started = time.monotonic()
+    agree = shown = skipped = 0
+    for outcome in run(args.version, args.seed, args.count):
+        if outcome.agrees:
+            agree += 1
+            skipped += bool(outcome.skipped)
+            continue
+        if shown < args.show:
+            shown += 1
+            print(f"disagreement: {outcome.case.describe()}")
+            for line in outcome.disagreements[:5]:
+                print(f"  {line}")
+    took = time.monotonic() - started
+    print(f"({args.count} workloads from seed {args.seed} in {took:.1f} s; {skipped} setups "
+          "both refuse)")
+    print(f"reference {args.version}: {agree}/{args.count} agree")
+    return 0 if agree == args.count else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+package main
+
+// stateReport is what the managers hold, read through their own readers.
+type stateReport struct {
+	// The CPU manager's default set (the shared pool) and per-container exclusive sets.
+	Default    string                       `json:"default"`
+	Containers map[string]map[string]string `json:"containers"`
+	// Pod-level CPU sets (PodLevelResourceManagers; absent before 1.36).
+	Pods map[string]string `json:"pods"`
+	// The memory manager's blocks per container and per pod.
+	Memory    map[string]map[string][]memBlock `json:"memory"`
+	PodMemory map[string][]memBlock            `json:"pod_memory"`
+	// The topology manager's stored affinity per container ("" for none), as bits.
+	Affinity map[string]map[string]affinity `json:"affinity"`
+	// GetAllocatableCPUs: what the PodResources server reports as allocatable.
+	Allocatable string `json:"allocatable"`
+	// The checkpoint files, byte for byte, and the directory they are in.
+	Checkpoints map[string]string `json:"checkpoints"`
+	StateDir    string            `json:"state_dir"`
+}
+
+type memBlock struct {
+	NUMA []int  `json:"numa"`
+	Type string `json:"type"`
+	Size uint64 `json:"size"`
+}
+
+type affinity struct {
+	NUMA      []int `json:"numa"`
+	Preferred bool  `json:"preferred"`
+}
+
+type readmission struct {
+	UID      string `json:"uid"`
+	Admitted bool   `json:"admitted"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
