@@ -745,6 +745,8 @@
               renderTotals(data);
               renderPods(data);
               renderAnomalies(data);
+              if (state.at === null) renderDevices(data);
+              applyColour();
             }
           } catch (e) {
             errors.push("bad JSON from " + (index === 0 ? "api/v1/cpumap" : "api/v1/ledger"));
