@@ -18,7 +18,8 @@ from typing import NoReturn
 from exporter import __version__
 from exporter.errors import UserError
 
-COMMANDS = ("serve", "demo", "snapshot", "record", "sim", "plan", "doctor", "history", "api")
+COMMANDS = ("serve", "demo", "snapshot", "record", "sim", "plan", "explain", "doctor", "history",
+            "api")
 
 
 def _module(name: str) -> ModuleType:

@@ -5,9 +5,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 Hint = tuple[frozenset[int], bool]  # (NUMA-node mask, preferred)
 MAX_HINT_NUMA_NODES = 8  # the topology manager's own default limit
+
+
+@dataclass(frozen=True, slots=True)
+class HintRecord:
+    """One merge as the model made it, for ``explain``: the request, each provider's hints
+    (the CPU manager's first when CPUs are asked, then the memory manager's) and the mask
+    chosen, or the policy's refusal."""
+
+    what: str  # "pod" or "container NAME"
+    cpus: int
+    memory: int
+    providers: tuple[list[Hint], ...]
+    chosen: frozenset[int] | None
+    refusal: str | None
 
 
 class HintError(Exception):

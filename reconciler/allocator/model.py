@@ -22,12 +22,12 @@ removes one at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from reconciler.allocator.config import ModelConfig, ModelError
-from reconciler.allocator.hints import Hint, HintError, MaskTable, merge
+from reconciler.allocator.hints import Hint, HintError, HintRecord, MaskTable, merge
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
@@ -196,6 +196,9 @@ class NodeModel:
         # full-pcpus-only never hands out a thread whose sibling is reserved.
         self._reserved_cores = frozenset().union(
             *(topo.core_cpus[topo.by_id[c].core] for c in self.reserved))
+        # Read-only hook for ``explain`` (docs/explain.md): told every merge the topology
+        # manager makes, with each provider's hints and the mask chosen (or the refusal).
+        self.on_hint: Callable[[HintRecord], None] | None = None
 
     def _reserve(self) -> frozenset[int]:
         online = self.topo.online
@@ -365,8 +368,8 @@ class NodeModel:
             self._widths[key] = self._masks.narrowest(need, total)
         return self._widths[key]
 
-    def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int]
-              ) -> frozenset[int] | None:
+    def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
+              what: str = "pod") -> frozenset[int] | None:
         """The topology manager's merged NUMA affinity for one request."""
         policy = self.config.topology_policy
         if policy == "none":
@@ -380,9 +383,14 @@ class NodeModel:
             providers.append(self._masks.hints(candidates, memory, mem_free,
                                                self._narrowest("memory", memory)))
         try:
-            return merge(policy, providers, frozenset(self.topo.numa_nodes))
+            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes))
         except HintError as exc:
+            if self.on_hint is not None:
+                self.on_hint(HintRecord(what, cpus, memory, tuple(providers), None, str(exc)))
             raise _Refused(str(exc)) from None
+        if self.on_hint is not None:
+            self.on_hint(HintRecord(what, cpus, memory, tuple(providers), chosen, None))
+        return chosen
 
     # ---- taking CPUs and memory -----------------------------------------------------------
 
@@ -528,7 +536,7 @@ class NodeModel:
         what = f"container {c.name}"
         if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
             try:
-                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free)
+                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what)
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
         got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()

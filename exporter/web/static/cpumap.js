@@ -7,7 +7,10 @@
  *                                                  "pool", "owner"}]}
  *       GET api/v1/ledger  the ledger JSON
  *       GET api/v1/cpuload {"cpus": {"<id>": busy share}} (optional: 404 without /proc/stat)
- * Both relative to the page, so the map also works behind a path prefix (kubectl proxy).
+ *       GET api/v1/assignments?node=&from=&to= / ?node=&at=  the history API (optional: 404
+ *           with the history off): the change events, and the node at a past moment
+ *           (docs/cpumap.md)
+ * All relative to the page, so the map also works behind a path prefix (kubectl proxy).
  */
 (function () {
   "use strict";
@@ -25,7 +28,21 @@
   var POOL_HELP = {};
   POOLS.forEach(function (p) { POOL_LABEL[p[0]] = p[1]; POOL_HELP[p[0]] = p[2]; });
 
-  var state = { cpumapText: null, ledgerText: null, updated: null, linked: false };
+  var HISTORY_WINDOW_S = 24 * 3600;  // the change events of the last day
+  var HISTORY_PAGES = 10;  // at most 10 pages of 1000 intervals
+  var EXCLUSIVE = { node_exclusive: true, pod_exclusive: true };
+
+  var state = {
+    cpumapText: null, ledgerText: null, updated: null, linked: false,
+    live: null,  // the live cpumap JSON
+    ledger: null,  // the live ledger JSON
+    at: null,  // null: live; else the history API's time shown
+    past: [],  // the intervals current at state.at
+    events: [],  // [{t, label}] change events, oldest first
+    selected: null,  // {kind: "pod"|"container", key: "ns/pod[/container]"}
+    colourBy: "pool",
+    historySeq: 0
+  };
 
   function $(id) { return document.getElementById(id); }
 
@@ -173,6 +190,7 @@
             "data-pool": cpu.pool,
             "data-cpu": cpu.id,
             "data-pod": podOf(cpu.owner),
+            "data-owner": cpu.owner || "",
             "data-detail": detail,
             "tabindex": "0",
             "title": detail,
@@ -197,6 +215,9 @@
       var again = map.querySelector('.cpu[data-cpu="' + focusedId.replace(/[^0-9]/g, "") + '"]');
       if (again) { again.focus(); showDetail(again); }
     }
+    renderDevices(state.ledger);
+    applyColour();
+    applySelection();
   }
 
   function onMapEvent(event) {
@@ -284,7 +305,9 @@
     pods.forEach(function (held) {
       var pod = held.pod;
       var row = el("tr", { "data-pod": pod.namespace + "/" + pod.name, "data-cpus": held.cpus });
-      var th = el("th", { "scope": "row" }, pod.namespace + "/" + pod.name);
+      var th = el("th", { "scope": "row" });
+      th.appendChild(el("button", { "type": "button", "class": "select", "data-select": "pod",
+        "data-key": pod.namespace + "/" + pod.name }, pod.namespace + "/" + pod.name));
       row.appendChild(th);
       cell(row, held.cpus, "cpuset");
       cell(row, pod.budget_cpus, "num");
@@ -310,7 +333,12 @@
     clear(cbody);
     (Array.isArray(ledger.containers) ? ledger.containers : []).forEach(function (c) {
       var row = el("tr");
-      row.appendChild(el("th", { "scope": "row" }, c.namespace + "/" + c.pod + "/" + c.name));
+      var key = c.namespace + "/" + c.pod + "/" + c.name;
+      var cth = el("th", { "scope": "row" });
+      cth.appendChild(el("button", { "type": "button", "class": "select",
+        "data-select": "container", "data-key": key }, key));
+      row.setAttribute("data-container", key);
+      row.appendChild(cth);
       cell(row, c.sidecar ? "yes" : "no");
       var a = cell(row, poolLabel(c.assignment));
       a.setAttribute("data-pool", c.assignment);
@@ -349,6 +377,302 @@
     var anomalies = Array.isArray(ledger.anomalies) ? ledger.anomalies.length : 0;
     parts.push(anomalies + " anomal" + (anomalies === 1 ? "y" : "ies"));
     $("totals").textContent = parts.join(" · ");
+  }
+
+
+  /* ------------------------------------------------------------------ selection */
+
+  /* A click on a pod or container (its row, or one of its CPUs) lights its CPUs, dims the
+     others, marks the NUMA nodes it is on and says what memory it holds. */
+  function select(kind, key) {
+    state.selected = key ? { kind: kind, key: key } : null;
+    applySelection();
+  }
+
+  function memoryWords(key, kind) {
+    var words = [];
+    if (state.at !== null) {
+      var bytes = 0, found = false, how = {};
+      state.past.forEach(function (a) {
+        var who = a.namespace + "/" + a.pod + (kind === "container" ? "/" + a.container : "");
+        if (who !== key) return;
+        found = true;
+        if (isNum(a.memory_bytes)) bytes += a.memory_bytes;
+        how[poolLabel(a.memory_assignment).toLowerCase()] = true;
+      });
+      if (found) words.push(formatBytes(bytes) + " (" + Object.keys(how).join(", ") + ")");
+    } else if (state.ledger && Array.isArray(state.ledger.containers)) {
+      var how2 = {};
+      state.ledger.containers.forEach(function (c) {
+        var who = c.namespace + "/" + c.pod + (kind === "container" ? "/" + c.name : "");
+        if (who === key) how2[poolLabel(c.memory_assignment).toLowerCase()] = true;
+      });
+      words = Object.keys(how2);
+    }
+    return words.length ? "memory " + words.join(", ") : "memory unknown";
+  }
+
+  function formatBytes(n) {
+    var units = [["GiB", 1073741824], ["MiB", 1048576], ["KiB", 1024]];
+    for (var i = 0; i < units.length; i++) {
+      if (n >= units[i][1]) return (Math.round(n / units[i][1] * 10) / 10) + " " + units[i][0];
+    }
+    return n + " B";
+  }
+
+  function applySelection() {
+    var map = $("cpumap");
+    var sel = state.selected;
+    var lit = [], numas = {};
+    Array.prototype.forEach.call(map.querySelectorAll(".cpu"), function (cell) {
+      var on = !!sel && (sel.kind === "pod" ? cell.getAttribute("data-pod") === sel.key :
+        cell.getAttribute("data-owner") === sel.key);
+      cell.classList.toggle("lit", on);
+      if (on) {
+        lit.push(Number(cell.getAttribute("data-cpu")));
+        var section = cell.closest("section.numa");
+        if (section) numas[section.getAttribute("data-numa")] = true;
+      }
+    });
+    Array.prototype.forEach.call(map.querySelectorAll("section.numa"), function (section) {
+      section.classList.toggle("numa-lit", !!numas[section.getAttribute("data-numa")]);
+    });
+    map.classList.toggle("has-selection", !!sel);
+    Array.prototype.forEach.call(document.querySelectorAll("button.select"), function (b) {
+      var pressed = !!sel && b.getAttribute("data-select") === sel.kind &&
+        b.getAttribute("data-key") === sel.key;
+      b.setAttribute("aria-pressed", pressed ? "true" : "false");
+    });
+    var text = "Click a pod or container (or one of its CPUs) to light its CPUs.";
+    if (sel) {
+      var nodes = Object.keys(numas).sort();
+      text = sel.key + ": " + (lit.length ? lit.length + " CPU" + (lit.length === 1 ? "" : "s") +
+        " " + formatCpuset(lit) + (nodes.length ? " on NUMA node " + nodes.join(", ") : "") :
+        "no CPUs" + (state.at !== null ? " at this moment" : "")) + " · " +
+        memoryWords(sel.key, sel.kind);
+    }
+    $("selection").textContent = text;
+    $("clear-selection").hidden = !sel;
+  }
+
+  function onSelectClick(event) {
+    var button = event.target && event.target.closest ? event.target.closest("button.select") : null;
+    if (button) select(button.getAttribute("data-select"), button.getAttribute("data-key"));
+  }
+
+  function onMapClick(event) {
+    var cell = event.target && event.target.closest ? event.target.closest(".cpu") : null;
+    if (!cell) return;
+    var pod = cell.getAttribute("data-pod");
+    if (pod) select("pod", pod);
+  }
+
+  /* ------------------------------------------------------------------ colour */
+
+  /* Colour by pool (default), by each CPU's busy share (api/v1/cpuload), or by the usage of
+     the container holding it: a container's CPU usage in cores (cpu_usage_cores in the
+     ledger's containers, from the kernel sources when they are on) spread over its CPUs.
+     Without the numbers the choice is disabled, and the map stays coloured by pool. */
+  function usageTenths() {
+    var out = {}, any = false;
+    var containers = state.ledger && Array.isArray(state.ledger.containers) ? state.ledger.containers : [];
+    containers.forEach(function (c) {
+      if (!isNum(c.cpu_usage_cores) || !c.cpus) return;
+      var ids = parseCpuset(c.cpus);
+      if (!ids.length) return;
+      any = true;
+      var share = Math.min(1, Math.max(0, c.cpu_usage_cores / ids.length));
+      ids.forEach(function (id) { out[id] = Math.round(share * 10); });
+    });
+    return any ? out : null;
+  }
+
+  function applyColour() {
+    var usage = usageTenths();
+    var choice = $("colour-by");
+    var usageOption = choice.querySelector('option[value="usage"]');
+    usageOption.disabled = usage === null || state.at !== null;
+    var busyOption = choice.querySelector('option[value="busy"]');
+    var anyBusy = !!document.querySelector("#cpumap .cpu[data-busy]");
+    busyOption.disabled = !anyBusy || state.at !== null;
+    var mode = state.colourBy;
+    if ((mode === "usage" && usageOption.disabled) || (mode === "busy" && busyOption.disabled)) mode = "pool";
+    choice.value = mode;
+    var map = $("cpumap");
+    map.classList.toggle("by-heat", mode !== "pool");
+    Array.prototype.forEach.call(map.querySelectorAll(".cpu"), function (cell) {
+      var heat = null;
+      if (mode === "busy") heat = cell.getAttribute("data-busy");
+      if (mode === "usage" && usage) {
+        var u = usage[cell.getAttribute("data-cpu")];
+        heat = isNum(u) ? String(u) : null;
+      }
+      if (heat === null) cell.removeAttribute("data-heat");
+      else cell.setAttribute("data-heat", heat);
+    });
+  }
+
+  /* ------------------------------------------------------------------ devices */
+
+  /* Devices on their NUMA nodes: drawn when the ledger carries them (a "devices" list of
+     {resource, id, numa_nodes}); the API offers none yet (issue 26, item 1). */
+  function renderDevices(ledger) {
+    var map = $("cpumap");
+    Array.prototype.forEach.call(map.querySelectorAll("ul.devices"), function (u) { u.parentNode.removeChild(u); });
+    var devices = ledger && Array.isArray(ledger.devices) ? ledger.devices : [];
+    devices.forEach(function (d) {
+      (Array.isArray(d.numa_nodes) ? d.numa_nodes : []).forEach(function (n) {
+        var section = map.querySelector('section.numa[data-numa="' + String(n).replace(/[^0-9]/g, "") + '"]');
+        if (!section) return;
+        var list = section.querySelector("ul.devices");
+        if (!list) {
+          list = el("ul", { "class": "devices", "aria-label": "Devices on NUMA node " + n });
+          section.appendChild(list);
+        }
+        list.appendChild(el("li", { "class": "device", "data-resource": d.resource,
+          "title": String(d.resource) + " " + String(d.id) }, String(d.resource) + " " + String(d.id)));
+      });
+    });
+  }
+
+  /* ------------------------------------------------------------------ time */
+
+  /* The history API's change events of the last day beside a slider: each position is the
+     node just after one event (the last is live). Moving it asks the history API for the
+     intervals current at that moment and draws the map from them, on the live map's CPUs
+     (a CPU no container held is shared; the reserved CPUs are today's). */
+  function fetchPages(url) {
+    var items = [];
+    function page(cursor, left) {
+      return fetchText(url + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""))
+        .then(function (text) {
+          var body = JSON.parse(text);
+          items = items.concat(Array.isArray(body.items) ? body.items : []);
+          if (body.next_cursor && left > 1) return page(body.next_cursor, left - 1);
+          return items;
+        });
+    }
+    return page(null, HISTORY_PAGES);
+  }
+
+  function nodeQuery() {
+    return "api/v1/assignments?node=" + encodeURIComponent(state.live && state.live.node || "") +
+      "&limit=1000";
+  }
+
+  function whoOf(a) { return a.namespace + "/" + a.pod + "/" + a.container; }
+
+  function buildEvents(items) {
+    var events = [];
+    items.forEach(function (a) {
+      var what = poolLabel(a.assignment).toLowerCase() + (a.cpus ? " " + a.cpus : "");
+      events.push({ t: a.valid_from, ms: Date.parse(a.valid_from), label: whoOf(a) + " starts: " + what });
+      if (a.valid_to) {
+        events.push({ t: a.valid_to, ms: Date.parse(a.valid_to), label: whoOf(a) + " ends: " + what });
+      }
+    });
+    events.sort(function (a, b) { return a.ms - b.ms; });
+    var now = Date.now() / 1000;
+    return events.filter(function (e) { return isNum(e.ms) && e.ms / 1000 >= now - HISTORY_WINDOW_S; });
+  }
+
+  function eventTimes() {
+    var times = [];
+    state.events.forEach(function (e) { if (!times.length || times[times.length - 1].ms !== e.ms) times.push(e); });
+    return times;
+  }
+
+  function loadHistory() {
+    if (!state.live || !state.live.node || state.at !== null) return Promise.resolve();
+    var to = Math.ceil(Date.now() / 1000);
+    return settle(fetchPages(nodeQuery() + "&from=" + (to - HISTORY_WINDOW_S) + "&to=" + to))
+      .then(function (result) {
+        var panel = $("timeline");
+        if (!result.ok) { panel.hidden = true; return; }
+        state.events = buildEvents(result.value);
+        panel.hidden = false;
+        renderTimeline();
+      });
+  }
+
+  function renderTimeline() {
+    var times = eventTimes();
+    var slider = $("time-slider");
+    slider.max = String(times.length);
+    if (state.at === null) slider.value = String(times.length);
+    var list = $("events");
+    clear(list);
+    if (!state.events.length) {
+      list.appendChild(el("li", { "class": "empty" }, "No change in the last 24 hours."));
+    }
+    state.events.forEach(function (e) {
+      var item = el("li", { "class": "event", "data-t": e.t }, null);
+      item.appendChild(el("time", { "datetime": e.t }, new Date(e.ms).toLocaleTimeString()));
+      item.appendChild(el("span", null, " " + e.label));
+      if (state.at !== null && e.t === state.at) item.classList.add("current");
+      list.appendChild(item);
+    });
+    $("time-label").textContent = state.at === null ? "now (live)" :
+      new Date(Date.parse(state.at)).toLocaleString();
+    $("time-live").hidden = state.at === null;
+  }
+
+  function pastMap(items) {
+    var owner = {};
+    items.forEach(function (a) {
+      parseCpuset(a.cpus).forEach(function (id) {
+        var held = owner[id];
+        // An exclusive holder wins over the pod shared pool it sits beside.
+        if (!held || (EXCLUSIVE[a.assignment] && !EXCLUSIVE[held.pool])) {
+          owner[id] = { pool: a.assignment, owner: EXCLUSIVE[a.assignment] ? whoOf(a) : a.namespace + "/" + a.pod };
+        }
+      });
+    });
+    var cpus = (state.live.cpus || []).map(function (c) {
+      var held = owner[c.id];
+      var pool = c.pool === "reserved" ? "reserved" : held ? held.pool : "node_shared";
+      return { id: c.id, core: c.core, socket: c.socket, numa_node: c.numa_node, pool: pool,
+        owner: held && c.pool !== "reserved" ? held.owner : "" };
+    });
+    return { node: state.live.node, cpus: cpus };
+  }
+
+  function showAt(index) {
+    var times = eventTimes();
+    var seq = ++state.historySeq;
+    if (index >= times.length) {
+      state.at = null;
+      state.past = [];
+      renderTimeline();
+      if (state.live) renderMap(state.live);
+      setStatus();
+      return refreshLoad();
+    }
+    var at = times[index].t;
+    return settle(fetchPages(nodeQuery() + "&at=" + encodeURIComponent(at))).then(function (result) {
+      if (seq !== state.historySeq) return;  // a later move won
+      if (!result.ok) {
+        $("status").textContent = "History unavailable: " + (result.error.message || String(result.error));
+        $("status").className = "error";
+        return;
+      }
+      state.at = at;
+      state.past = result.value;
+      renderTimeline();
+      renderMap(pastMap(result.value));
+      $("cpumap").classList.add("past");
+      $("status").textContent = "History: the node at " + new Date(Date.parse(at)).toLocaleString() +
+        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory).";
+      $("status").className = "past";
+    });
+  }
+
+  function setStatus() {
+    var status = $("status");
+    $("cpumap").classList.remove("past");
+    if (state.at !== null) return;
+    status.textContent = "Live: refreshed every 15 s.";
+    status.className = "ok";
   }
 
   /* ------------------------------------------------------------------ refresh */
@@ -394,8 +718,10 @@
   }
 
   function refreshLoad() {
+    if (state.at !== null) return Promise.resolve();  // the busy share is now's, not then's
     return settle(fetchText("api/v1/cpuload")).then(function (result) {
       applyLoad(result.ok ? result.value : "{}");
+      applyColour();
     });
   }
 
@@ -409,14 +735,18 @@
             var data = JSON.parse(result.value);
             if (index === 0 && result.value !== state.cpumapText) {
               state.cpumapText = result.value;
+              state.live = data;
               setNodeName(data.node);
-              renderMap(data);
+              if (state.at === null) renderMap(data);
             } else if (index === 1 && result.value !== state.ledgerText) {
               state.ledgerText = result.value;
+              state.ledger = data;
               if (data.node && data.node.name) setNodeName(data.node.name);
               renderTotals(data);
               renderPods(data);
               renderAnomalies(data);
+              if (state.at === null) renderDevices(data);
+              applyColour();
             }
           } catch (e) {
             errors.push("bad JSON from " + (index === 0 ? "api/v1/cpumap" : "api/v1/ledger"));
@@ -429,11 +759,11 @@
           status.className = "error";
         } else {
           state.updated = new Date().toLocaleTimeString();
-          status.textContent = "Live: refreshed every 15 s.";
-          status.className = "ok";
+          setStatus();
           $("updated").textContent = "updated " + state.updated;
         }
-        return refreshLoad();
+        applySelection();
+        return Promise.all([refreshLoad(), loadHistory()]);
       });
   }
 
@@ -445,6 +775,18 @@
     map.addEventListener("mouseleave", function () {
       if (!(document.activeElement && map.contains(document.activeElement))) showDetail(null);
     });
+    map.addEventListener("click", onMapClick);
+    $("pods").addEventListener("click", onSelectClick);
+    $("containers").addEventListener("click", onSelectClick);
+    $("clear-selection").addEventListener("click", function () { select(null, null); });
+    $("colour-by").addEventListener("change", function (event) {
+      state.colourBy = event.target.value;
+      applyColour();
+    });
+    $("time-slider").addEventListener("input", function (event) {
+      showAt(Number(event.target.value));
+    });
+    $("time-live").addEventListener("click", function () { showAt(Infinity); });
     refresh();
     window.setInterval(refresh, REFRESH_MS);
   }
