@@ -20,6 +20,7 @@ from reconciler.allocator.live import NodeState
 from reconciler.allocator.plan import PodPlan
 from reconciler.cpuset import format_cpuset
 from reconciler.manifests import PodTemplate
+from reconciler.snapshot import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +51,24 @@ def read_fleet(store: HistoryStore) -> list[RecordedNode]:
                    p.c.kubelet_config, p.c.free_cpus, p.c.free_memory)
             .select_from(n.outerjoin(p, p.c.node_id == n.c.id)).order_by(n.c.name)).all()
     out = []
+    parsed: dict[str, NodeState | str] = {}  # by digest: most nodes share a few states
+    topologies: dict[str, Topology] = {}
     for name, last_seen, recorded_at, digest, topology, config, free_cpus, memory in rows:
         if digest is None:
             out.append(RecordedNode(name, last_seen, None, None, NO_STATE))
             continue
-        try:
-            state = state_from_row(digest, topology, config, free_cpus, memory)
-        except ValueError as exc:  # a row edited by hand, or of a newer writer
-            out.append(RecordedNode(name, last_seen, recorded_at, None,
-                                    f"unreadable placement state: {exc}"))
-            continue
-        out.append(RecordedNode(name, last_seen, recorded_at, state, None))
+        state = parsed.get(digest)
+        if state is None:
+            try:
+                state = state_from_row(digest, topology, config, free_cpus, memory,
+                                       topologies=topologies)
+            except ValueError as exc:  # a row edited by hand, or of a newer writer
+                state = f"unreadable placement state: {exc}"
+            parsed[digest] = state
+        if isinstance(state, str):
+            out.append(RecordedNode(name, last_seen, recorded_at, None, state))
+        else:
+            out.append(RecordedNode(name, last_seen, recorded_at, state, None))
     return out
 
 

@@ -15,6 +15,7 @@ from exporter.sources.topology import topology_from_json, topology_to_json
 from reconciler.allocator.live import NodeState
 from reconciler.cpuset import format_cpuset, parse_cpuset
 from reconciler.kube import KubeletConfig, kubelet_config_from_json
+from reconciler.snapshot import Topology
 
 
 def kubelet_config_to_json(cfg: KubeletConfig) -> dict[str, Any]:
@@ -70,12 +71,19 @@ def placement_row(state: NodeState) -> PlacementRow:
 
 
 def state_from_row(digest: str, topology: str, kubelet_config: str | None, free_cpus: str,
-                   free_memory: str) -> NodeState:
-    """The state a row holds (raises ``ValueError`` for a row that is not one)."""
-    try:
-        topo = topology_from_json(json.loads(topology), "node_placement.topology")
-    except SourceError as exc:
-        raise ValueError(str(exc)) from None
+                   free_memory: str, *, topologies: dict[str, Topology] | None = None
+                   ) -> NodeState:
+    """The state a row holds (raises ``ValueError`` for a row that is not one).
+    ``topologies`` keeps the topologies parsed, by text: a fleet has a few machine types,
+    and rows of one type share one object (the model's own form is cached by it too)."""
+    topo = None if topologies is None else topologies.get(topology)
+    if topo is None:
+        try:
+            topo = topology_from_json(json.loads(topology), "node_placement.topology")
+        except SourceError as exc:
+            raise ValueError(str(exc)) from None
+        if topologies is not None:
+            topologies[topology] = topo
     config = None if kubelet_config is None else kubelet_config_from_json(
         json.loads(kubelet_config))
     memory = tuple((int(n), int(b)) for n, b in json.loads(free_memory))

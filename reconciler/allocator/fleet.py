@@ -15,7 +15,7 @@ from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.live import NodeState
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.plan import PodPlan, plan_templates
-from reconciler.allocator.topology import TopologyError, from_snapshot
+from reconciler.allocator.topology import CPUTopology, TopologyError, from_snapshot
 from reconciler.manifests import PodTemplate
 
 
@@ -42,10 +42,15 @@ class FleetFit:
 
 
 def _fit(name: str, state: NodeState, templates: Sequence[PodTemplate],
-         fallback: ModelConfig) -> FleetFit:
+         fallback: ModelConfig, topologies: dict[int, CPUTopology]) -> FleetFit:
     config = fallback if state.config is None else ModelConfig.from_kubelet_config(state.config)
     try:
-        model = NodeModel(from_snapshot(state.topology), config)
+        # The model's form of a topology, once per topology object (the reader shares
+        # one object among the nodes of a machine type).
+        topo = topologies.get(id(state.topology))
+        if topo is None:
+            topo = topologies[id(state.topology)] = from_snapshot(state.topology)
+        model = NodeModel(topo, config)
     except (ModelError, TopologyError) as exc:
         return FleetFit(name, False, f"the node cannot be modelled: {exc}", (), 0,
                         state.config is not None, ())
@@ -67,11 +72,12 @@ def plan_fleet(templates: Sequence[PodTemplate], nodes: Sequence[tuple[str, Node
     Each pod is placed on the node as recorded, in order, as ``plan --node`` does; nodes of
     equal ``key`` (non-empty) are modelled once."""
     done: dict[str, FleetFit] = {}
+    topologies: dict[int, CPUTopology] = {}
     fits = []
     for name, state in nodes:
         cached = done.get(state.key) if state.key else None
         if cached is None:
-            fit = _fit(name, state, templates, fallback)
+            fit = _fit(name, state, templates, fallback, topologies)
             if state.key:
                 done[state.key] = fit
         else:
