@@ -151,3 +151,40 @@ def test_plan_fleet_misuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not missing.exists()
+
+
+async def test_fleet_plan_api_route_answers_as_the_cli(
+        history: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from exporter.history.api import add_routes
+
+    if history.backend != "embedded":
+        pytest.skip("one backend is enough: the route reads through the SQLAlchemy store")
+    write(history, "node-b", 1, T0, state(frozenset(range(1, 8))))
+    write(history, "node-c", 1, T0, state(frozenset({1, 2, 3})))
+    q = {"cpu": "4", "memory": "1Gi"}
+    manifest = ("apiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: shop}\n"
+                "spec:\n  containers:\n  - name: app\n    image: a\n"
+                f"    resources: {{requests: {json.dumps(q)}, limits: {json.dumps(q)}}}\n")
+    (tmp_path / "pod.yaml").write_text(manifest)
+    assert main(["plan", "--fleet", "-f", str(tmp_path / "pod.yaml"), "--history.url",
+                 history.url, "-o", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    app = web.Application()
+    add_routes(app, history.reader)
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.post("/api/v1/fleet/plan", data=manifest)
+        assert resp.status == 200
+        assert await resp.json() == cli
+        for body, status, words in ((b"kind: [", 400, "invalid YAML"),
+                                    (b"kind: Service\n", 400, "no pod templates"),
+                                    (b"\xff", 400, "UTF-8"),
+                                    (b"x" * ((1 << 20) + 1), 413, "larger")):
+            resp = await client.post("/api/v1/fleet/plan", data=body)
+            assert resp.status == status
+            assert words in (await resp.json())["error"]
+        resp = await client.get("/api/v1/openapi.json")
+        doc = await resp.json()
+        assert "post" in doc["paths"]["/api/v1/fleet/plan"]
