@@ -51,10 +51,13 @@ def _read_text(name: str) -> str:
 
 def load_documents(name: str) -> list[Any]:
     """The YAML (or JSON) documents of one file; a syntax error is one UserError line."""
+    return parse_documents(_read_text(name), "stdin" if name == "-" else name)
+
+
+def parse_documents(text: str, label: str) -> list[Any]:
+    """The YAML (or JSON) documents of ``text``; a syntax error is one UserError line."""
     import yaml
 
-    text = _read_text(name)
-    label = "stdin" if name == "-" else name
     try:
         return list(yaml.safe_load_all(text))
     except yaml.MarkedYAMLError as exc:
@@ -77,22 +80,32 @@ def load_templates(names: Iterable[str]) -> list[Any]:
 def load_workloads(names: Iterable[str]) -> Workloads:
     """Every pod template in the given files and directories ('-' is stdin), and the kinds
     of the objects skipped as not workloads; finding no template at all is an error."""
-    from reconciler.manifests import ManifestError, Workloads, workloads_in_manifest
+    from reconciler.manifests import Workloads
 
     names = list(names)
     found = Workloads()
     for name in _manifest_paths(names):
-        label = "stdin" if name == "-" else name
-        for i, doc in enumerate(load_documents(name)):
-            source = label if i == 0 else f"{label} document {i + 1}"
-            try:
-                found += workloads_in_manifest(doc, source)
-            except ManifestError as exc:
-                raise UserError(str(exc)) from None
+        found += workloads_in_documents(load_documents(name),
+                                        "stdin" if name == "-" else name)
     if not found.templates:
         skipped = skipped_summary(found.skipped)
         raise UserError("no pod templates found in " + ", ".join(names)
                         + (f" ({skipped})" if skipped else ""))
+    return found
+
+
+def workloads_in_documents(docs: Iterable[Any], label: str) -> Workloads:
+    """The pod templates and skipped kinds of decoded documents; a bad object is one
+    UserError line naming ``label`` and the document."""
+    from reconciler.manifests import ManifestError, Workloads, workloads_in_manifest
+
+    found = Workloads()
+    for i, doc in enumerate(docs):
+        source = label if i == 0 else f"{label} document {i + 1}"
+        try:
+            found += workloads_in_manifest(doc, source)
+        except ManifestError as exc:
+            raise UserError(str(exc)) from None
     return found
 
 

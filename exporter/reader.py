@@ -31,6 +31,7 @@ from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
 from exporter.sources.pod_list import reduce_pod_list
 from exporter.sources.podresources import DEFAULT_REPROBE, PodResourcesClient
 from exporter.sources.topology import TopologySource
+from reconciler.allocator.live import NodeState, node_state
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
 from reconciler.snapshot import Topology
@@ -74,6 +75,9 @@ class Reading:
     raw: RawNode
     errors: Mapping[SourceKey, str] = field(default_factory=dict)
     changed: bool = True
+    # What plan --fleet models the node from, as the history records it (None: the CPU
+    # topology is unknown); reconciler.allocator.fleet.
+    placement: NodeState | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class NodeReader:
         # The last ledger and the problems found in its inputs (not the snapshot: the
         # ledger is all that is served, and a node's snapshot is megabytes).
         self._last: tuple[Ledger, Mapping[SourceKey, SourceError]] | None = None
+        self._placement: NodeState | None = None  # of the last ledger
 
     @property
     def sources(self) -> frozenset[str]:
@@ -323,7 +328,8 @@ class NodeReader:
             if key not in periodic and last is not None:
                 errors.setdefault(key, last)
         messages = {key: str(exc) for key, exc in errors.items()}
-        reading = None if ledger is None else Reading(ledger[0], raw, messages, ledger[1])
+        reading = None if ledger is None else Reading(ledger[0], raw, messages, ledger[1],
+                                                      self._placement)
         return Poll(raw, messages, frozenset(observed), reading, failure)
 
     async def _ledger(self, raw: RawNode, errors: dict[SourceKey, SourceError]
@@ -352,7 +358,10 @@ class NodeReader:
     def _compute(self, raw: RawNode) -> tuple[Ledger, Mapping[SourceKey, SourceError]]:
         assembled = snapshot_from_raw(raw, self.options.node_name,
                                       checkpoints=self.checkpoints is not None)
-        return reconcile(assembled.snapshot), assembled.errors
+        ledger = reconcile(assembled.snapshot)
+        # A few small objects, computed while the snapshot is at hand (it is not kept).
+        self._placement = node_state(assembled.snapshot, ledger)
+        return ledger, assembled.errors
 
     async def read(self, now: float | None = None) -> Reading:
         """Poll once for a one-shot command: the reading, or the ``List`` failure raised."""

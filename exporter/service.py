@@ -36,6 +36,7 @@ from exporter.reader import NodeReader, Reading
 from exporter.runtime import release_free_memory
 from exporter.sources import cgroup, checkpoint, kubelet, podresources, procstat, topology
 from exporter.sources.cgroup import pod_refs_from_body
+from reconciler.allocator.live import NodeState
 from reconciler.enforcement import EnforcedCpusets
 from reconciler.ledger import Ledger
 
@@ -60,7 +61,8 @@ class HistorySink(Protocol):
 
     summary_interval: float
 
-    def submit(self, ledger: Ledger, at: datetime) -> None: ...
+    def submit(self, ledger: Ledger, at: datetime, placement: NodeState | None = None
+               ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ class Exporter:
                           else report.enforced)
         if report is not None:
             self._publish_kernel(report)
-        self._record_history(ledger, changed)
+        self._record_history(ledger, changed, reading.placement)
         if reading.changed:
             # A recompute freed the previous node's worth of objects: give the pages back
             # rather than carry the peak for the life of the process.
@@ -265,7 +267,8 @@ class Exporter:
         if rendered.dropped:
             self.pods_dropped_total += rendered.dropped
 
-    def _record_history(self, ledger: Ledger, changed: bool) -> None:
+    def _record_history(self, ledger: Ledger, changed: bool,
+                        placement: NodeState | None = None) -> None:
         """Hand the ledger to the history writer when it changed, or when a node summary is
         due; an unchanged node then costs the writer nothing on most polls."""
         if self.history is None or self.last_success is None:
@@ -274,7 +277,8 @@ class Exporter:
                or self.last_success - self._history_at >= self.history.summary_interval)
         if changed or due:
             self._history_at = self.last_success
-            self.history.submit(ledger, datetime.fromtimestamp(self.last_success, UTC))
+            self.history.submit(ledger, datetime.fromtimestamp(self.last_success, UTC),
+                                placement)
 
     def _account_errors(self, errors: Mapping[tuple[str, str], str],
                         observed: frozenset[tuple[str, str]],

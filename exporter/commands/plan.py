@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.errors import UserError
 from exporter.flags import add_flag
-from exporter.options import ModelOptions, SourcesOptions, add_output_flag
+from exporter.options import HistoryOptions, ModelOptions, SourcesOptions, add_output_flag
 from exporter.render import COSTS_MORE, reclaimed_cell
 
 if TYPE_CHECKING:
@@ -54,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --topology is the modelled node's flag already; with --node it names the live node's
     # topology.json as in the other commands.
     SourcesOptions.add_flags(parser, only=_SOURCE_FLAGS)
+    add_flag(parser, "--fleet", action="store_true", default=False,
+             help="place the pods on every node of the history database (--history.url) "
+             "as each was last recorded, and rank the nodes by fit (docs/plan.md#fleet)")
+    HistoryOptions.add_flags(parser, only=("url",))
 
 
 _SOURCE_FLAGS = ("socket", "timeout", "reprobe_interval", "max_receive_bytes", "kubelet_url",
@@ -234,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
     if found.skipped:
         print(f"podres-exporter plan: {skipped_summary(found.skipped)}", file=sys.stderr)
     templates = list(found.templates)
+    if args.fleet:
+        return _fleet(args, templates)
     on_node = args.node is not None
     if args.from_dir and not on_node:
         raise UserError("--from DIR reads a node: it goes with --node")
@@ -273,6 +279,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"podres-exporter plan: refused: {', '.join(names)}", file=sys.stderr)
             return REFUSED_EXIT
     return 0
+
+
+def _fleet(args: argparse.Namespace, templates: list[Any]) -> int:
+    from exporter.commands.plan_fleet import check_args, run_fleet
+
+    options = ModelOptions.from_args(args)
+    check_args(args, options.shape, options.topology)
+    # A node whose /configz was not read is modelled with the policy flags.
+    return run_fleet(args, templates, options.build()[1])
 
 
 def _node_line(live: LiveNode, name: str) -> str:

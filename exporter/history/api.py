@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from exporter import __version__
+from exporter.history import fleet_api
 from exporter.history import window as w
 from exporter.history.common import SUMMARY_POOLS, describe_error, is_database_error
 from exporter.history.timeutil import TimeError, now, parse_time
@@ -336,6 +337,7 @@ def add_routes(app: web.Application, store: HistoryStore | LazyReadStore) -> Non
     """Mount the read-only history API (and its OpenAPI document) on ``app``."""
     for route in ROUTES:
         app.router.add_get(PREFIX + route.path, _handler(store, route))
+    fleet_api.add_fleet_plan_route(app, store, PREFIX)
 
     async def openapi(request: web.Request) -> web.StreamResponse:
         extra = request.app.get(OPENAPI_EXTRA_KEY, {})
@@ -449,6 +451,7 @@ def openapi_document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any
         "operationId": "openapi", "summary": "This document",
         "responses": {"200": {"description": "OpenAPI 3.0 document", "content": {
             "application/json": {"schema": {"type": "object"}}}}}}}
+    paths[PREFIX + fleet_api.PATH] = fleet_api.path_item()
     for path, item in (extra_paths or {}).items():
         paths[path] = copy.deepcopy(item)
     return {
@@ -457,5 +460,6 @@ def openapi_document(extra_paths: dict[str, Any] | None = None) -> dict[str, Any
                  "description": "Read-only history of CPU and memory assignments, anomalies "
                                 "and node summaries recorded by podres-exporter."},
         "paths": paths,
-        "components": {"schemas": copy.deepcopy(SCHEMAS)},
+        "components": {"schemas": {**copy.deepcopy(SCHEMAS),
+                                   "FleetPlan": fleet_api.schema()}},
     }

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from reconciler.cpuset import format_cpuset
 from reconciler.ledger import Ledger
+
+if TYPE_CHECKING:
+    from exporter.history.placement import PlacementRow
 
 AssignmentKey = tuple[str, str, str]  # namespace, pod, container
 AnomalyKey = tuple[str, str, str, str, str]  # kind, namespace, pod, container, detail
@@ -157,6 +160,9 @@ class ChangeSet:
     state: State | None = None  # set when full
     summary: dict[str, int] | None = None
     gap: Gap | None = None
+    # The node's placement state, when it changed since the last one queued (or is the
+    # first of this writer): docs/history.md#placement-state.
+    placement: PlacementRow | None = None
 
     @property
     def full(self) -> bool:

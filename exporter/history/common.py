@@ -34,7 +34,7 @@ from exporter.history.timeutil import utc
 
 # The newest migration. A store already there is opened without loading Alembic at all
 # (about 10 MiB of a node agent's memory); a test keeps this equal to Alembic's own head.
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 VERSION_TABLE = "podres_alembic_version"
 
 SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
@@ -58,6 +58,8 @@ SUMMARY_ROW_COLUMNS = ("node_id", "at", "at_epoch", *SUMMARY_COLUMNS)
 HOURLY_COLUMNS = ("node_id", "hour_epoch", "hour", "samples",
                   *[f"sum_{c}" for c in SUMMARY_COLUMNS])
 FLEET_SUM_COLUMNS = ("nodes", "cpus_pod_shared_nano", "cpus_pod_exclusive_nano")
+PLACEMENT_COLUMNS = ("node_id", "digest", "recorded_at", "topology", "kubelet_config",
+                     "free_cpus", "free_memory")
 
 
 class MigrationUnreachable(Exception):
@@ -153,9 +155,9 @@ class WritePath(ABC, Generic[Conn]):
     ``summary_insert`` (returns the id when inserted), ``rollup_upsert``,
     ``anomalies_seen``, ``open_assignments`` and ``open_anomalies`` (columns as
     ``OPEN_*_COLUMNS``), ``assignment_close``, ``assignment_insert``, ``anomaly_resolve``,
-    ``anomaly_insert``, ``fleet_raw``, ``fleet_hourly``, ``fleet_add``. Parameters named
-    ``b_*`` are the statements' own; the others are columns. Times are aware datetimes;
-    each store binds them as its schema stores them."""
+    ``anomaly_insert``, ``fleet_raw``, ``fleet_hourly``, ``fleet_add``,
+    ``placement_upsert``. Parameters named ``b_*`` are the statements' own; the others are
+    columns. Times are aware datetimes; each store binds them as its schema stores them."""
 
     def __init__(self) -> None:
         self._node_ids: dict[str, int] = {}
@@ -239,6 +241,12 @@ class WritePath(ABC, Generic[Conn]):
                 self._run(conn, "rollup_upsert", hourly_row(node_id, epoch, cs.summary))
                 summaries.append((epoch, cs.summary))
             self._run(conn, "anomalies_seen", {"b_node": node_id, "b_at": cs.at})
+            rows += 1
+        if cs.placement is not None:
+            # Replaced only when the digest differs: a restarted writer's first state,
+            # unchanged, keeps the row (and its time) as it was.
+            self._run(conn, "placement_upsert", {"node_id": node_id, "recorded_at": cs.at,
+                                                 **cs.placement.values()})
             rows += 1
         return rows
 

@@ -29,6 +29,7 @@ from exporter.history.common import (
     HOURLY_COLUMNS,
     OPEN_ANOMALY_COLUMNS,
     OPEN_ASSIGNMENT_COLUMNS,
+    PLACEMENT_COLUMNS,
     SUMMARY_COLUMNS,
     SUMMARY_ROW_COLUMNS,
     VERSION_TABLE,
@@ -99,6 +100,10 @@ STATEMENTS: dict[str, str] = {
                     "WHERE node_id = :b_node AND hour_epoch >= :b_lo AND hour_epoch < :b_hi",
     "fleet_add": _insert("fleet_summaries", (*_FLEET_KEY, *FLEET_SUM_COLUMNS))
     + _add_on_conflict(", ".join(_FLEET_KEY), FLEET_SUM_COLUMNS),
+    "placement_upsert": _insert("node_placement", PLACEMENT_COLUMNS)
+    + " ON CONFLICT (node_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in PLACEMENT_COLUMNS[1:])
+    + " WHERE node_placement.digest <> excluded.digest",
 }
 
 # Retention, of one node (``{mine}`` the node's condition) or of all (``1``).

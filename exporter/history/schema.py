@@ -33,10 +33,23 @@ from exporter.history.fleetplan import SERIES_STEPS
 
 # Re-exported: the schema's constants, declared where the SQLAlchemy-free write path can
 # read them too.
-__all__ = ["SERIES_STEPS", "SUMMARY_ASSIGNMENTS", "SUMMARY_COLUMNS", "SUMMARY_POOLS",
-           "VERSION_TABLE", "anomaly_intervals", "assignment_intervals", "declare_backend",
-           "fleet_summaries", "history_gaps", "metadata", "node_summaries",
-           "node_summaries_hourly", "nodes"]
+__all__ = [
+    "SERIES_STEPS",
+    "SUMMARY_ASSIGNMENTS",
+    "SUMMARY_COLUMNS",
+    "SUMMARY_POOLS",
+    "VERSION_TABLE",
+    "anomaly_intervals",
+    "assignment_intervals",
+    "declare_backend",
+    "fleet_summaries",
+    "history_gaps",
+    "metadata",
+    "node_placement",
+    "node_summaries",
+    "node_summaries_hourly",
+    "nodes",
+]
 
 # Naming convention so that constraint names are the same on every backend.
 metadata = MetaData(naming_convention={
@@ -188,6 +201,19 @@ fleet_summaries = Table(
     Column("nodes", Integer, nullable=False),
     Column("cpus_pod_shared_nano", BigInteger, nullable=False),
     Column("cpus_pod_exclusive_nano", BigInteger, nullable=False),
+)
+
+# Each node's placement state as last recorded (exporter/history/placement.py), replaced
+# only when its content digest changes: what ``plan --fleet`` models each node from.
+node_placement = Table(
+    "node_placement", metadata,
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True),
+    Column("digest", String(32), nullable=False),
+    Column("recorded_at", UTCDateTime(), nullable=False),
+    Column("topology", Text, nullable=False),
+    Column("kubelet_config", Text, nullable=True),
+    Column("free_cpus", Text, nullable=False),
+    Column("free_memory", Text, nullable=False),
 )
 
 

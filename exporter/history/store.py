@@ -44,6 +44,7 @@ from exporter.history.schema import (
     assignment_intervals,
     fleet_summaries,
     history_gaps,
+    node_placement,
     node_summaries,
     node_summaries_hourly,
     nodes,
@@ -114,6 +115,12 @@ class _WriteStatements(FleetStatements):
             a.c.node_id == bindparam("b_node"), a.c.valid_to.is_(None))
         self.open_anomalies = select(*[n.c[c] for c in OPEN_ANOMALY_COLUMNS]).where(
             n.c.node_id == bindparam("b_node"), n.c.resolved_at.is_(None))
+        placement = insert(node_placement)
+        self.placement_upsert = placement.on_conflict_do_update(
+            index_elements=["node_id"],
+            set_={c.name: placement.excluded[c.name] for c in node_placement.columns
+                  if c.name != "node_id"},
+            where=node_placement.c.digest != placement.excluded.digest)
         super().__init__(insert(fleet_summaries))
 
 

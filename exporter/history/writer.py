@@ -35,13 +35,17 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.history.changes import ChangeSet, Gap, State, diff_states, state_of
 from exporter.history.common import WritePath, describe_error, is_transient
 from exporter.history.timeutil import utc
 from exporter.runtime import release_free_memory
 from reconciler.ledger import Ledger
+
+if TYPE_CHECKING:
+    from exporter.history.placement import PlacementRow
+    from reconciler.allocator.live import NodeState
 
 log = logging.getLogger("podres.history")
 
@@ -90,6 +94,16 @@ class _DaemonExecutor(Executor):
             self._thread.join()
 
 
+def _reduce(ledger: Ledger, placement: NodeState | None
+            ) -> tuple[State, PlacementRow | None]:
+    """What the writer compares: the ledger's rows and the placement state's."""
+    if placement is None:
+        return state_of(ledger), None
+    from exporter.history.placement import placement_row
+
+    return state_of(ledger), placement_row(placement)
+
+
 class HistoryWriter:
     def __init__(self, store: WritePath[Any], node: str, *, max_pending: int = 10000,
                  summary_interval: float = 60.0, retention: float = 30 * 86400,
@@ -108,7 +122,11 @@ class HistoryWriter:
         self.writer_id = uuid.uuid4().hex
         self.rows_written_total = 0
         self.last_error: str | None = None
-        self._inbox: deque[tuple[Ledger, datetime]] = deque()
+        self._inbox: deque[tuple[Ledger, datetime, NodeState | None]] = deque()
+        # The node's placement state as last submitted, and the digest of the last one
+        # queued: a change-set carries it only when it changed (docs/history.md).
+        self._placement: PlacementRow | None = None
+        self._placement_queued: str | None = None
         self._pending: deque[ChangeSet] = deque()
         self._dropped = 0
         self._seq = 0
@@ -150,11 +168,13 @@ class HistoryWriter:
         self._tasks = [asyncio.create_task(self._convert_loop(), name="history-convert"),
                        asyncio.create_task(self._flush_loop(), name="history-flush")]
 
-    def submit(self, ledger: Ledger, at: datetime) -> None:
-        """Queue a ledger observed at ``at``; returns at once."""
+    def submit(self, ledger: Ledger, at: datetime, placement: NodeState | None = None
+               ) -> None:
+        """Queue a ledger observed at ``at`` (and the node's placement state, when its
+        topology is known); returns at once."""
         if self._closed:
             return
-        self._inbox.append((ledger, utc(at)))
+        self._inbox.append((ledger, utc(at), placement))
         self._inbox_event.set()
 
     async def flush(self, timeout: float | None = None) -> bool:
@@ -203,10 +223,12 @@ class HistoryWriter:
             await self._inbox_event.wait()
             self._inbox_event.clear()
             while self._inbox:
-                ledger, at = self._inbox[0]
+                ledger, at, placement = self._inbox[0]
                 try:
                     # Reducing a big ledger takes milliseconds: not on the event loop.
-                    state = await asyncio.to_thread(state_of, ledger)
+                    state, row = await asyncio.to_thread(_reduce, ledger, placement)
+                    if row is not None:
+                        self._placement = row
                     self._convert(state, at)
                 except Exception:  # a malformed ledger must not stop the history
                     log.exception("history cannot record a ledger",
@@ -249,7 +271,9 @@ class HistoryWriter:
         if summary_due:
             cs.summary = state.summary
         self._last_at = at
-        if cs.state is None and cs.diff is None and cs.summary is None:
+        if (cs.state is None and cs.diff is None and cs.summary is None
+                and (self._placement is None
+                     or self._placement.digest == self._placement_queued)):
             self._basis = state  # identical content; keep the newest object
             return
         if len(self._pending) >= self.max_pending:
@@ -270,6 +294,11 @@ class HistoryWriter:
         self._enqueue(cs)
 
     def _enqueue(self, cs: ChangeSet) -> None:
+        row = self._placement
+        # A full reconcile carries it always: it may replace change-sets that did.
+        if row is not None and (cs.full or row.digest != self._placement_queued):
+            cs.placement = row
+            self._placement_queued = row.digest
         self._pending.append(cs)
         self._pending_event.set()
 
@@ -362,6 +391,7 @@ class HistoryWriter:
                   extra={"node": self.node, "error": describe_error(exc)})
         self._pending.popleft()
         self._dropped += 1
+        self._placement_queued = None  # what it carried is written again with the next
         self._carry_gap = Gap(head.prev_at, head.at, 1,
                               f"write refused by the database: {describe_error(exc)}"[:500])
         if not self._pending:

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from reconciler.allocator.config import ModelConfig
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.topology import CPUTopology, from_snapshot
+from reconciler.kube import KubeletConfig
 from reconciler.ledger import Ledger
-from reconciler.snapshot import MemoryBlock, NodeSnapshot
+from reconciler.snapshot import MemoryBlock, NodeSnapshot, Topology
 
 
 class LiveNodeError(ValueError):
@@ -61,6 +62,18 @@ def _memory_capacity(snapshot: NodeSnapshot, topo: CPUTopology) -> dict[int, int
     return capacity or {n: topo.memory_of(n) for n in topo.numa_nodes}
 
 
+def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: CPUTopology
+                   ) -> tuple[frozenset[int], dict[int, int]]:
+    """What the model is seeded with: the CPUs the ledger puts in the node shared pool
+    (reserved CPUs and every pod's CPUs are taken) and, per NUMA node of ``topo``, the bytes
+    of allocatable memory the pods' reports leave. ``plan --node`` seeds from it, and the
+    history records it for ``plan --fleet`` (:mod:`reconciler.allocator.fleet`)."""
+    free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
+    used = _memory_in_use(snapshot)
+    capacity = _memory_capacity(snapshot, topo)
+    return free, {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+
+
 def live_config(snapshot: NodeSnapshot, fallback: ModelConfig) -> ModelConfig:
     """The kubelet's own configuration when ``/configz`` was read, else ``fallback``."""
     cfg = snapshot.kubelet_config
@@ -75,10 +88,32 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
         raise LiveNodeError("the node's CPU topology is unknown (sysfs or --topology)")
     topo = from_snapshot(snapshot.topology)
     model = NodeModel(topo, config)
-    free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
-    used = _memory_in_use(snapshot)
-    capacity = _memory_capacity(snapshot, topo)
-    mem_free = {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+    free, mem_free = free_resources(snapshot, ledger, topo)
     model.seed(free, mem_free)
     shown = tuple(sorted(mem_free.items())) if model.memory_enabled else ()
     return LiveNode(model, frozenset(model.free), shown)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """What the model needs to place a pod on a node as it stands: the kubelet's view of
+    its topology, its configuration (``None``: ``/configz`` was not read), the CPUs the
+    ledger left in the node shared pool and the allocatable memory the pods leave per NUMA
+    node. ``key`` identifies the content (the history's digest): equal keys, equal
+    placements."""
+
+    topology: Topology
+    config: KubeletConfig | None
+    free_cpus: frozenset[int]
+    free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes)
+    key: str = ""
+
+
+def node_state(snapshot: NodeSnapshot, ledger: Ledger) -> NodeState | None:
+    """The state of a reconciled node; ``None`` when its CPU topology is unknown (the model
+    cannot place anything there)."""
+    if snapshot.topology is None or not snapshot.topology.cpus:
+        return None
+    free, memory = free_resources(snapshot, ledger, from_snapshot(snapshot.topology))
+    return NodeState(snapshot.topology, snapshot.kubelet_config, free,
+                     tuple(sorted(memory.items())))
