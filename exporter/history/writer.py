@@ -251,23 +251,9 @@ class HistoryWriter:
         summary_due = self._summary_due(at)
         self._end_gap_if_room()
         if self._gap_from is not None:  # still no room: count what is lost
-            prev_state = self._gap_latest[0] if self._gap_latest else self._basis
-            changed = prev_state is None or bool(
-                diff_states(prev_state.assignments, prev_state.anomalies, state))
-            if changed or summary_due:
-                self._gap_dropped += 1
-                self._dropped += 1
-            self._gap_latest = (state, at)
-            self._last_at = at
-            if summary_due:
-                self._last_summary_at = at
+            self._count_lost(state, at, summary_due)
             return
-        if self._basis is None:
-            cs = ChangeSet(self._next_seq(), at, prev_at, state=state, gap=self._carry_gap)
-            self._carry_gap = None
-        else:
-            diff = diff_states(self._basis.assignments, self._basis.anomalies, state)
-            cs = ChangeSet(self._next_seq(), at, prev_at, diff=diff if diff else None)
+        cs = self._change_set(state, at, prev_at)
         if summary_due:
             cs.summary = state.summary
         self._last_at = at
@@ -277,21 +263,49 @@ class HistoryWriter:
             self._basis = state  # identical content; keep the newest object
             return
         if len(self._pending) >= self.max_pending:
-            self._seq -= 1
-            self._gap_from = at
-            self._gap_dropped = 1
-            self._dropped += 1
-            self._gap_latest = (state, at)
-            if summary_due:
-                self._last_summary_at = at
-            log.warning("history queue full; dropping writes until there is room (a gap "
-                        "will be recorded)", extra={"node": self.node,
-                                                    "pending": len(self._pending)})
+            self._start_gap(state, at, summary_due)
             return
         if summary_due:
             self._last_summary_at = at
         self._basis = state
         self._enqueue(cs)
+
+    def _change_set(self, state: State, at: datetime, prev_at: datetime) -> ChangeSet:
+        """The whole state after a gap or at the start, else what changed since the basis."""
+        if self._basis is None:
+            cs = ChangeSet(self._next_seq(), at, prev_at, state=state, gap=self._carry_gap)
+            self._carry_gap = None
+            return cs
+        diff = diff_states(self._basis.assignments, self._basis.anomalies, state)
+        return ChangeSet(self._next_seq(), at, prev_at, diff=diff if diff else None)
+
+    def _count_lost(self, state: State, at: datetime, summary_due: bool) -> None:
+        """A reading while the queue has no room: counted as dropped when it would have
+        written something, and kept as the state to write when room comes back."""
+        prev_state = self._gap_latest[0] if self._gap_latest else self._basis
+        changed = prev_state is None or bool(
+            diff_states(prev_state.assignments, prev_state.anomalies, state))
+        if changed or summary_due:
+            self._gap_dropped += 1
+            self._dropped += 1
+        self._gap_latest = (state, at)
+        self._last_at = at
+        if summary_due:
+            self._last_summary_at = at
+
+    def _start_gap(self, state: State, at: datetime, summary_due: bool) -> None:
+        """The queue is full: drop this write and every one until there is room, which
+        then writes the whole state with the gap recorded."""
+        self._seq -= 1
+        self._gap_from = at
+        self._gap_dropped = 1
+        self._dropped += 1
+        self._gap_latest = (state, at)
+        if summary_due:
+            self._last_summary_at = at
+        log.warning("history queue full; dropping writes until there is room (a gap "
+                    "will be recorded)", extra={"node": self.node,
+                                                "pending": len(self._pending)})
 
     def _enqueue(self, cs: ChangeSet) -> None:
         row = self._placement
