@@ -20,7 +20,8 @@ def test_prints_json_last_and_reads_without_errors(capsys: pytest.CaptureFixture
     lines = capsys.readouterr().out.strip().splitlines()
     result = json.loads(lines[-1])
     assert result["pods"] == 40 and result["containers"] == 160 and result["cpus"] == 16
-    assert result["files"] == 40 + 160 + 1
+    # Each pod's and container's cpuset and cpu.stat, and /proc/stat.
+    assert result["files"] == 2 * (40 + 160) + 1
     assert result["entry_errors"] == 0  # the tree written is the tree read
     assert {"floor_ms", "cgroup_ms", "procstat_ms", "domain_ms", "total_ms",
             "ratio"} <= set(result)
