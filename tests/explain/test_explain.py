@@ -244,3 +244,20 @@ def test_bad_input_is_one_line(args: list[str], message: str, tmp_path: Path,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_pod_on_a_fixture_node_in_words(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A pod the fixture's node runs (its spec from pods.json), explained as a table: its CPUs
+    given back, the model takes the same ones again, and says which hints it chose from."""
+    node = _busy_node()
+    held = node.model.pods[("default", "busy")].held
+    directory = _fixture_dir(tmp_path, node)
+    assert main(["explain", "--node", "--from", str(directory), "default/busy"]) == 0
+    out = capsys.readouterr().out
+    from reconciler.cpuset import format_cpuset
+
+    assert f"result: admitted, CPUs {format_cpuset(held)} (NUMA 0)" in out
+    assert "container app: 2 CPU(s), memory 1Gi" in out
+    assert "CPU manager offers NUMA 0 (preferred), NUMA 1 (preferred)" in out
+    assert "chosen: NUMA 0" in out
