@@ -30,9 +30,10 @@ def _g(cpu_m: int, mem: int = 128 * MiB) -> Resources:
 
 def _setup(version: str, scope: str, gate: bool, state_dir: Path | None = None
            ) -> dict[str, Any]:
-    topo = random_topology(random.Random(f"e2e:{version}:{scope}:{gate}"))
-    while len(topo.online) < 8:
-        topo = random_topology(random.Random(len(topo.online) + 1000))
+    rng = random.Random(f"e2e:{version}:{scope}:{gate}")
+    topo = random_topology(rng)
+    while len(topo.online) < 8:  # room for every pod of PODS
+        topo = random_topology(rng)
     gates = {"PodLevelResources": True}
     if version != "1.35":
         gates["PodLevelResourceManagers"] = gate
