@@ -30,9 +30,10 @@ def _g(cpu_m: int, mem: int = 128 * MiB) -> Resources:
 
 def _setup(version: str, scope: str, gate: bool, state_dir: Path | None = None
            ) -> dict[str, Any]:
-    topo = random_topology(random.Random(f"e2e:{version}:{scope}:{gate}"))
-    while len(topo.online) < 8:
-        topo = random_topology(random.Random(len(topo.online) + 1000))
+    rng = random.Random(f"e2e:{version}:{scope}:{gate}")
+    topo = random_topology(rng)
+    while len(topo.online) < 8:  # room for every pod of PODS
+        topo = random_topology(rng)
     gates = {"PodLevelResources": True}
     if version != "1.35":
         gates["PodLevelResourceManagers"] = gate
@@ -60,11 +61,17 @@ PODS = [
 
 
 def _admit_all(ref: Reference) -> dict[str, Any]:
+    """Admit PODS; the last state, with "admitted": the names of those admitted (a kubelet
+    may refuse the pod-level one, see tests/reference/known.py)."""
     state: dict[str, Any] = {}
+    admitted = []
     for pod in PODS:
         answer = ref.request({"op": "admit", "pod": pod_to_json(pod)})
         assert "state" in answer, answer
         state = answer["state"]
+        if answer["ok"]:
+            admitted.append(pod.name)
+    state["admitted"] = admitted
     return state
 
 
@@ -81,7 +88,10 @@ def test_checkpoints_the_kubelet_writes_are_read_right(
         state = _admit_all(ref)
     files = state["checkpoints"]
     cpu = parse_cpu_checkpoint(files["cpu_manager_state"])
-    assert cpu.format == CPU_FORMAT[version]
+    # 1.36 writes its new format (top-level podEntries) only when it holds pod entries: a
+    # file without is the old one, which 1.35 reads.
+    want = "v2" if version == "1.36" and not state["pods"] else CPU_FORMAT[version]
+    assert cpu.format == want
     assert cpu.policy_name == "static"
     assert cpu.default_cpuset == parse_cpuset(state["default"])
     assert {u: {n: format_cpuset(s) for n, s in c.items()} for u, c in cpu.entries.items()} \
@@ -133,22 +143,24 @@ async def test_podresources_answers_of_the_real_server(
             pods = {p.name: p for p in decode_pods(await client.list_raw())}
         finally:
             await client.close()
-    assert set(pods) == {p.name for p in PODS}
+    assert set(pods) == set(state["admitted"])
     for pod in PODS:
+        if pod.name not in pods:
+            continue
         listed = pods[pod.name]
         held = state["containers"].get(pod.uid, {})
         pod_set = parse_cpuset(state["pods"].get(pod.uid, ""))
-        assert frozenset(listed.cpu_ids) == pod_set
+        # Only 1.37 answers the pod-level fields; 1.36 holds a pod-level block in its state
+        # but its PodResources server has no way to say so (the reporting trap).
+        assert frozenset(listed.cpu_ids) == (pod_set if version == "1.37" else frozenset())
         for c in listed.containers:
             cpus = frozenset(c.cpu_ids)
-            if version == "1.37" and pod_set and c.name in held:
-                # 1.37 lists only a container's own exclusive CPUs; one on the pod shared
-                # pool lists none, and the pod-level field carries the pool.
+            if gate and c.name in held:
+                # With the gate on, a container on its pod's shared pool lists no CPUs of
+                # its own (1.37: the pod-level field carries the pool); an exclusive one
+                # lists exactly what the CPU manager holds for it.
                 assert cpus in (parse_cpuset(held[c.name]), frozenset())
             else:
-                # Before 1.37 a container lists whatever the CPU manager holds for it: on a
-                # 1.36 node with the gate on, a slice of the pod shared pool looks exclusive
-                # (the reporting trap the exporter flags).
                 assert cpus == parse_cpuset(held.get(c.name, ""))
         if scope == "container" or not gate:
             assert listed.cpu_ids == ()
