@@ -337,7 +337,11 @@ def add_routes(app: web.Application, store: HistoryStore | LazyReadStore) -> Non
     """Mount the read-only history API (and its OpenAPI document) on ``app``."""
     for route in ROUTES:
         app.router.add_get(PREFIX + route.path, _handler(store, route))
-    fleet_api.add_fleet_plan_route(app, store, PREFIX)
+    def resolve() -> HistoryStore:
+        return store.get() if isinstance(store, LazyReadStore) else store
+
+    fleet_api.add_fleet_plan_route(app, PREFIX, resolve=resolve, error_response=error_response,
+                                   unavailable=StoreUnavailable)
 
     async def openapi(request: web.Request) -> web.StreamResponse:
         extra = request.app.get(OPENAPI_EXTRA_KEY, {})

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -16,7 +17,6 @@ from exporter.errors import UserError
 from exporter.history.common import describe_error, is_database_error
 
 if TYPE_CHECKING:
-    from exporter.history.api import LazyReadStore
     from exporter.history.store import HistoryStore
 
 log = logging.getLogger("podres.history")
@@ -25,8 +25,7 @@ PATH = "/fleet/plan"
 MAX_BODY = 1 << 20  # a manifest of a few hundred templates; more is not a manifest
 
 
-def _plan(store: HistoryStore | LazyReadStore, text: str) -> bytes:
-    from exporter.history.api import LazyReadStore
+def _plan(resolve: Callable[[], HistoryStore], text: str) -> bytes:
     from exporter.history.fleetread import answer_json, plan_on_fleet
     from exporter.manifest_files import parse_documents, skipped_summary, workloads_in_documents
     from reconciler.allocator.config import ModelConfig
@@ -36,16 +35,19 @@ def _plan(store: HistoryStore | LazyReadStore, text: str) -> bytes:
         skipped = skipped_summary(found.skipped)
         raise UserError("no pod templates found in the body"
                         + (f" ({skipped})" if skipped else ""))
-    if isinstance(store, LazyReadStore):
-        store = store.get()
+    store = resolve()
     # A node whose /configz was not read is modelled with plan's default policies.
     answer = answer_json(plan_on_fleet(store, found.templates, ModelConfig()))
     return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def add_fleet_plan_route(app: web.Application, store: HistoryStore | LazyReadStore,
-                         prefix: str) -> None:
-    from exporter.history.api import StoreUnavailable, error_response
+def add_fleet_plan_route(app: web.Application, prefix: str, *,
+                         resolve: Callable[[], HistoryStore],
+                         error_response: Callable[[int, str], web.Response],
+                         unavailable: type[Exception]) -> None:
+    """Mount the route; the API module (:mod:`exporter.history.api`) passes how to reach
+    the read store (``resolve`` raises ``unavailable`` when it cannot be opened) and how
+    it answers errors, so that both answer alike."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_BODY:
@@ -58,10 +60,10 @@ def add_fleet_plan_route(app: web.Application, store: HistoryStore | LazyReadSto
         except UnicodeDecodeError:
             return error_response(400, "body: not UTF-8 text")
         try:
-            body = await asyncio.to_thread(_plan, store, text)
+            body = await asyncio.to_thread(_plan, resolve, text)
         except UserError as exc:
             return error_response(400, str(exc))
-        except StoreUnavailable as exc:
+        except unavailable as exc:
             return error_response(503, f"history database unavailable: {exc}")
         except Exception as exc:
             if is_database_error(exc):

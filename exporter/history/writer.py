@@ -258,8 +258,7 @@ class HistoryWriter:
             cs.summary = state.summary
         self._last_at = at
         if (cs.state is None and cs.diff is None and cs.summary is None
-                and (self._placement is None
-                     or self._placement.digest == self._placement_queued)):
+                and not self._placement_changed()):
             self._basis = state  # identical content; keep the newest object
             return
         if len(self._pending) >= self.max_pending:
@@ -306,6 +305,9 @@ class HistoryWriter:
         log.warning("history queue full; dropping writes until there is room (a gap "
                     "will be recorded)", extra={"node": self.node,
                                                 "pending": len(self._pending)})
+
+    def _placement_changed(self) -> bool:
+        return self._placement is not None and self._placement.digest != self._placement_queued
 
     def _enqueue(self, cs: ChangeSet) -> None:
         row = self._placement

@@ -275,7 +275,7 @@ def route_set(app: web.Application) -> set[str]:
     for r in app.router.routes():
         info = r.resource.get_info() if r.resource else {}
         path = info.get("path") or info.get("formatter")
-        if r.method == "GET" and path and path.startswith("/api/v1"):
+        if r.method in ("GET", "POST") and path and path.startswith("/api/v1"):
             out.add(path)
     return out
 

@@ -188,3 +188,34 @@ async def test_fleet_plan_api_route_answers_as_the_cli(
         resp = await client.get("/api/v1/openapi.json")
         doc = await resp.json()
         assert "post" in doc["paths"]["/api/v1/fleet/plan"]
+
+
+async def test_the_writer_queues_the_state_only_when_it_changes(history: History) -> None:
+    from exporter.history.writer import HistoryWriter
+    from tests.history.histsim import SimNode
+
+    sim = SimNode("n1", 1, pods=5)
+    writer = HistoryWriter(history, "n1", summary_interval=3600)
+    await writer.start()
+    idle, busy = state(frozenset(range(1, 8))), state(frozenset({1, 2, 3}))
+    ledger = sim.ledger()
+    writer.submit(ledger, T0, idle)
+    await writer.flush()
+    written = writer.rows_written_total
+    # The same ledger and state again: nothing to write.
+    for i in range(1, 5):
+        writer.submit(ledger, T0 + timedelta(seconds=i), idle)
+    await writer.flush()
+    assert writer.rows_written_total == written
+    # The same ledger, another state (a pod this ledger does not show took CPUs): one row.
+    writer.submit(ledger, T0 + timedelta(seconds=10), busy)
+    await writer.flush()
+    assert writer.rows_written_total == written + 1
+    # A ledger without a state (topology unreadable for a poll) keeps the last one.
+    writer.submit(ledger, T0 + timedelta(seconds=11))
+    await writer.flush()
+    assert writer.rows_written_total == written + 1
+    await writer.close()
+    [node] = read_fleet(history.reader)
+    assert node.state is not None and node.state.free_cpus == frozenset({1, 2, 3})
+    assert node.recorded_at == T0 + timedelta(seconds=10)
