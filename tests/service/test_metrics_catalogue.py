@@ -26,6 +26,7 @@ from exporter.metrics.catalogue import (
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, SourceOptions
 from exporter.service import SOURCE_OPERATIONS, Exporter
+from reconciler.kubelet_topology import Divergence
 from reconciler.ledger import ANOMALY_KINDS
 from tests.service.conftest import REPO, parse_exposition, scenario_root, series, value
 
@@ -44,6 +45,9 @@ KERNEL = KernelFacts({"pod_shared": 1.5}, {("default", "a", "pod_shared"): 1.5,
 
 def facts() -> NodeFacts:
     ledger = ledger_from_fixture(str(scenario_root() / "sidecar-hybrid"))
+    # A topology read from sysfs where the kubelet drops CPU 3 (docs/design.md#topology).
+    ledger = replace(ledger, topology_divergences=(
+        Divergence("cpus_dropped", frozenset({3}), "dropped", "fix it"),))
     return NodeFacts(ledger, {"cpu_manager_state": "v3"}, downgrade_unsafe=True)
 
 
@@ -62,6 +66,8 @@ def test_every_family_is_produced_with_its_declared_labels() -> None:
     assert value(samples, "podres_checkpoint_downgrade_unsafe") == 1.0
     assert value(samples, "podres_history_pending_writes") == 3.0
     assert value(samples, "podres_build_info", version="1.2.3") == 1.0
+    assert value(samples, "podres_topology_divergence", kind="cpus_dropped") == 1.0
+    assert value(samples, "podres_topology_divergence", kind="siblings_split") == 0.0
 
 
 def test_families_render_in_catalogue_order() -> None:
@@ -75,13 +81,14 @@ def test_families_render_in_catalogue_order() -> None:
 
 def test_absent_facts_leave_their_families_out() -> None:
     bare = replace(facts(), checkpoints={}, downgrade_unsafe=None)
+    bare = replace(bare, ledger=replace(bare.ledger, topology_divergences=None))
     text = render_ledger(bare, pods_max_series=None)[0]
     text += render_self(replace(STATE, last_success=None, history_pending=None,
                                 history_dropped_total=None))
     for name in ("podres_checkpoint_info", "podres_checkpoint_downgrade_unsafe",
                  "podres_last_success_timestamp_seconds", "podres_history_pending_writes",
                  "podres_history_dropped_writes_total", "podres_pod_cpus",
-                 "podres_container_cpus"):
+                 "podres_container_cpus", "podres_topology_divergence"):
         assert f"# HELP {name} " not in text, name
 
 
