@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "reference" / "kubelet"
 BUILD = ROOT / "reference" / "build"
 # Each kubelet minor: its patch release, the go.mod that pins it and the build tag that picks
-# its version-specific file (reference/kubelet/node_<minor>.go).
+# its version-specific files (reference/kubelet/api_*.go, version_<minor>.go).
 VERSIONS: dict[str, tuple[str, str, str]] = {
     "1.35": ("1.35.4", "go.1_35.mod", "kubelet_1_35"),
     "1.36": ("1.36.3", "go.1_36.mod", "kubelet_1_36"),

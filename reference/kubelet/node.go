@@ -1,6 +1,8 @@
-//go:build kubelet_1_35
-
 package main
+
+// The node and its protocol, the same for every kubelet minor; what the minors' APIs do
+// differently (a logger or context argument, pod-level answers) is in api_*.go and
+// podlevel*.go, picked by build tag (docs/design.md#reference).
 
 import (
 	"context"
@@ -12,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -26,11 +27,8 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/memorymanager"
 	memorystate "k8s.io/kubernetes/pkg/kubelet/cm/memorymanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
-	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 	"k8s.io/utils/cpuset"
 )
-
-const kubeletVersion = "1.35.4"
 
 // The CPU manager's reconcile loop only pushes cpusets to the (fake) runtime: a period this
 // long keeps it from running again after the one pass Start makes.
@@ -40,7 +38,7 @@ type node struct {
 	cfg     *setupRequest
 	dir     string
 	ownDir  bool
-	machine *cadvisorapi.MachineInfo
+	machine *machineInfoT
 	tm      topologymanager.Manager
 	cpu     cpumanager.Manager
 	mem     memorymanager.Manager
@@ -53,13 +51,13 @@ type node struct {
 	server     *podResourcesServer
 }
 
-func machineInfo(cfg *setupRequest) (*cadvisorapi.MachineInfo, error) {
+func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
 	if len(cfg.CPUs) == 0 {
 		return nil, fmt.Errorf("setup: no CPUs")
 	}
 	type coreKey struct{ numa, socket, core int }
-	nodes := map[int]*cadvisorapi.Node{}
-	cores := map[coreKey]*cadvisorapi.Core{}
+	nodes := map[int]*numaNodeT{}
+	cores := map[coreKey]*coreT{}
 	var order []coreKey
 	sockets := map[int]bool{}
 	seen := map[int]bool{}
@@ -71,14 +69,14 @@ func machineInfo(cfg *setupRequest) (*cadvisorapi.MachineInfo, error) {
 		sockets[c.Socket] = true
 		if _, ok := nodes[c.NUMA]; !ok {
 			mem := cfg.Memory[strconv.Itoa(c.NUMA)]
-			nodes[c.NUMA] = &cadvisorapi.Node{Id: c.NUMA, Memory: mem}
+			nodes[c.NUMA] = &numaNodeT{Id: c.NUMA, Memory: mem}
 		}
 		k := coreKey{c.NUMA, c.Socket, c.Core}
 		core, ok := cores[k]
 		if !ok {
-			core = &cadvisorapi.Core{Id: c.Core, SocketID: c.Socket}
+			core = &coreT{Id: c.Core, SocketID: c.Socket}
 			if c.L3 >= 0 {
-				core.UncoreCaches = []cadvisorapi.Cache{{Id: c.L3, Level: 3, Type: "Unified"}}
+				core.UncoreCaches = []cacheT{{Id: c.L3, Level: 3, Type: "Unified"}}
 			}
 			cores[k] = core
 			order = append(order, k)
@@ -93,7 +91,7 @@ func machineInfo(cfg *setupRequest) (*cadvisorapi.MachineInfo, error) {
 		ids = append(ids, id)
 	}
 	sort.Ints(ids)
-	mi := &cadvisorapi.MachineInfo{NumCores: len(cfg.CPUs), NumSockets: len(sockets)}
+	mi := &machineInfoT{NumCores: len(cfg.CPUs), NumSockets: len(sockets)}
 	for _, id := range ids {
 		mi.Topology = append(mi.Topology, *nodes[id])
 		mi.MemoryCapacity += nodes[id].Memory
@@ -179,7 +177,7 @@ func (n *node) start() error {
 	if err != nil {
 		return err
 	}
-	tm, err := topologymanager.NewManager(n.machine.Topology, orDefault(cfg.TopologyPolicy, "none"),
+	tm, err := newTopologyManager(n.logger, n.machine.Topology, orDefault(cfg.TopologyPolicy, "none"),
 		orDefault(cfg.TopologyScope, "container"), cfg.TopologyOptions)
 	if err != nil {
 		return fmt.Errorf("topology manager: %w", err)
@@ -243,7 +241,7 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 	// (pkg/kubelet/kubelet.go: HandlePodAdditions), so the managers' stale-state sweep during
 	// admission sees it as active.
 	n.pods = append(n.pods, &pod)
-	result := n.tm.Admit(&lifecycle.PodAdmitAttributes{Pod: &pod, OtherPods: n.activePods()})
+	result := n.tmAdmit(&pod)
 	if !result.Admit {
 		n.pods = n.pods[:len(n.pods)-1]
 		n.collectGarbage()
@@ -258,7 +256,7 @@ func (n *node) addContainers(pod *v1.Pod) {
 		id := containerID(string(pod.UID), c.Name)
 		n.cpu.AddContainer(n.logger, pod, &c, id)
 		n.mem.AddContainer(n.logger, pod, &c, id)
-		n.tm.AddContainer(pod, &c, id)
+		n.tmAddContainer(pod, &c, id)
 		n.containers.Add(string(pod.UID), c.Name, id)
 	}
 }
@@ -296,7 +294,7 @@ func (n *node) remove(uid, container string) error {
 		if err := n.mem.RemoveContainer(n.logger, id); err != nil {
 			return fmt.Errorf("memory manager: %w", err)
 		}
-		if err := n.tm.RemoveContainer(id); err != nil {
+		if err := n.tmRemoveContainer(id); err != nil {
 			return fmt.Errorf("topology manager: %w", err)
 		}
 		n.containers.RemoveByContainerID(id)
@@ -312,8 +310,7 @@ func (n *node) collectGarbage() {
 	probe := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "gc"}}}}
 	probe.UID = "podres-reference-gc-probe"
 	probe.Status.QOSClass = v1.PodQOSBestEffort
-	n.cpu.GetTopologyHints(probe, &probe.Spec.Containers[0])
-	n.mem.GetTopologyHints(probe, &probe.Spec.Containers[0])
+	n.probeHints(probe)
 }
 
 // restart is a kubelet restart: new managers on the same checkpoint files (Start restores and
@@ -326,7 +323,7 @@ func (n *node) restart() ([]readmission, error) {
 	}
 	var out []readmission
 	for _, pod := range n.activePods() {
-		result := n.tm.Admit(&lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: n.activePods()})
+		result := n.tmAdmit(pod)
 		out = append(out, readmission{UID: string(pod.UID), Admitted: result.Admit,
 			Reason: result.Reason, Message: result.Message})
 		if result.Admit {
@@ -370,7 +367,6 @@ func (n *node) report() *stateReport {
 			r.Containers[uid][name] = set.String()
 		}
 	}
-	// 1.35 keeps no pod-level CPU sets.
 	ms := n.mem.State()
 	for uid, byName := range ms.GetMemoryAssignments() {
 		r.Memory[uid] = map[string][]memBlock{}
@@ -378,12 +374,12 @@ func (n *node) report() *stateReport {
 			r.Memory[uid][name] = memBlocks(blocks)
 		}
 	}
-	// 1.35 keeps no pod-level memory blocks.
+	n.podLevel(r)
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		r.Affinity[uid] = map[string]affinity{}
 		for _, c := range allContainers(p) {
-			h := n.tm.GetAffinity(uid, c.Name)
+			h := n.tmAffinity(uid, c.Name)
 			a := affinity{Preferred: h.Preferred, NUMA: []int{}}
 			if h.NUMANodeAffinity != nil {
 				a.NUMA = h.NUMANodeAffinity.GetBits()
@@ -403,10 +399,9 @@ func memBlocks(blocks []memorystate.Block) []memBlock {
 }
 
 // providers adapts the managers to the PodResources server as the kubelet's container
-// manager does (pkg/kubelet/cm/container_manager_linux.go of 1.35.4: GetCPUs, GetMemory,
-// GetAllocatable*, containerMemoryFromBlock). 1.35 has no pod-level answer: a container's CPUs
-// are whatever the CPU manager's state holds for it, its slice of a pod's shared pool included.
-// No devices, no DRA.
+// manager does (pkg/kubelet/cm/container_manager_linux.go: GetCPUs, GetMemory,
+// GetAllocatable*, containerMemoryFromBlock; GetPodCPUs and GetPodMemory from 1.37). No
+// devices, no DRA. The methods whose signatures changed between minors are in api_*.go.
 type providers struct{ n *node }
 
 func (p providers) GetActivePods() []*v1.Pod { return p.n.activePods() }
@@ -420,28 +415,10 @@ func (p providers) GetPodByName(namespace, name string) (*v1.Pod, bool) {
 	return nil, false
 }
 
-func (p providers) UpdateAllocatedDevices() {}
 func (p providers) GetDevices(string, string) []*podresourcesapi.ContainerDevices {
 	return []*podresourcesapi.ContainerDevices{}
 }
-func (p providers) GetAllocatableDevices() []*podresourcesapi.ContainerDevices {
-	return []*podresourcesapi.ContainerDevices{}
-}
-func (p providers) GetDynamicResources(*v1.Pod, *v1.Container) []*podresourcesapi.DynamicResource {
-	return []*podresourcesapi.DynamicResource{}
-}
-
-func (p providers) GetCPUs(podUID, containerName string) []int64 {
-	return int64s(p.n.cpu.GetExclusiveCPUs(podUID, containerName))
-}
 func (p providers) GetAllocatableCPUs() []int64 { return int64s(p.n.cpu.GetAllocatableCPUs()) }
-
-func (p providers) GetMemory(podUID, containerName string) []*podresourcesapi.ContainerMemory {
-	return containerMemory(p.n.mem.GetMemory(podUID, containerName))
-}
-func (p providers) GetAllocatableMemory() []*podresourcesapi.ContainerMemory {
-	return containerMemory(p.n.mem.GetAllocatableMemory())
-}
 
 func (n *node) serve(socket string) error {
 	if n.server != nil {
