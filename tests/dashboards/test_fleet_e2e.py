@@ -692,7 +692,7 @@ def _alerts(prom: PrometheusServer, expected: set[Any], key: Callable[..., Any])
 def test_each_condition_raises_its_own_alert_once(fleet_env: Fleet) -> None:
     alerts = _alerts(fleet_env.clusters["a"], EXPECTED_ALERTS_A, _alert_key)
     keys = [_alert_key(a["labels"]) for a in alerts]
-    assert sorted(keys) == sorted(EXPECTED_ALERTS_A)      # once each, nothing else
+    assert sorted(keys) == sorted(EXPECTED_ALERTS_A), sorted(keys)  # once each, nothing else
     for a in alerts:
         node = a["labels"]["node"]
         assert f"node {node}" in a["annotations"]["summary"], a
