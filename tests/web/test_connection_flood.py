@@ -103,8 +103,10 @@ async def test_half_sent_requests_do_not_lock_out_scrapes_and_probes(
         await listening.close()
     stats = listening.connections
     assert answers == {"scrape 200": SCRAPES, "probe 200": PROBES}, (answers, stats, seen)
-    # The attack was on: the cap stayed full and waiting connections were pushed out.
+    # The attack was on: the cap stayed full, waiting connections were pushed out, and the
+    # attackers reconnected (each only after its connection was dropped). How many were
+    # pushed out is not bounded here from the client's count: connections still in the
+    # listen backlog when the attack stops are closed by the client, never accepted.
     assert seen["connected"] > ATTACKERS
-    assert stats.evicted >= seen["connected"] - options.max_connections - stats.timed_out \
-        - SCRAPES - PROBES
+    assert stats.evicted > 0
     assert stats.refused == 0
