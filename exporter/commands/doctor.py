@@ -161,7 +161,8 @@ def _topology_check(config: Any, topology: Topology | None) -> Check:
 
     name = "kubelet's view of the CPU topology"
     if topology is None or topology.kernel is None:
-        return Check(name, "unknown", "CPU topology not read from sysfs (give --sysfs)")
+        return Check(name, "unknown", "CPU topology not read from sysfs (a live node with --sysfs, "
+                     "or a fixture recorded from one)")
     found = divergences(topology, topology_policy=config.topology_manager_policy
                         if config is not None else None,
                         max_numa_nodes=config.max_numa_nodes() if config is not None

@@ -73,6 +73,12 @@ def _glob(directory: Path, pattern: str) -> list[Path]:
     return [directory / n for n in sorted(names) if fnmatch.fnmatchcase(n, pattern)]
 
 
+def has_cpu_dirs(root: str | Path) -> bool:
+    """Whether ``root`` looks like a sysfs mount at all (a ``cpuN`` directory under
+    ``devices/system/cpu``): a wrong ``--sysfs`` is the operator's error, not a machine."""
+    return bool(_glob(Path(root) / "devices" / "system" / "cpu", "cpu*[0-9]"))
+
+
 def _online_test(cpu_dir: Path) -> Callable[[int], bool]:
     """``IsCPUOnline``: no ``online`` file, every CPU is online; an empty or unparsable one
     (up to the piece that names the CPU) makes it offline."""

@@ -4,19 +4,17 @@ a ``topology.json`` file (docs/design.md#sources)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Final
 
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes
-from exporter.sources.sysfs_topology import read_kubelet_topology
+from exporter.sources.sysfs_topology import has_cpu_dirs, read_kubelet_topology
 from reconciler import kubelet_topology
 from reconciler.cpuset import MAX_CPU_ID, CPUSetError, format_cpuset, parse_cpuset
 from reconciler.snapshot import CPUInfo, KernelTopology, Topology, TopologyCounts
 
 OPERATIONS: Final = {"sysfs": ("read",), "topology": ("read", "parse")}
-_CPU_DIR = re.compile(r"^cpu(\d+)$")
 
 
 def read_sysfs_topology(root: str | Path = "/sys", *, proc: str | Path | None = None,
@@ -31,19 +29,12 @@ def read_sysfs_topology(root: str | Path = "/sys", *, proc: str | Path | None = 
     directory at all is a ``SourceError`` (a wrong ``--sysfs``, not a machine).
     """
     base = Path(root)
-    cpu_dir = base / "devices" / "system" / "cpu"
-    if not any(_CPU_DIR.match(p.name) for p in _safe_iterdir(cpu_dir)):
-        raise SourceError("sysfs", "read", f"no CPUs found under {cpu_dir}")
+    if not has_cpu_dirs(base):
+        raise SourceError("sysfs", "read",
+                          f"no CPUs found under {base / 'devices' / 'system' / 'cpu'}")
     if proc is None and (base.parent / "proc" / "cpuinfo").is_file():
         proc = base.parent / "proc"
     return read_kubelet_topology(base, proc=proc, goarch=goarch)
-
-
-def _safe_iterdir(path: Path) -> list[Path]:
-    try:
-        return list(path.iterdir())
-    except OSError:
-        return []
 
 
 def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
