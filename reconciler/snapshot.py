@@ -20,12 +20,37 @@ class MemoryBlock(NamedTuple):
     numa_nodes: tuple[int, ...] = ()
 
 
+class DeviceAlloc(NamedTuple):
+    """One ``ContainerDevices`` entry: devices of one extended resource (a device plugin's,
+    such as ``nvidia.com/gpu``) and the NUMA nodes the plugin gave them; no NUMA nodes means
+    the plugin reported no topology. ``GetAllocatableResources`` lists one per device."""
+
+    resource_name: str
+    device_ids: tuple[str, ...] = ()
+    numa_nodes: tuple[int, ...] = ()
+
+
+class ClaimDevice(NamedTuple):
+    """One device of a dynamic resource claim (``DynamicResource``/``ClaimResource``). DRA
+    reports no NUMA node, so these are inventoried but never judged for alignment."""
+
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: tuple[str, ...] = ()
+    share_id: str | None = None
+
+
 class ContainerAlloc(NamedTuple):
     """A container as PodResources ``List`` reports it."""
 
     name: str
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryBlock, ...] = ()
+    devices: tuple[DeviceAlloc, ...] = ()
+    dynamic: tuple[ClaimDevice, ...] = ()
 
 
 class PodAlloc(NamedTuple):
@@ -45,6 +70,7 @@ class Allocatable:
 
     cpu_ids: tuple[int, ...] = ()
     memory: tuple[MemoryBlock, ...] = ()
+    devices: tuple[DeviceAlloc, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,7 +179,7 @@ def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
     if i != end:  # as in _pod_rest
         raise _Unexpected
     # ContainerAlloc's field order, as for PodAlloc.
-    return tuple.__new__(ContainerAlloc, (name, _joined(ids), tuple(memory)))
+    return tuple.__new__(ContainerAlloc, (name, _joined(ids), tuple(memory), (), ()))
 
 
 def _joined(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
