@@ -24,15 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.hints import Hint, HintError, HintRecord, MaskTable, merge
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
-    take_by_topology,
-    take_distributed,
+    policy_taker,
     take_for_resize,
     take_with_hint,
 )
@@ -215,7 +213,7 @@ class NodeModel:
             return frozenset(self.config.reserved_cpus)
         if self.config.reserved_cpu_m > 0:
             n = math.ceil(self.config.reserved_cpu_m / 1000)
-            got = take_by_topology(self.topo, online, n)
+            got = policy_taker(self.topo, self.config.options)(self.topo, online, n)
             if got is None:
                 raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
             return got
@@ -340,12 +338,16 @@ class NodeModel:
             return self.cpu_hints(requested, assigned), frozenset(assigned)
         return None, frozenset(assigned)
 
-    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int]
-                   ) -> list[Hint]:
+    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
+                   reusable: frozenset[int] = frozenset()) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)
         free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
         narrowest = self._narrowest("cpu", n)
         hints = self._masks.hints(candidates, n, free, narrowest)
+        if reusable:
+            # generateCPUTopologyHints drops every mask missing a node of a reusable CPU.
+            nodes = self.topo.numa_set(reusable)
+            hints = [h for h in hints if nodes <= h[0]]
         if "align-by-socket" not in self.config.options or narrowest is None:
             return hints
         # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
@@ -369,7 +371,8 @@ class NodeModel:
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
-              what: str = "pod") -> frozenset[int] | None:
+              what: str = "pod", reusable: frozenset[int] = frozenset()
+              ) -> frozenset[int] | None:
         """The topology manager's merged NUMA affinity for one request."""
         policy = self.config.topology_policy
         if policy == "none":
@@ -378,7 +381,7 @@ class NodeModel:
         # Under single-numa-node only single-node masks can win the merge.
         candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
         if cpus > 0:
-            providers.append(self._cpu_hints(cpus, cpu_pool, candidates))
+            providers.append(self._cpu_hints(cpus, cpu_pool, candidates, reusable))
         if memory > 0 and self.memory_enabled:
             providers.append(self._masks.hints(candidates, memory, mem_free,
                                                self._narrowest("memory", memory)))
@@ -420,13 +423,8 @@ class NodeModel:
         self._check_smt(pool, n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
-        opts = self.config.options
-        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts,
-                        uncore="prefer-align-cpus-by-uncorecache" in opts)
-        if "distribute-cpus-across-numa" in opts:
-            group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
-            taker = partial(take_distributed, group=group)
-        if hint is not None and "align-by-socket" in opts:
+        taker = policy_taker(self.topo, self.config.options)
+        if hint is not None and "align-by-socket" in self.config.options:
             # The hinted NUMA nodes widen to their whole sockets.
             hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
         got = take_with_hint(self.topo, pool, n, hint, taker)
@@ -536,7 +534,8 @@ class NodeModel:
         what = f"container {c.name}"
         if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
             try:
-                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what)
+                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
+                                  frozenset(slices.reusable) if n else frozenset())
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
         got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from operator import attrgetter
 
 from reconciler.allocator.topology import CPUTopology
@@ -353,6 +354,16 @@ def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
 
 
 Taker = Callable[[CPUTopology, frozenset[int], int], "frozenset[int] | None"]
+
+
+def policy_taker(topo: CPUTopology, options: frozenset[str]) -> Taker:
+    """The static policy's ``takeByTopology``: the take its options choose. The kubelet
+    takes with it everywhere, the reserved CPUs it picks itself included."""
+    if "distribute-cpus-across-numa" in options:
+        group = topo.threads_per_core if "full-pcpus-only" in options else 1
+        return partial(take_distributed, group=group)
+    return partial(take_by_topology, spread="distribute-cpus-across-cores" in options,
+                   uncore="prefer-align-cpus-by-uncorecache" in options)
 
 
 def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,

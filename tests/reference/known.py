@@ -23,10 +23,6 @@ KNOWN = {
         "free (\"not enough free physical CPUs\"), counting free cores its own way; the model "
         "admits the container (found on 1.36.3 without SMT and with "
         "prefer-align-cpus-by-uncorecache; not shrunk or explained yet)",
-    "distribute-cpus-across-cores":
-        "with distribute-cpus-across-cores the kubelet spreads a container's CPUs over other "
-        "cores than the model does (found on 1.35.4, 1.36.3 and 1.37.2; not shrunk or "
-        "explained yet)",
     "topology-none-pod-level":
         "with topologyManagerPolicy none the topology manager's none scope calls each "
         "container's Allocate and never AllocatePod, so a pod with pod-level resources gets "
@@ -49,9 +45,6 @@ def classify(outcome: Outcome) -> str | None:
     if any("SMT Alignment Error: not enough free physical CPUs" in x and "model admits" in x
            for x in outcome.disagreements) and "full-pcpus-only" in cfg.options:
         return "full-pcpus-only-free-cores"
-    if ("distribute-cpus-across-cores" in cfg.options and outcome.op == "admit"
-            and all(": kubelet " in x and ", model " in x for x in outcome.disagreements)):
-        return "distribute-cpus-across-cores"
     if outcome.op == "admit" and pod is not None:
         pod_level_set = pod.resources is not None and pod.resources.is_set
         if not cfg.pod_level and pod_level_set:

@@ -113,3 +113,79 @@ def test_the_model_pins_a_gate_off_pod_level_pod() -> None:
     placed = model.admit(GATE_OFF_POD)
     assert isinstance(placed, PodPlacement)
     assert len(placed.containers[0].exclusive) == 2
+
+
+# ---- closed disagreements, kept as regression fixtures ------------------------------------
+
+
+def _smt_topo(cores: int) -> CPUTopology:
+    """One socket, one NUMA node, two threads per core numbered as Linux does (the sibling
+    of CPU i is i + cores); each core named after its lowest CPU."""
+    return CPUTopology(cpus=tuple(CPUInfo(t * cores + i, i, 0, 0) for t in range(2)
+                                  for i in range(cores)), memory=((0, 8 * GiB),))
+
+
+def _two_numa_topo() -> CPUTopology:
+    """Two NUMA nodes of four CPUs on two sockets, no SMT."""
+    return CPUTopology(cpus=tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)),
+                       memory=((0, 8 * GiB), (1, 8 * GiB)))
+
+
+def _closed(version: str, topo: CPUTopology, config: ModelConfig, *pods: PodSpec) -> Case:
+    gates = dict(GATES)
+    if version != "1.35":
+        gates["PodLevelResourceManagers"] = config.pod_level
+    return Case(0, topo, config, gates, [("admit", p) for p in pods])
+
+
+# The kubelet picks the CPUs it reserves itself with the take its options choose: spread
+# over cores under distribute-cpus-across-cores (policy_static.go NewStaticPolicy), so
+# 2000m reserves CPUs 0 and 1, not the siblings 0 and 5. Found on 1.35.4, 1.36.3, 1.37.2
+# (seed 555001697 of 1.35) as "distribute-cpus-across-cores".
+SPREAD_RESERVED = _closed(
+    "1.35", _smt_topo(5),
+    ModelConfig(topology_policy="best-effort", scope="pod", memory_policy="None",
+                options=frozenset({"distribute-cpus-across-cores"}), reserved_cpu_m=2000,
+                pod_level=False),
+    PodSpec("ref", "spread", "uid-spread", (ContainerSpec("app", _g(3000)),)))
+# A CPU reusable from an init container narrows the next container's hints to masks that
+# hold its NUMA node (policy_static.go generateCPUTopologyHints): the app container lands
+# on the init container's node, not on the fuller node 0. Found on 1.36.3 and 1.37.2 (seeds
+# 777002441 of 1.36, 777002597 of 1.37) as "distribute-cpus-across-cores".
+REUSABLE_HINT = _closed(
+    "1.37", _two_numa_topo(),
+    ModelConfig(topology_policy="best-effort", scope="container", memory_policy="None",
+                reserved_cpu_m=1000),
+    PodSpec("ref", "reuse", "uid-reuse", (ContainerSpec("app", _g(1000)),),
+            init_containers=(ContainerSpec("init", _g(4000), init=True),)))
+CLOSED = [
+    ("spread-reserved", "1.35", SPREAD_RESERVED),
+    ("spread-reserved", "1.37", SPREAD_RESERVED),
+    ("reusable-hint", "1.36", REUSABLE_HINT),
+    ("reusable-hint", "1.37", REUSABLE_HINT),
+]
+
+
+@pytest.mark.parametrize(("what", "version", "case"), CLOSED,
+                         ids=[f"{w}-{v}" for w, v, _ in CLOSED])
+def test_closed_disagreements_stay_closed(what: str, version: str, case: Case,
+                                          need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    with Reference(version) as ref:
+        outcome = run_case(ref, case)
+    assert outcome.agrees, outcome.disagreements
+
+
+def test_the_model_reserves_with_the_spread_take() -> None:
+    model = NodeModel(SPREAD_RESERVED.topo, SPREAD_RESERVED.config)
+    assert model.reserved == {0, 1}
+    placed = model.admit(SPREAD_RESERVED.ops[0][1])  # type: ignore[arg-type]
+    assert isinstance(placed, PodPlacement)
+    assert placed.containers[0].exclusive == {2, 3, 4}
+
+
+def test_the_model_keeps_a_container_on_its_reusable_cpus_node() -> None:
+    model = NodeModel(REUSABLE_HINT.topo, REUSABLE_HINT.config)
+    placed = model.admit(REUSABLE_HINT.ops[0][1])  # type: ignore[arg-type]
+    assert isinstance(placed, PodPlacement)
+    assert placed.containers[0].exclusive == {4}
