@@ -195,10 +195,10 @@ def random_topology(rng: random.Random) -> CPUTopology:
         lowest[core] = min(cpu, lowest.get(core, cpu))
     infos = tuple(sorted((CPUInfo(cpu, lowest[core], s, n) for cpu, core, s, n in cpus),
                          key=lambda c: c.id))
-    uncore: list[tuple[int, int]] = []
-    if l3 != "none":
-        for cpu, core, s, n in cpus:
-            uncore.append((cpu, {"numa": n, "socket": s, "pairs": core // 2}[l3]))
+    # Without an L3 the kubelet puts each core in its socket's uncore cache
+    # (topology.go getUncoreCacheID), so the model is told so; the reference gets the ids.
+    uncore = [(cpu, {"numa": n, "socket": s, "pairs": core // 2, "none": s}[l3])
+              for cpu, core, s, n in cpus]
     memory = tuple((n, rng.choice((4, 8, 16)) * GiB) for n in range(numas))
     return CPUTopology(cpus=infos, memory=memory, uncore=tuple(sorted(uncore)))
 

@@ -403,24 +403,30 @@ class NodeModel:
         by default), the hinted NUMA nodes first. Raises :class:`ModelError` with the
         kubelet's reason when it cannot."""
         try:
-            return self._take(self.free if pool is None else pool, n, numa_hint, "request")
+            return self._take(self.free if pool is None else pool, n, numa_hint, "request",
+                              frozenset(self.free))
         except _Refused as exc:
             raise ModelError(str(exc)) from None
 
-    def _check_smt(self, pool: frozenset[int], n: int, what: str) -> None:
+    def _check_smt(self, default: frozenset[int], n: int, what: str) -> None:
+        """``enforceSMTAlignment``: it counts the default set less the reserved cores, not
+        the pool the take chooses from, and holds without SMT too (a core of one CPU)."""
         tpc = self.topo.threads_per_core
-        if "full-pcpus-only" not in self.config.options or tpc == 1:
+        if "full-pcpus-only" not in self.config.options:
             return
         if n % tpc:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc)}")
-        physical = len(pool - self._reserved_cores)
+        physical = len(default - self._reserved_cores)
         if n > physical:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
 
     def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
-              what: str) -> frozenset[int]:
+              what: str, default: frozenset[int] | None = None) -> frozenset[int]:
+        """``default``: the free CPUs full-pcpus-only counts, where the kubelet checks (not
+        for the slices of a pod-level block)."""
         pool = frozenset(pool)
-        self._check_smt(pool, n, what)
+        if default is not None:
+            self._check_smt(default, n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         taker = policy_taker(self.topo, self.config.options)
@@ -538,7 +544,8 @@ class NodeModel:
                                   frozenset(slices.reusable) if n else frozenset())
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
-        got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()
+        got = self._take(work.free | slices.reusable, n, hint, what,
+                         frozenset(work.free)) if n else frozenset()
         slices.reusable -= got
         work.free -= got
         blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
@@ -558,7 +565,7 @@ class NodeModel:
             raise _Refused("memory over budget: exclusive containers' memory exceeds the "
                            "pod memory budget")
         hint = self._hint(budget, work.free, pod_mem, work.mem_free)
-        block = self._take(work.free, budget, hint, "pod budget")
+        block = self._take(work.free, budget, hint, "pod budget", frozenset(work.free))
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
         exclusive = self._carve_slices(pod, block)

@@ -18,11 +18,6 @@ KNOWN = {
         "a pod with pod-level resources refused part-way through its pod-level allocation "
         "leaves CPUs out of the default set that no container or pod entry holds; the model "
         "leaves the state untouched",
-    "full-pcpus-only-free-cores":
-        "with full-pcpus-only the kubelet refuses a container when too few whole cores are "
-        "free (\"not enough free physical CPUs\"), counting free cores its own way; the model "
-        "admits the container (found on 1.36.3 without SMT and with "
-        "prefer-align-cpus-by-uncorecache; not shrunk or explained yet)",
     "topology-none-pod-level":
         "with topologyManagerPolicy none the topology manager's none scope calls each "
         "container's Allocate and never AllocatePod, so a pod with pod-level resources gets "
@@ -42,9 +37,6 @@ def classify(outcome: Outcome) -> str | None:
     pod = outcome.pod
     if outcome.op == "restart":
         return "restart-readmission"
-    if any("SMT Alignment Error: not enough free physical CPUs" in x and "model admits" in x
-           for x in outcome.disagreements) and "full-pcpus-only" in cfg.options:
-        return "full-pcpus-only-free-cores"
     if outcome.op == "admit" and pod is not None:
         pod_level_set = pod.resources is not None and pod.resources.is_set
         if not cfg.pod_level and pod_level_set:
