@@ -271,7 +271,7 @@ def random_case(seed: int, version: str, *, ops: int = 12) -> Case:
     config = ModelConfig(cpu_policy="static", memory_policy="None",
                          topology_policy=topology_policy, scope=scope, options=options,
                          reserved_cpus=reserved_cpus, reserved_cpu_m=reserved_m,
-                         pod_level=pod_level)
+                         pod_level=pod_level, kubelet_version=version)
     gates = {"CPUManagerPolicyAlphaOptions": True, "CPUManagerPolicyBetaOptions": True,
              "PodLevelResources": True}
     if version != "1.35":

@@ -213,7 +213,8 @@ class NodeModel:
             return frozenset(self.config.reserved_cpus)
         if self.config.reserved_cpu_m > 0:
             n = math.ceil(self.config.reserved_cpu_m / 1000)
-            got = policy_taker(self.topo, self.config.options)(self.topo, online, n)
+            got = policy_taker(self.topo, self.config.options,
+                                 self.config.kubelet_version)(self.topo, online, n)
             if got is None:
                 raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
             return got
@@ -429,7 +430,7 @@ class NodeModel:
             self._check_smt(default, n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
-        taker = policy_taker(self.topo, self.config.options)
+        taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
         if hint is not None and "align-by-socket" in self.config.options:
             # The hinted NUMA nodes widen to their whole sockets.
             hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))

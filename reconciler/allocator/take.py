@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from operator import attrgetter
 
+from reconciler.allocator.config import version_at_least
 from reconciler.allocator.topology import CPUTopology
 from reconciler.snapshot import CPUInfo
 
@@ -276,31 +277,47 @@ def _best_remainder(left: dict[int, int], combo: Sequence[int], remainder: int,
     return best
 
 
-def _fits(acc: _Acc, combo: Sequence[int], n: int, group: int) -> int | None:
-    """The even share per node of ``combo``, or ``None`` when the combo cannot hold it."""
+def _fits(acc: _Acc, combo: Sequence[int], n: int, group: int, align: bool = False
+          ) -> int | None:
+    """The even share per node of ``combo``, or ``None`` when the combo cannot hold it.
+    With ``align`` the share shrinks to what the emptiest node of the combo can give."""
     counts = [acc.free_in(acc.topo.numa_cpus, m) for m in combo]
     if sum(counts) < n or sum(c // group for c in counts) * group < n:
         return None
     share = (n // len(combo) // group) * group
+    if align:
+        share = min([share, *(c // group * group for c in counts)])
     return share if all(c >= share for c in counts) else None
 
 
-def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int
-                  ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
+def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int,
+                  align: bool = False
+                  ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """The combo of ``k`` nodes, its remainder nodes and its share. With ``align`` (1.37's
+    align-by-socket) a combo on one socket beats any across sockets, whatever the balance."""
+    best: tuple[float, tuple[int, ...], tuple[int, ...], int] | None = None
+    best_one_socket = False
     for combo in itertools.combinations(numas, k):
-        if best is not None and best[0] == 0:
+        if best is not None and best[0] == 0 and (not align or best_one_socket):
             break
-        share = _fits(acc, combo, n, group)
+        share = _fits(acc, combo, n, group, align)
         if share is None:
             continue
         left = {m: acc.free_in(acc.topo.numa_cpus, m) for m in numas}
         for m in combo:
             left[m] -= share
         scored = _best_remainder(left, combo, n - share * len(combo), group)
-        if scored is not None and (best is None or scored[0] < best[0]):
-            best = (scored[0], combo, scored[1])
-    return None if best is None else (best[1], best[2])
+        if scored is None:
+            continue
+        one_socket = align and len({acc.topo.by_id[c].socket for m in combo
+                                    for c in acc.topo.numa_cpus[m]}) <= 1
+        better = best is None or scored[0] < best[0]
+        if align and best is not None and one_socket != best_one_socket:
+            better = one_socket
+        if better:
+            best = (scored[0], combo, scored[1], share)
+            best_one_socket = one_socket
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def _numa_range(acc: _Acc, group: int, total: int | None = None) -> tuple[int, int]:
@@ -327,9 +344,12 @@ def _take_remainder(acc: _Acc, nodes: Sequence[int], group: int) -> None:
 
 
 def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
-                     group: int = 1) -> frozenset[int] | None:
+                     group: int = 1, *, align_by_socket: bool = False
+                     ) -> frozenset[int] | None:
     """``n`` CPUs spread evenly (in groups of ``group``) over NUMA nodes; see the module
-    docstring. ``None`` when fewer than ``n`` are available."""
+    docstring. ``align_by_socket``: 1.37's takeByTopologyNUMADistributed with align-by-socket,
+    which prefers NUMA nodes of one socket (1.35 and 1.36 ignore the option here). ``None``
+    when fewer than ``n`` are available."""
     pool = frozenset(available)
     if n % group:
         return take_by_topology(topo, pool, n)
@@ -341,11 +361,10 @@ def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
     numas = acc.numas()
     low, high = _numa_range(acc, group)
     for k in range(low, high + 1):
-        chosen = _choose_combo(acc, numas, k, n, group)
+        chosen = _choose_combo(acc, numas, k, n, group, align_by_socket)
         if chosen is None:
             continue
-        combo, rest = chosen
-        share = (n // len(combo) // group) * group
+        combo, rest, share = chosen
         for m in combo:
             acc.take(take_by_topology(topo, acc.free & topo.numa_cpus[m], share) or ())
         _take_remainder(acc, rest, group)
@@ -356,12 +375,15 @@ def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
 Taker = Callable[[CPUTopology, frozenset[int], int], "frozenset[int] | None"]
 
 
-def policy_taker(topo: CPUTopology, options: frozenset[str]) -> Taker:
-    """The static policy's ``takeByTopology``: the take its options choose. The kubelet
-    takes with it everywhere, the reserved CPUs it picks itself included."""
+def policy_taker(topo: CPUTopology, options: frozenset[str], version: str = "1.37"
+                 ) -> Taker:
+    """The static policy's ``takeByTopology`` in kubelet ``version``: the take its options
+    choose. The kubelet takes with it everywhere, the reserved CPUs it picks itself
+    included."""
     if "distribute-cpus-across-numa" in options:
         group = topo.threads_per_core if "full-pcpus-only" in options else 1
-        return partial(take_distributed, group=group)
+        align = "align-by-socket" in options and version_at_least(version, "1.37")
+        return partial(take_distributed, group=group, align_by_socket=align)
     return partial(take_by_topology, spread="distribute-cpus-across-cores" in options,
                    uncore="prefer-align-cpus-by-uncorecache" in options)
 

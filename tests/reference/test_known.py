@@ -158,7 +158,50 @@ REUSABLE_HINT = _closed(
                 reserved_cpu_m=1000),
     PodSpec("ref", "reuse", "uid-reuse", (ContainerSpec("app", _g(1000)),),
             init_containers=(ContainerSpec("init", _g(4000), init=True),)))
+# The topology manager's fitter mask of one width is the smaller bitmask: with NUMA nodes
+# {0,3} and {1,2} both preferred for 5 CPUs the pod goes to {1,2} (bitmask.IsNarrowerThan).
+# Found on 1.35.4 (seed 777002527 of 1.35) as a new disagreement.
+BITMASK_ORDER = _closed(
+    "1.35", CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 4) for i in range(16)),
+                        memory=tuple((n, 8 * GiB) for n in range(4))),
+    ModelConfig(topology_policy="restricted", scope="pod", memory_policy="None",
+                reserved_cpus=frozenset({1, 2, 3, 4, 8}), pod_level=False),
+    PodSpec("ref", "mask", "uid-mask", (ContainerSpec("app", _g(5000)),)))
+# full-pcpus-only counts the default set less the reserved cores, also without SMT; the
+# CPUs an init container left to reuse are not in it (policy_static.go
+# enforceSMTAlignment). Found on 1.36.3 and 1.37.2 (seed 555001818 of 1.37) as
+# "full-pcpus-only-free-cores".
+SMT_DEFAULT_SET = _closed(
+    "1.37", _topo(6),
+    ModelConfig(topology_policy="single-numa-node", memory_policy="None",
+                options=frozenset({"full-pcpus-only"}), reserved_cpu_m=1000),
+    PodSpec("ref", "smt", "uid-smt",
+            (ContainerSpec("app1", _g(1000)), ContainerSpec("app2", _g(4000))),
+            init_containers=(ContainerSpec("init0", _g(3000), init=True),)))
+
+
+def _align_by_socket(version: str) -> Case:
+    """policy_static_test.go TestPolicyWithAlignBySocketAndDistributeCPUsAcrossNUMAEnabled
+    (v1.37.2), its first case, on topoDualSocketMultiNumaPerSocketHTType2 with the CPUs
+    outside its default set reserved. 1.37.2 keeps the container on socket 1; 1.35 and
+    1.36 spread it over NUMA nodes 1 and 2 (the model follows kubelet_version)."""
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i % 40, i % 2, i % 4) for i in range(80)),
+                       memory=tuple((n, 8 * GiB) for n in range(4)))
+    config = ModelConfig(memory_policy="None", reserved_cpus=frozenset(range(80)) - set(
+                             range(1, 16)), pod_level=False, kubelet_version=version,
+                         options=frozenset({"distribute-cpus-across-numa",
+                                            "align-by-socket"}))
+    return _closed(version, topo, config,
+                   PodSpec("ref", "abs", "uid-abs", (ContainerSpec("app", _g(6000)),)))
+
+
 CLOSED = [
+    ("align-by-socket-distributed", "1.36", _align_by_socket("1.36")),
+    ("align-by-socket-distributed", "1.37", _align_by_socket("1.37")),
+    ("bitmask-order", "1.35", BITMASK_ORDER),
+    ("bitmask-order", "1.37", BITMASK_ORDER),
+    ("full-pcpus-default-set", "1.36", SMT_DEFAULT_SET),
+    ("full-pcpus-default-set", "1.37", SMT_DEFAULT_SET),
     ("spread-reserved", "1.35", SPREAD_RESERVED),
     ("spread-reserved", "1.37", SPREAD_RESERVED),
     ("reusable-hint", "1.36", REUSABLE_HINT),
