@@ -10,7 +10,12 @@ group fewest free CPUs first (best fit: pack the most-used unit), ties by lower 
 Distributed form (``distribute-cpus-across-numa``): the request is spread in groups of
 ``group`` CPUs over the fewest NUMA nodes that can hold an even share, choosing the nodes
 (and the nodes that take the remainder) that leave free CPUs most balanced across the
-machine; when no combination works it falls back to the packed form.
+machine; when no combination works it falls back to the packed form. From 1.37, with
+``align-by-socket`` too, a combination on one socket beats any across sockets and each
+node's share is capped at what the emptiest node of the combination can give.
+
+Which form, with which options, is :func:`policy_taker` (the static policy's
+``takeByTopology``); the kubelet uses it for the CPUs it reserves itself as well.
 """
 
 from __future__ import annotations
