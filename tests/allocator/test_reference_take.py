@@ -9,7 +9,7 @@ import pytest
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.hints import MaskTable, merge
 from reconciler.allocator.placement import PodPlacement, Rejection
-from reconciler.allocator.take import policy_taker, take_distributed
+from reconciler.allocator.take import _go_combinations, policy_taker, take_distributed
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import CPUInfo
 
@@ -48,7 +48,8 @@ ALIGN_BY_SOCKET_CASES = [
 def test_distributed_take_with_align_by_socket_1_37(available: set[int], align: bool,
                                                     want: set[int]) -> None:
     topo = _dual_socket_multi_numa_ht_type2()
-    assert take_distributed(topo, available, 6, 1, align_by_socket=align) == want
+    assert take_distributed(topo, available, 6, 1, align_by_socket=align,
+                            cap_share=True) == want
     options = DISTRIBUTE_ALIGN if align else frozenset({"distribute-cpus-across-numa"})
     assert policy_taker(topo, options, "1.37")(topo, frozenset(available), 6) == want
 
@@ -112,3 +113,25 @@ def test_masks_of_one_width_go_by_bitmask_value() -> None:
     hints = [(frozenset({0, 3}), True), (frozenset({1, 2}), True)]
     ordered = sorted(hints, key=lambda h: table.masks.index(h[0]))
     assert merge("restricted", [ordered], frozenset(range(4))) == {1, 2}
+
+
+def test_combinations_share_slices_as_in_go() -> None:
+    """cpu_assignment.go iterateCombinations (v1.35.4-v1.37.2) appends to one prefix slice
+    per level: from a 3-long prefix (capacity 4) every 4-subset writes the same array."""
+    walk = _go_combinations([3, 4, 5, 6, 7], 4)
+    first = next(walk)
+    assert first[:4] == [3, 4, 5, 6]
+    assert next(walk)[:4] == [3, 4, 5, 7]
+    assert first[:4] == [3, 4, 5, 7]  # the slice kept for the first subset
+    assert [tuple(c[:2]) for c in _go_combinations([0, 1, 2], 2)] == [(0, 1), (0, 2), (1, 2)]
+
+
+def test_distributed_take_keeps_the_combination_go_kept() -> None:
+    """Source: reference runner, kubelet 1.36.3, seed 31337094096 (pods without pod-level
+    resources, no restarts): four NUMA nodes of one CPU each balance equally, the first
+    combination {3,4,5,6} is kept, and the next one, {3,4,5,7}, overwrites it."""
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, i // 4, i) for i in range(8)),
+                       memory=tuple((n, GiB) for n in range(8)))
+    for version in ("1.35", "1.36", "1.37"):
+        taker = policy_taker(topo, frozenset({"distribute-cpus-across-numa"}), version)
+        assert taker(topo, frozenset({3, 4, 5, 6, 7}), 4) == {3, 4, 5, 7}
