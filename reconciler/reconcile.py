@@ -94,7 +94,8 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         node_shared_containers += len(pod.containers)
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
-                                                all_node_shared(len(pod.containers))[0]))
+                                                all_node_shared(len(pod.containers))[0],
+                                                facts.pod_level_managers))
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)

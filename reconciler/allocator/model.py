@@ -116,31 +116,46 @@ def _in_start_order(pod: PodSpec) -> Iterator[tuple[ContainerSpec, bool]]:
         yield c, False
 
 
-def _check_budget(pod: PodSpec, budget: int) -> None:
-    """The pod-budget rules shared by both scopes."""
-    need = sum(_container_cpus(pod, c) for c in pod.long_running if pod.eligible(c))
-    if need > budget:
-        raise _Refused(f"exclusive containers need {need} CPUs, more than the pod budget "
-                       f"of {budget}")
-    shared_needed = [c.name for c in pod.long_running if not pod.eligible(c)]
-    if shared_needed and need >= budget:
-        raise _Refused(f"empty pod shared pool: exclusive containers use the whole pod "
-                       f"budget of {budget} CPUs, and {', '.join(shared_needed)} would "
-                       "need the shared pool")
-    sidecars = 0
+def _validate_pod_scope(pod: PodSpec) -> None:
+    """``validatePodScopeResources``: the pod shared pool must not be empty for a
+    container that runs on it. Nothing else about the budget is checked before the block is
+    taken: a slice that does not fit fails the carving afterwards."""
+    budget = pod.budget_cpus or 0
+    exclusive = 0
+    shared = False
     for c in pod.init_containers:
         if c.sidecar:
-            sidecars += _container_cpus(pod, c) if pod.eligible(c) else 0
+            n = _container_cpus(pod, c) if pod.eligible(c) else 0
+            exclusive += n
+            shared = shared or not n
             continue
-        room = budget - sidecars
-        n = _container_cpus(pod, c) if _eligible_init(pod, c) else 0
-        if n > room:
-            raise _Refused(f"init container {c.name} needs {n} CPUs, more than the {room} "
-                           f"left of the pod budget of {budget} beside the sidecars "
-                           "started before it")
-        if not n and room <= 0:
+        if not (_container_cpus(pod, c) if _eligible_init(pod, c) else 0) and exclusive >= budget:
             raise _Refused(f"empty pod shared pool: sidecars started before init container "
                            f"{c.name} use the whole pod budget of {budget} CPUs")
+    for c in pod.containers:
+        n = _container_cpus(pod, c) if pod.eligible(c) else 0
+        exclusive += n
+        shared = shared or not n
+    if shared and exclusive >= budget:
+        names = [c.name for c in pod.long_running if not pod.eligible(c)]
+        raise _Refused(f"empty pod shared pool: exclusive containers use the whole pod "
+                       f"budget of {budget} CPUs, and {', '.join(names)} would need the "
+                       "shared pool")
+
+
+class _Leaked(_Refused):
+    """A refusal after the pod's block left the default set: the kubelet keeps it out."""
+
+    def __init__(self, message: str, block: frozenset[int]) -> None:
+        super().__init__(message)
+        self.block = block
+
+
+class _Auto:
+    """No hint given: the topology manager works it out."""
+
+
+_AUTO = _Auto()
 
 
 @dataclass(slots=True)
@@ -179,8 +194,11 @@ class NodeModel:
         self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
         # A checkpoint's exclusive sets, by (pod UID, container name); see from_checkpoint.
         self.checkpointed: dict[tuple[str, str], frozenset[int]] = {}
-        # CPUs a checkpoint puts neither in its default set nor in any container.
+        # CPUs a checkpoint puts neither in its default set nor in any container, or that a
+        # kubelet restart leaks (docs/design.md#allocator).
         self._unaccounted: frozenset[int] = frozenset()
+        # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
+        self.orphan_blocks: dict[str, frozenset[int]] = {}
         self._masks = MaskTable(topo.numa_nodes)
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
@@ -276,7 +294,8 @@ class NodeModel:
     @property
     def default_set(self) -> frozenset[int]:
         """The shared pool the kubelet runs non-exclusive containers on."""
-        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values())
+        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values(),
+                                                      *self.orphan_blocks.values())
         for p in self.pods.values():
             held |= p.held
         base = self.topo.online
@@ -415,9 +434,10 @@ class NodeModel:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
 
     def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
-              what: str) -> frozenset[int]:
+              what: str, *, smt: bool = True) -> frozenset[int]:
         pool = frozenset(pool)
-        self._check_smt(pool, n, what)
+        if smt:
+            self._check_smt(pool, n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         opts = self.config.options
@@ -465,6 +485,9 @@ class NodeModel:
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            if result.leaked:
+                self.free -= result.leaked
+                self.orphan_blocks[pod.uid] = result.leaked
             return result
         placement, work = result
         self.free = work.free
@@ -481,6 +504,8 @@ class NodeModel:
         work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
         try:
             return self._place(pod, work), work
+        except _Leaked as exc:
+            return Rejection(pod.namespace, pod.name, str(exc), exc.block)
         except _Refused as exc:
             return Rejection(pod.namespace, pod.name, str(exc))
 
@@ -488,20 +513,29 @@ class NodeModel:
         cfg = self.config
         if not cfg.static:
             return _all_shared(pod, "the CPU manager policy is none")
-        if not (cfg.pod_level and pod.has_pod_cpu_budget):
+        pod_level = pod.resources is not None and pod.resources.is_set
+        if not pod_level:
             return self._legacy(pod, work)
+        if not cfg.pod_level:
+            # The CPU and memory managers skip such a pod rather than pin its containers
+            # (docs/design.md#allocator).
+            return _all_shared(pod, "pod-level resources without PodLevelResourceManagers: "
+                                    "no exclusive CPUs or memory")
         if not pod.guaranteed:
             return _all_shared(pod, "not Guaranteed: no exclusive CPUs")
+        if cfg.scope == "container" or cfg.topology_policy == "none":
+            # Only the pod scope's admission allocates a pod block; the container scope and
+            # the none policy's admission pin each eligible container from the node pool,
+            # unbounded by the budget (docs/design.md#allocator).
+            placement = self._legacy(pod, work)
+            return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
+                                "container", frozenset(), (), placement.containers,
+                                placement.numa_hint, placement.note, placement.init_held)
         budget = pod.budget_cpus
         if budget is None:
             return _all_shared(pod, "fractional pod budget: no exclusive CPUs")
-        _check_budget(pod, budget)
-        if cfg.scope == "pod":
-            return self._pod_scope(pod, budget, work)
-        placement = self._legacy(pod, work)
-        return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
-                            "container", frozenset(), (), placement.containers,
-                            placement.numa_hint, placement.note, placement.init_held)
+        _validate_pod_scope(pod)
+        return self._pod_scope(pod, budget, work)
 
     def _legacy(self, pod: PodSpec, work: _Work) -> PodPlacement:
         """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
@@ -550,19 +584,24 @@ class NodeModel:
             slices.memory[c.name] = blocks
         return hint
 
-    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work) -> PodPlacement:
+    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work,
+                   hint: frozenset[int] | _Auto | None = _AUTO) -> PodPlacement:
         """One NUMA-aligned block of the budget; slices carved from it
-        (docs/design.md#allocator)."""
+        (docs/design.md#allocator). ``hint`` is the topology manager's, when already known."""
         pod_mem = (pod.resources.memory_limit if pod.resources else None) or 0
         slice_mem = {c.name: _mem_limit(c) for c in pod.long_running if pod.eligible(c)}
         if self.memory_enabled and pod_mem and sum(slice_mem.values()) > pod_mem:
             raise _Refused("memory over budget: exclusive containers' memory exceeds the "
                            "pod memory budget")
-        hint = self._hint(budget, work.free, pod_mem, work.mem_free)
+        if isinstance(hint, _Auto):
+            hint = self._hint(budget, work.free, pod_mem, work.mem_free)
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
-        exclusive = self._carve_slices(pod, block)
+        try:
+            exclusive = self._carve_slices(pod, block)
+        except _Refused as exc:
+            raise _Leaked(str(exc), block) from None
         shared_pool = block.difference(*exclusive.values())
         mem_nodes = block_memory[0].numa_nodes if block_memory else ()
         containers = []
@@ -595,7 +634,8 @@ class NodeModel:
             n = _container_cpus(pod, c) if eligible else 0
             if not n:
                 continue
-            got = self._take(inside | reusable, n, None, f"container {c.name}")
+            # AllocatePod holds the block to full-pcpus-only, not the slices carved from it.
+            got = self._take(inside | reusable, n, None, f"container {c.name}", smt=False)
             inside -= got
             reusable -= got
             if ordinary_init:
@@ -603,6 +643,68 @@ class NodeModel:
             else:
                 exclusive[c.name] = got
         return exclusive
+
+    def readmit_pod_block(self, key: tuple[str, str]) -> str | None:
+        """A pod-scope pod with pod-level resources admitted again after a kubelet restart:
+        ``None`` when admitted, with a new block and the old one leaked out of the default
+        set; else the kubelet's refusal, the pod killed and its CPUs given back
+        (docs/design.md#allocator)."""
+        old = self.pods[key]
+        pod = old.spec
+        held: list[tuple[int, frozenset[int]]] = []
+        by_name = {c.name: c for c in old.containers}
+        for c, ordinary_init in _in_start_order(pod):
+            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            wants = _container_cpus(pod, c) if eligible else 0
+            truth = by_name.get(c.name)
+            # Every container of such a pod is in the CPU manager's state: an exclusive one
+            # with its slice, the others with (a share of) the block.
+            holds = truth.exclusive if truth is not None and truth.exclusive else old.block
+            held.append((wants, holds))
+        requested = len(old.block)
+        hints, assigned = self.held_pod_cpu_hints(requested, held)
+        if hints is None:
+            hints = self.cpu_hints(requested, self.free | assigned)
+        policy = self.config.topology_policy
+        if policy == "single-numa-node":
+            hints = [(m, p) for m, p in hints if len(m) == 1]
+        try:
+            hint = merge(policy, [hints], frozenset(self.topo.numa_nodes))
+        except HintError:
+            self.release(*key)
+            return ("TopologyAffinityError: pod with pod-level resources failed admission "
+                    "under pod-scope topology manager")
+        work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
+        try:
+            placement = self._pod_scope(pod, len(old.block), work, hint)
+        except _Refused as exc:
+            self.release(*key)
+            return f"UnexpectedAdmissionError: {exc}"
+        self.free = work.free
+        self.pods[key] = placement
+        self._unaccounted |= old.block
+        return None
+
+    def recheck_smt(self, key: tuple[str, str]) -> str | None:
+        """1.35 and 1.36 check ``full-pcpus-only`` before they look for a container in
+        their state, so a pod admitted again after a restart is refused when too few whole
+        cores are free now (docs/design.md#allocator). ``None`` when it passes; else the
+        refusal, the pod killed and its CPUs given back."""
+        if "full-pcpus-only" not in self.config.options:
+            return None
+        placement = self.pods[key]
+        if placement.path == "none":
+            return None
+        pod, tpc = placement.spec, self.topo.threads_per_core
+        physical = len(self.default_set - self._reserved_cores)
+        for c, ordinary_init in _in_start_order(pod):
+            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            n = _container_cpus(pod, c) if eligible else 0
+            if n and (n % tpc or n > physical):
+                self.release(*key)
+                return "SMTAlignmentError: " + smt_alignment_error(
+                    n, tpc, None if n % tpc else physical)
+        return None
 
     # ---- release --------------------------------------------------------------------------
 

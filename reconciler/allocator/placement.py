@@ -77,6 +77,9 @@ class Rejection:
     namespace: str
     name: str
     reason: str
+    # CPUs the kubelet took out of the default set before it refused, and never gives back
+    # (a pod-level block whose carving failed; docs/design.md#allocator).
+    leaked: frozenset[int] = frozenset()
 
     @property
     def key(self) -> tuple[str, str]:

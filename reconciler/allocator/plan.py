@@ -77,7 +77,11 @@ def _scratch_model(pod: PodSpec, config: ModelConfig) -> NodeModel:
     # No bigger than the largest node the model knows: a pod that asks more than that is
     # refused with the kubelet's own reason, as it would be on any real node.
     cores = min(max(64, need + 1), MAX_CPUS)
-    scratch = replace(config, topology_policy="none", reserved_cpus=None, reserved_cpu_m=0,
+    # One NUMA node, where best-effort admits what fits and refuses what does not with the
+    # CPU manager's reason; "none" stays, as under it the kubelet carves no pod-level block
+    # (docs/design.md#allocator).
+    policy = "none" if config.topology_policy == "none" else "best-effort"
+    scratch = replace(config, topology_policy=policy, reserved_cpus=None, reserved_cpu_m=0,
                       memory_policy="None", options=frozenset())
     return NodeModel(from_spec(f"1x{cores}x1"), scratch)
 

@@ -457,3 +457,22 @@ def test_cpuset_drift_raised() -> None:
 
 def test_cpuset_drift_near_miss() -> None:
     assert _drifts(frozenset({2, 3})) == []
+
+
+def test_missing_exclusive_not_raised_for_pod_level_pods_with_the_gate_off() -> None:
+    # Without PodLevelResourceManagers the kubelet's CPU manager skips a pod with pod-level
+    # resources: its containers are never pinned, so nothing is missing. Where the config
+    # does not say, a reported pod block shows the gate on (the test above).
+    spec = pspec("a", cspec("app", "2"), budget="3", sidecars=[cspec("proxy", sidecar=True)])
+    off = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
+                        topology_manager_scope="pod",
+                        feature_gates=(("PodLevelResourceManagers", False),))
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=off)
+    assert "missing_exclusive" not in kinds(ledger)
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=STATIC)
+    assert "missing_exclusive" not in kinds(ledger)  # unknown gate, no block reported
+    on = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
+                       topology_manager_scope="pod",
+                       feature_gates=(("PodLevelResourceManagers", True),))
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=on)
+    assert [a.container for a in ledger.anomalies if a.kind == "missing_exclusive"] == ["app"]
