@@ -65,6 +65,8 @@ async def test_gpu_node_under_best_effort(start_sim: StartSim, run_serve: RunSer
         "allocatable": 2, "assigned": 2, "free": 0}
     serve_ = next(c for c in doc["devices"]["containers"] if c["container"] == "serve")
     assert serve_["dynamic_resources"][0]["device"] == "eth1"
+    status, body = await served.get("/api/v1/devices")
+    assert status == 200 and json.loads(body) == doc["devices"]
 
 
 async def test_single_numa_node_never_raises(start_sim: StartSim, run_serve: RunServe,
@@ -74,6 +76,8 @@ async def test_single_numa_node_never_raises(start_sim: StartSim, run_serve: Run
     assert value(samples, "podres_anomalies", kind="device_numa_misaligned") == 0
     assert value(samples, "podres_devices", resource="nvidia.com/gpu", numa_node="1",
                  state="assigned") == 2
+    status, _ = await served.get("/api/v1/devices", auth=None)
+    assert status == 200  # no users configured: open, as /api/v1/ledger
 
 
 @needs_promtool
