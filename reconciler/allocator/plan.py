@@ -117,7 +117,7 @@ def _with_budget(pod: PodSpec, budget: int, memory: int,
         if c not in stripped:
             return c
         r = c.resources
-        return replace(c, resources=Resources(None, None, r.memory_request, r.memory_limit))
+        return replace(c, resources=replace(r, cpu_request_m=None, cpu_limit_m=None))
 
     return replace(pod, resources=Resources(budget * 1000, budget * 1000, memory, memory),
                    containers=tuple(strip(c) for c in pod.containers),
