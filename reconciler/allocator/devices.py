@@ -103,7 +103,8 @@ class NodeDevices:
                     raise DeviceError(f"--devices {spec!r}: the node has no NUMA node {numa} "
                                       f"(it has {', '.join(map(str, sorted(known)))})")
                 topo = () if numa == _NO_TOPOLOGY else (numa,)
-                devs.extend(Device(f"{short}-{len(devs) + i}", topo) for i in range(count))
+                base = len(devs)
+                devs.extend(Device(f"{short}-{base + i}", topo) for i in range(count))
         return cls.of(devices)
 
     @classmethod
