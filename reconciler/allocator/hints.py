@@ -156,17 +156,8 @@ def _best(current: KHint | None, candidate: KHint, best_count: int) -> KHint | N
     return narrowest()
 
 
-def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
-                  everything: frozenset[int]) -> frozenset[int] | None:
-    """The topology manager's merge as v1.37.2 ``policy.go`` has it (``filterProvidersHints``,
-    ``mergePermutation``, ``HintMerger.Merge``, ``filterSingleNumaHints``): every
-    permutation of one hint per resource, the masks ANDed, preferred only when every hint is
-    preferred and their masks are equal. A provider entry of ``None`` has no preference; an
-    empty list has no possible affinity. Permutations giving the same partial result are
-    walked once. ``None`` when the policy does not align (or single-numa-node's answer is
-    the whole machine); :class:`HintError` when the policy refuses."""
-    if policy == "none" or not providers:
-        return None
+def _filtered(policy: str, providers: Sequence[list[Hint] | None]) -> list[list[KHint]]:
+    """``filterProvidersHints`` (and ``filterSingleNumaHints`` under single-numa-node)."""
     lists: list[list[KHint]] = []
     for given in providers:
         if given is None:
@@ -178,14 +169,27 @@ def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
     if policy == "single-numa-node":
         lists = [[(m, p) for m, p in one if p and (m is None or len(m) == 1)]
                  for one in lists]
-    best_count = 0
+    return lists
+
+
+def _max_of_narrowest(lists: list[list[KHint]]) -> int:
+    """``maxOfMinAffinityCounts``: the widest of the providers' narrowest hints."""
+    best = 0
     for one in lists:
-        narrow: frozenset[int] | None = None
-        for m, _ in one:
-            if m is not None and (narrow is None or _narrower(m, narrow)):
-                narrow = m
-        if narrow is not None:
-            best_count = max(best_count, len(narrow))
+        masks = [m for m, _ in one if m is not None]
+        if masks:
+            narrow = masks[0]
+            for m in masks[1:]:
+                if _narrower(m, narrow):
+                    narrow = m
+            best = max(best, len(narrow))
+    return best
+
+
+def _merged_permutations(lists: list[list[KHint]]) -> dict[KHint, None]:
+    """``mergePermutation`` over every permutation, each distinct partial result walked
+    once: (the AND of the masks so far, or ``None`` before any; preferred so far, which
+    implies every mask so far equals that AND)."""
     states: dict[KHint, None] = {(None, True): None}
     for one in lists:
         nxt: dict[KHint, None] = {}
@@ -198,8 +202,24 @@ def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
                 else:
                     nxt[(mask & m, pref and p and m == mask)] = None
         states = nxt
+    return states
+
+
+def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
+                  everything: frozenset[int]) -> frozenset[int] | None:
+    """The topology manager's merge as v1.37.2 ``policy.go`` has it (``filterProvidersHints``,
+    ``mergePermutation``, ``HintMerger.Merge``, ``filterSingleNumaHints``): every
+    permutation of one hint per resource, the masks ANDed, preferred only when every hint is
+    preferred and their masks are equal. A provider entry of ``None`` has no preference; an
+    empty list has no possible affinity. ``None`` when the policy does not align (or
+    single-numa-node's answer is the whole machine); :class:`HintError` when the policy
+    refuses."""
+    if policy == "none" or not providers:
+        return None
+    lists = _filtered(policy, providers)
+    best_count = _max_of_narrowest(lists)
     best: KHint | None = None
-    for mask, pref in states:
+    for mask, pref in _merged_permutations(lists):
         best = _best(best, (everything if mask is None else mask & everything, pref),
                      best_count)
     chosen, preferred = best if best is not None else (everything, False)
