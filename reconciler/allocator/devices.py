@@ -182,23 +182,23 @@ def generate_hints(devs: tuple[Device, ...], available: Iterable[str], reusable:
 
 def provider_hints(devices: NodeDevices, request: Mapping[str, int],
                    free: Mapping[str, set[str]], reusable: Mapping[str, set[str]],
-                   machine_numa: Iterable[int]) -> list[list[Hint] | None]:
+                   machine_numa: Iterable[int]) -> dict[str, list[Hint] | None]:
     """``GetTopologyHints``/``GetPodTopologyHints`` for a request with nothing allocated
-    yet: per resource, ``None`` (no topology: no preference), ``[]`` (too few devices: no
-    possible affinity) or the hints."""
+    yet: per resource (by name), ``None`` (no topology: no preference), ``[]`` (too few
+    devices: no possible affinity) or the hints."""
     by_name = devices.by_name
     numa = list(machine_numa)
-    out: list[list[Hint] | None] = []
+    out: dict[str, list[Hint] | None] = {}
     for name in sorted(request):
         devs, n = by_name[name], request[name]
         if not _has_topology(devs):
-            out.append(None)
+            out[name] = None
             continue
         avail, reuse = free.get(name, set()), reusable.get(name, set())
         if len(avail | reuse) < n:
-            out.append([])
+            out[name] = []
             continue
-        out.append(generate_hints(devs, sorted(avail - reuse), sorted(reuse), n, numa))
+        out[name] = generate_hints(devs, sorted(avail - reuse), sorted(reuse), n, numa)
     return out
 
 
@@ -280,11 +280,11 @@ class DeviceWork:
         self.reusable: dict[str, set[str]] = {}
         self.taken: dict[str, set[str]] = {}
 
-    def container_hints(self, c: ContainerSpec) -> list[list[Hint] | None]:
+    def container_hints(self, c: ContainerSpec) -> dict[str, list[Hint] | None]:
         return provider_hints(self.devices, container_request(c, self.devices), self.free,
                               self.reusable, self._numa)
 
-    def pod_hints(self, pod: PodSpec) -> list[list[Hint] | None]:
+    def pod_hints(self, pod: PodSpec) -> dict[str, list[Hint] | None]:
         return provider_hints(self.devices, pod_request(pod, self.devices), self.free, {},
                               self._numa)
 

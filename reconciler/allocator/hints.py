@@ -23,6 +23,9 @@ class HintRecord:
     providers: tuple[list[Hint], ...]
     chosen: frozenset[int] | None
     refusal: str | None
+    # The device manager's hints, one list per resource asked (sorted by name; empty: no
+    # possible affinity, or no preference for devices without topology); merged first.
+    devices: tuple[tuple[str, list[Hint]], ...] = ()
 
 
 class HintError(Exception):

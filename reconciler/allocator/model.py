@@ -385,7 +385,7 @@ class NodeModel:
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
-              what: str = "pod", devices: list[list[Hint] | None] | None = None
+              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None
               ) -> frozenset[int] | None:
         """The topology manager's merged NUMA affinity for one request; ``devices`` are the
         device manager's hints per resource asked (it is the first provider)."""
@@ -414,26 +414,28 @@ class NodeModel:
 
     def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
                      mem_free: Mapping[int, int], what: str,
-                     devices: list[list[Hint] | None]) -> frozenset[int] | None:
+                     devices: Mapping[str, list[Hint] | None]) -> frozenset[int] | None:
         """With devices asked, the topology manager's own merge (``kubelet_merge``): device
         hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
         every = self._masks.every
-        providers: list[list[Hint] | None] = list(devices)
+        others: list[list[Hint]] = []
         if cpus > 0:
-            providers.append(self._cpu_hints(cpus, cpu_pool, every))
+            others.append(self._cpu_hints(cpus, cpu_pool, every))
         if memory > 0 and self.memory_enabled:
-            providers.append(self._masks.hints(every, memory, mem_free,
-                                               self._narrowest("memory", memory)))
-        shown = tuple(p or [] for p in providers)
+            others.append(self._masks.hints(every, memory, mem_free,
+                                            self._narrowest("memory", memory)))
+        shown = tuple(devices.items())
         try:
-            chosen = kubelet_merge(self.config.topology_policy, providers,
+            chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
                                    frozenset(self.topo.numa_nodes))
         except HintError as exc:
             if self.on_hint is not None:
-                self.on_hint(HintRecord(what, cpus, memory, shown, None, str(exc)))
+                self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),
+                                        _shown(shown)))
             raise _Refused(str(exc)) from None
         if self.on_hint is not None:
-            self.on_hint(HintRecord(what, cpus, memory, shown, chosen, None))
+            self.on_hint(HintRecord(what, cpus, memory, tuple(others), chosen, None,
+                                    _shown(shown)))
         return chosen
 
     def _shared_devices(self, pod: PodSpec, work: _Work, placement: PodPlacement
@@ -771,6 +773,11 @@ class NodeModel:
         self.pods[placement.key] = replace(placement, init_held=frozenset())
         self.free |= freed
         return freed
+
+
+def _shown(devices: tuple[tuple[str, list[Hint] | None], ...]
+           ) -> tuple[tuple[str, list[Hint]], ...]:
+    return tuple((name, hints or []) for name, hints in devices)
 
 
 def _with_devices(p: PodPlacement, devices: Mapping[str, tuple[DeviceAlloc, ...]]

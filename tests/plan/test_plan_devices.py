@@ -92,3 +92,21 @@ def test_help_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     assert "nvidia.com/gpu=0:2,1:2" in capsys.readouterr().out
+
+
+def test_explain_shows_the_device_hints_and_a_change_that_fits(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "-f", str(SPLIT), *NODE, "--scope", "container",
+                 "--topology-policy", "restricted", "--output", "json"]) == 0
+    pods = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pods"]}
+    worker = pods["gpu-worker"]
+    assert not worker["admitted"]
+    (hint,) = worker["hints"]
+    assert hint["device_hints"] == [{"resource_name": "nvidia.com/gpu", "hints": [
+        {"numa_nodes": [1], "preferred": True}, {"numa_nodes": [0, 1], "preferred": False}]}]
+    assert hint["cpu_hints"][0] == {"numa_nodes": [0], "preferred": True}
+    kubelet = [c["kubelet"] for c in worker["changes"]]
+    assert {"topologyManagerPolicy": "best-effort"} in kubelet
+    # Fewer CPUs fit NUMA node 1 beside its GPU: CPU 7, the one left there.
+    assert {"cpus": "7", "numa_nodes": [1]} in [
+        {"cpus": c["cpus"], "numa_nodes": c["numa_nodes"]} for c in worker["changes"]]
