@@ -448,10 +448,11 @@ class NodeModel:
         if self.config.scope == "pod":
             hint = self._hint(0, (), 0, {}, devices=work.dev.pod_hints(pod))
         for c, ordinary_init in _in_start_order(pod):
-            if self.config.scope == "container":
+            dev_hints = work.dev.container_hints(c)
+            if self.config.scope == "container" and dev_hints:
                 what = f"container {c.name}"
                 try:
-                    hint = self._hint(0, (), 0, {}, what, work.dev.container_hints(c))
+                    hint = self._hint(0, (), 0, {}, what, dev_hints)
                 except _Refused as exc:
                     raise _Refused(f"{what}: {exc}") from None
             self._take_devices(work, c, hint, ordinary_init, slices)

@@ -290,3 +290,47 @@ def test_extended_resources_no_plugin_serves_are_not_devices():
     pod = PodSpec("default", "x", containers=(ContainerSpec(
         "main", Resources(None, None, None, None, (("example.com/foo", 3),))),))
     assert devices_of(m.admit(pod)) == ()
+
+
+def test_pod_scope_with_a_budget_takes_devices_on_the_block():
+    m = key_node("single-numa-node", scope="pod")
+    m.admit(gpu_pod("gpu-shared"))
+    budget = Resources(1000, 1000, GI, GI)
+    worker = PodSpec("default", "w", uid="uid-w", resources=budget, containers=(
+        ContainerSpec("main", Resources(None, None, GI // 2, GI // 2, ((GPU, 1),))),))
+    got = m.admit(worker)
+    assert isinstance(got, PodPlacement) and got.path == "pod"
+    assert got.block == {7}
+    assert devices_of(got) == (DeviceAlloc(GPU, ("gpu-1",), (1,)),)
+
+
+def test_live_node_reads_allocatable_devices_and_those_held():
+    """plan --node: the node's devices from GetAllocatableResources, less those its
+    containers are listed with."""
+    from reconciler.allocator.live import live_node
+    from reconciler.allocator.report import report_allocatable, report_pods
+    from reconciler.reconcile import reconcile
+    from reconciler.snapshot import NodeSnapshot
+
+    m = key_node("best-effort")
+    m.admit(gpu_pod("gpu-shared"))
+    snapshot = NodeSnapshot(report_pods(m, "1.37"), "n", report_allocatable(m),
+                            m.topo.to_snapshot())
+    assert snapshot.allocatable is not None
+    assert snapshot.allocatable.devices == (DeviceAlloc(GPU, ("gpu-0",), (0,)),
+                                            DeviceAlloc(GPU, ("gpu-1",), (1,)))
+    live = live_node(snapshot, reconcile(snapshot), m.config)
+    assert live.model.dev_free == {GPU: {"gpu-1"}}
+    worker = live.model.admit(gpu_pod("gpu-worker", 2))
+    assert devices_of(worker) == (DeviceAlloc(GPU, ("gpu-1",), (1,)),)
+    assert isinstance(worker, PodPlacement) and worker.containers[0].exclusive == {0, 1}
+
+
+def test_pod_json_round_trips_extended_resources():
+    from reconciler.allocator.report import pod_to_json
+
+    spec = gpu_pod("w", 2, gpus=2)
+    obj = pod_to_json(spec)
+    limits = obj["spec"]["containers"][0]["resources"]["limits"]
+    assert limits[GPU] == "2"
+    assert pod_spec_from_json(obj).containers[0].resources.extended == ((GPU, 2),)
