@@ -190,7 +190,8 @@ class ModelDrivenNode:
 
     def summary(self) -> str:
         topo = self.model.topo
-        return (f"{len(topo.online)} CPUs, {len(topo.numa_nodes)} NUMA node(s), reporting "
+        devices = "".join(f", {len(devs)} {name}" for name, devs in self.model.devices.resources)
+        return (f"{len(topo.online)} CPUs{devices}, {len(topo.numa_nodes)} NUMA node(s), reporting "
                 f"{self.reporting}, scope {self.config.scope}, topology policy "
                 f"{self.config.topology_policy}: {len(self.model.pods)} pod(s) placed, "
                 f"{len(self.rejected)} rejected")
