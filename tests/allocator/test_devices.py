@@ -334,3 +334,65 @@ def test_pod_json_round_trips_extended_resources():
     limits = obj["spec"]["containers"][0]["resources"]["limits"]
     assert limits[GPU] == "2"
     assert pod_spec_from_json(obj).containers[0].resources.extended == ((GPU, 2),)
+
+
+def _spec(inits: list[dict[str, int]], apps: list[dict[str, int]]) -> PodSpec:
+    def c(name: str, ext: dict[str, int], init: bool) -> ContainerSpec:
+        return ContainerSpec(name, Resources(2000, 2000, GI, GI, tuple(sorted(ext.items()))),
+                             init=init)
+
+    return PodSpec("d", "p", init_containers=tuple(c(f"i{i}", e, True)
+                                                   for i, e in enumerate(inits)),
+                   containers=tuple(c(f"a{i}", e, False) for i, e in enumerate(apps)))
+
+
+# Source: v1.37.2 topology_hints_test.go TestGetPodDeviceRequest (ordinary init containers).
+POD_REQUEST_CASES = [
+    ("empty pod", [], [], {}),
+    ("Init container requests device plugin resource", [{"gpu": 2}], [], {"gpu": 2}),
+    ("Init containers request device plugin resource", [{"gpu": 2}, {"gpu": 4}], [],
+     {"gpu": 4}),
+    ("User container requests device plugin resource", [], [{"gpu": 2}], {"gpu": 2}),
+    ("Init containers and user containers request the same amount of device plugin "
+     "resources", [{"gpu": 2, "nic": 2}], [{"gpu": 1, "nic": 1}, {"gpu": 1, "nic": 1}],
+     {"gpu": 2, "nic": 2}),
+    ("Init containers request more device plugin resources than user containers",
+     [{"gpu": 2, "nic": 1}, {"gpu": 3, "nic": 2}], [{"gpu": 1, "nic": 1}, {"gpu": 1}],
+     {"gpu": 3, "nic": 2}),
+    ("User containers request more device plugin resources than init containers",
+     [{"gpu": 2, "nic": 1}, {"gpu": 2, "nic": 1}], [{"gpu": 3, "nic": 2}, {"gpu": 3, "nic": 2}],
+     {"gpu": 6, "nic": 4}),
+]
+
+
+@pytest.mark.parametrize(("inits", "apps", "expected"), [c[1:] for c in POD_REQUEST_CASES],
+                         ids=[c[0] for c in POD_REQUEST_CASES])
+def test_get_pod_device_request(inits, apps, expected):
+    from reconciler.allocator.devices import pod_request
+
+    node = NodeDevices.of({"gpu": [numa("g", 0)], "nic": [numa("n", 0)]})
+    assert pod_request(_spec(inits, apps), node) == expected
+
+
+def test_merge_agrees_with_the_kubelets_own_merge():
+    """600 random merges (1-4 NUMA nodes, 1-3 providers, with no-preference and
+    no-possible-affinity providers) as the kubelet's ``Policy.Merge`` answered them
+    (tests/allocator/merge_cases/record.py)."""
+    import json
+    from pathlib import Path
+
+    from reconciler.allocator.hints import HintError
+
+    doc = json.loads((Path(__file__).with_name("merge_cases") / "cases.json").read_text())
+    assert len(doc["cases"]) == 600
+    for case in doc["cases"]:
+        providers = [None if p is None else [(frozenset(h["mask"]), h["preferred"]) for h in p]
+                     for p in case["providers"]]
+        want = case["kubelet"]
+        try:
+            got = kubelet_merge(case["policy"], providers, frozenset(case["nodes"]))
+        except HintError:
+            assert not want["admit"], case
+            continue
+        assert want["admit"], case
+        assert got == (None if want["mask"] is None else frozenset(want["mask"])), case
