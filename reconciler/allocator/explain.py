@@ -51,6 +51,8 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
     ("topology", r"topology affinity error",
      "the topology manager policy accepts no NUMA placement the free CPUs and memory allow"),
     ("cpus", r"not enough cpus available", "not enough free CPUs"),
+    ("devices", r"requested number of devices unavailable",
+     "not enough free devices of a resource the pod asks for"),
     ("memory", r"insufficient memory", "not enough free memory on the NUMA nodes chosen"),
     ("budget", r"pod budget|empty pod shared pool",
      "the pod budget does not cover its containers"),
