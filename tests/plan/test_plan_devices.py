@@ -110,3 +110,18 @@ def test_explain_shows_the_device_hints_and_a_change_that_fits(
     # Fewer CPUs fit NUMA node 1 beside its GPU: CPU 7, the one left there.
     assert {"cpus": "7", "numa_nodes": [1]} in [
         {"cpus": c["cpus"], "numa_nodes": c["numa_nodes"]} for c in worker["changes"]]
+
+
+@pytest.mark.parametrize(("limits", "words"), [
+    ("requests: {nvidia.com/gpu: 1}\n      limits: {nvidia.com/gpu: 2}",
+     "nvidia.com/gpu: the request must equal the limit for an extended resource"),
+    ("limits: {nvidia.com/gpu: 1.5}", "nvidia.com/gpu: an extended resource takes a whole count"),
+])
+def test_bad_extended_resources_give_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], limits: str, words: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("kind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: c\n"
+                    f"    resources:\n      {limits}\n")
+    assert main(["plan", "-f", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "(Pod bad)" in err and len(err.strip().splitlines()) == 1
