@@ -27,6 +27,8 @@ class LiveNode:
     model: NodeModel
     free_cpus: frozenset[int]
     free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes); empty without Static
+    # Device-plugin devices no container holds: (resource name, device ID, NUMA nodes).
+    free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
 def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
@@ -116,7 +118,9 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
     used = devices_in_use(snapshot)
     model.dev_free = {name: ids - used.get(name, set()) for name, ids in model.dev_free.items()}
     shown = tuple(sorted(mem_free.items())) if model.memory_enabled else ()
-    return LiveNode(model, frozenset(model.free), shown)
+    devices = tuple((name, d.id, d.numa) for name, devs in model.devices.resources
+                    for d in devs if d.id in model.dev_free.get(name, ()))
+    return LiveNode(model, frozenset(model.free), shown, devices)
 
 
 @dataclass(frozen=True, slots=True)

@@ -321,6 +321,7 @@ def test_live_node_reads_allocatable_devices_and_those_held():
                                             DeviceAlloc(GPU, ("gpu-1",), (1,)))
     live = live_node(snapshot, reconcile(snapshot), m.config)
     assert live.model.dev_free == {GPU: {"gpu-1"}}
+    assert live.free_devices == ((GPU, "gpu-1", (1,)),)
     worker = live.model.admit(gpu_pod("gpu-worker", 2))
     assert devices_of(worker) == (DeviceAlloc(GPU, ("gpu-1",), (1,)),)
     assert isinstance(worker, PodPlacement) and worker.containers[0].exclusive == {0, 1}
