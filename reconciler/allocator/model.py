@@ -27,7 +27,15 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from reconciler.allocator.config import ModelConfig, ModelError
-from reconciler.allocator.hints import Hint, HintError, HintRecord, MaskTable, merge
+from reconciler.allocator.devices import DevicesUnavailable, DeviceWork, NodeDevices
+from reconciler.allocator.hints import (
+    Hint,
+    HintError,
+    HintRecord,
+    MaskTable,
+    kubelet_merge,
+    merge,
+)
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
@@ -41,7 +49,7 @@ from reconciler.cpuset import format_cpuset
 from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.pools import CPU_POOLS as POOLS
 from reconciler.pools import Assignment
-from reconciler.snapshot import MemoryBlock
+from reconciler.snapshot import DeviceAlloc, MemoryBlock
 
 __all__ = [
     "POOLS", "Assignment", "ContainerTruth", "ModelConfig", "ModelError", "NodeModel",
@@ -165,6 +173,7 @@ class _Work:
     free: set[int]
     mem_free: dict[int, int]
     mem_taken: dict[int, int] = field(default_factory=dict)
+    dev: DeviceWork | None = None  # None on a node without devices
 
 
 @dataclass(slots=True)
@@ -174,14 +183,21 @@ class _Slices:
     exclusive: dict[str, frozenset[int]] = field(default_factory=dict)
     memory: dict[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
     reusable: set[int] = field(default_factory=set)
+    devices: dict[str, tuple[DeviceAlloc, ...]] = field(default_factory=dict)
 
 
 class NodeModel:
     """One node's allocation state: reserved set, default set, per-pod assignments."""
 
-    def __init__(self, topo: CPUTopology, config: ModelConfig | None = None) -> None:
+    def __init__(self, topo: CPUTopology, config: ModelConfig | None = None,
+                 devices: NodeDevices | None = None) -> None:
         self.topo = topo
         self.config = config or ModelConfig()
+        # Device-plugin devices (docs/design.md#devices-in-the-model): what is free, and
+        # what each pod holds.
+        self.devices = devices or NodeDevices()
+        self.dev_free: dict[str, set[str]] = self.devices.free()
+        self._dev_held: dict[tuple[str, str], dict[str, set[str]]] = {}
         self.reserved: frozenset[int] = self._reserve()
         online = topo.online
         # CPUs that may be handed out exclusively: default set − reserved.
@@ -388,11 +404,15 @@ class NodeModel:
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
-              what: str = "pod") -> frozenset[int] | None:
-        """The topology manager's merged NUMA affinity for one request."""
+              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None
+              ) -> frozenset[int] | None:
+        """The topology manager's merged NUMA affinity for one request; ``devices`` are the
+        device manager's hints per resource asked (it is the first provider)."""
         policy = self.config.topology_policy
         if policy == "none":
             return None
+        if devices:
+            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices)
         providers: list[list[Hint]] = []
         # Under single-numa-node only single-node masks can win the merge.
         candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
@@ -410,6 +430,63 @@ class NodeModel:
         if self.on_hint is not None:
             self.on_hint(HintRecord(what, cpus, memory, tuple(providers), chosen, None))
         return chosen
+
+    def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
+                     mem_free: Mapping[int, int], what: str,
+                     devices: Mapping[str, list[Hint] | None]) -> frozenset[int] | None:
+        """With devices asked, the topology manager's own merge (``kubelet_merge``): device
+        hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
+        every = self._masks.every
+        others: list[list[Hint]] = []
+        if cpus > 0:
+            others.append(self._cpu_hints(cpus, cpu_pool, every))
+        if memory > 0 and self.memory_enabled:
+            others.append(self._masks.hints(every, memory, mem_free,
+                                            self._narrowest("memory", memory)))
+        shown = tuple(devices.items())
+        try:
+            chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
+                                   frozenset(self.topo.numa_nodes))
+        except HintError as exc:
+            if self.on_hint is not None:
+                self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),
+                                        _shown(shown)))
+            raise _Refused(str(exc)) from None
+        if self.on_hint is not None:
+            self.on_hint(HintRecord(what, cpus, memory, tuple(others), chosen, None,
+                                    _shown(shown)))
+        return chosen
+
+    def _shared_devices(self, pod: PodSpec, work: _Work, placement: PodPlacement
+                        ) -> PodPlacement:
+        """Devices for a pod given no exclusive CPUs: the device manager allocates them
+        all the same, aligned by its own hints alone."""
+        assert work.dev is not None
+        slices = _Slices()
+        hint = None
+        if self.config.scope == "pod":
+            hint = self._hint(0, (), 0, {}, devices=work.dev.pod_hints(pod))
+        for c, ordinary_init in _in_start_order(pod):
+            dev_hints = work.dev.container_hints(c)
+            if self.config.scope == "container" and dev_hints:
+                what = f"container {c.name}"
+                try:
+                    hint = self._hint(0, (), 0, {}, what, dev_hints)
+                except _Refused as exc:
+                    raise _Refused(f"{what}: {exc}") from None
+            self._take_devices(work, c, hint, ordinary_init, slices)
+        return _with_devices(placement, slices.devices)
+
+    def _take_devices(self, work: _Work, c: ContainerSpec, hint: frozenset[int] | None,
+                      ordinary_init: bool, slices: _Slices) -> None:
+        if work.dev is None:
+            return
+        try:
+            got = work.dev.take(c, hint, ordinary_init)
+        except DevicesUnavailable as exc:
+            raise _Refused(str(exc)) from None
+        if not ordinary_init:
+            slices.devices[c.name] = got
 
     # ---- taking CPUs and memory -----------------------------------------------------------
 
@@ -494,6 +571,9 @@ class NodeModel:
         self.mem_free = work.mem_free
         self.pods[placement.key] = placement
         self._mem_held[placement.key] = work.mem_taken
+        if work.dev is not None:
+            self.dev_free = work.dev.free
+            self._dev_held[placement.key] = work.dev.taken
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
@@ -502,8 +582,13 @@ class NodeModel:
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, _Work] | Rejection:
         """Work out a placement without changing the state."""
         work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
+        if self.devices:
+            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes)
         try:
-            return self._place(pod, work), work
+            placement = self._place(pod, work)
+            if work.dev is not None and placement.path == "none":
+                placement = self._shared_devices(pod, work, placement)
+            return placement, work
         except _Leaked as exc:
             return Rejection(pod.namespace, pod.name, str(exc), exc.block)
         except _Refused as exc:
@@ -543,7 +628,8 @@ class NodeModel:
         hint: frozenset[int] | None = None
         if self.config.scope == "pod":
             hint = self._hint(pod_guaranteed_cpus(pod), work.free, _pod_memory(pod),
-                              work.mem_free)
+                              work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
         slices = _Slices()
         for c, ordinary_init in _in_start_order(pod):
             hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices)
@@ -557,8 +643,9 @@ class NodeModel:
         note = "" if any(c.exclusive for c in containers) else \
             ("not Guaranteed: no exclusive CPUs" if not pod.guaranteed
              else "no container asks for whole CPUs")
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
-                            tuple(containers), hint, note, frozenset(slices.reusable))
+        return _with_devices(PodPlacement(
+            pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
+            tuple(containers), hint, note, frozenset(slices.reusable)), slices.devices)
 
     def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
                           hint: frozenset[int] | None, work: _Work, slices: _Slices
@@ -568,11 +655,16 @@ class NodeModel:
         # Init containers' memory is transient and reused: the model does not hold it.
         mem = _mem_limit(c) if pod.guaranteed and not ordinary_init else 0
         what = f"container {c.name}"
-        if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
+        dev_hints = work.dev.container_hints(c) if work.dev else None
+        if self.config.scope == "container" and (n or (mem and self.memory_enabled)
+                                                 or dev_hints):
             try:
-                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what)
+                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
+                                  dev_hints)
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
+        # The device manager is the topology manager's first provider: it allocates first.
+        self._take_devices(work, c, hint, ordinary_init, slices)
         got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()
         slices.reusable -= got
         work.free -= got
@@ -594,7 +686,11 @@ class NodeModel:
             raise _Refused("memory over budget: exclusive containers' memory exceeds the "
                            "pod memory budget")
         if isinstance(hint, _Auto):
-            hint = self._hint(budget, work.free, pod_mem, work.mem_free)
+            hint = self._hint(budget, work.free, pod_mem, work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
+        slices = _Slices()
+        for c, ordinary_init in _in_start_order(pod):
+            self._take_devices(work, c, hint, ordinary_init, slices)
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
@@ -620,8 +716,9 @@ class NodeModel:
                 mem_assign = "pod_exclusive" if blocks else "pod_shared"
             containers.append(ContainerTruth(
                 c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block, block_memory,
-                            tuple(containers), hint)
+        return _with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
+                                          block_memory, tuple(containers), hint),
+                             slices.devices)
 
     def _carve_slices(self, pod: PodSpec, block: frozenset[int]) -> dict[str, frozenset[int]]:
         """Exclusive slices out of the pod's block, in start order; ordinary init containers'
@@ -718,6 +815,8 @@ class NodeModel:
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
+        for resource, ids in self._dev_held.pop((namespace, name), {}).items():
+            self.dev_free.setdefault(resource, set()).update(ids)
         return placement
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
@@ -777,6 +876,19 @@ class NodeModel:
         self.pods[placement.key] = replace(placement, init_held=frozenset())
         self.free |= freed
         return freed
+
+
+def _shown(devices: tuple[tuple[str, list[Hint] | None], ...]
+           ) -> tuple[tuple[str, list[Hint]], ...]:
+    return tuple((name, hints or []) for name, hints in devices)
+
+
+def _with_devices(p: PodPlacement, devices: Mapping[str, tuple[DeviceAlloc, ...]]
+                  ) -> PodPlacement:
+    if not any(devices.values()):
+        return p
+    return replace(p, containers=tuple(replace(c, devices=devices.get(c.name, ()))
+                                       for c in p.containers))
 
 
 def _all_shared(pod: PodSpec, note: str) -> PodPlacement:
