@@ -29,6 +29,7 @@ from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.report import pod_to_json
+from reconciler.allocator.restart import restart
 from reconciler.cpuset import format_cpuset, parse_cpuset
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import CPUInfo
@@ -50,6 +51,10 @@ OPTIONS = ("full-pcpus-only", "distribute-cpus-across-numa", "align-by-socket",
            "prefer-align-cpus-by-uncorecache")
 GiB = 2**30
 MiB = 2**20
+
+
+class _Stopped(Exception):
+    """The kubelet and the model both refuse to start after a restart: the case ends."""
 
 
 class ReferenceUnavailable(RuntimeError):
@@ -383,7 +388,10 @@ def run_case(ref: Reference, case: Case) -> Outcome:
                        op="setup")
     live: dict[str, PodSpec] = {}
     for step, (op, pod) in enumerate(case.ops):
-        problems = _step(ref, model, live, op, pod)
+        try:
+            problems = _step(ref, model, live, op, pod)
+        except _Stopped:
+            break
         if problems:
             where = f"step {step} {op}{' ' + pod.name if pod else ''}"
             return Outcome(case, [f"{where}: {p}" for p in problems], op=op, pod=pod)
@@ -413,13 +421,25 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
         del live[pod.uid]
         return compare(model, answer["state"], live)
     answer = ref.request({"op": "restart"})
+    expected = restart(model, ref.version)
     if not answer.get("ok"):
-        return [f"kubelet restart fails: {answer.get('error')}"]
-    refused = [r for r in answer.get("readmitted", []) if not r["admitted"]]
-    if refused:
-        return [f"kubelet refuses {r['uid']} again after a restart: {r.get('reason')}: "
-                f"{r.get('message')}" for r in refused]
-    return compare(model, answer["state"], live)
+        if expected.error is not None and expected.error == answer.get("error"):
+            raise _Stopped  # both refuse to start: nothing left to compare
+        return [f"kubelet restart fails: {answer.get('error')}; model: "
+                f"{expected.error or 'starts'}"]
+    if expected.error is not None:
+        return [f"kubelet restarts, model fails to: {expected.error}"]
+    kubelet = {r["uid"]: r for r in answer.get("readmitted", [])}
+    out = []
+    for again in expected.readmitted:
+        said = kubelet.get(again.uid)
+        if said is not None and said["admitted"] != again.admitted:
+            out.append(f"after a restart the kubelet {'admits' if said['admitted'] else 'refuses'}"
+                       f" {again.uid} ({said.get('reason')}: {said.get('message')}), the "
+                       f"model {'admits' if again.admitted else 'refuses'} ({again.reason})")
+        if not again.admitted:
+            live.pop(again.uid, None)
+    return out or compare(model, answer["state"], live)
 
 
 def run(version: str, seed: int, count: int) -> Iterator[Outcome]:

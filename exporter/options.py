@@ -29,6 +29,7 @@ from reconciler.allocator.config import KNOWN_OPTIONS
 
 if TYPE_CHECKING:
     from reconciler.allocator import CPUTopology, ModelConfig
+    from reconciler.allocator.devices import NodeDevices
 
 _DAY = 86400.0
 
@@ -384,6 +385,11 @@ class ModelOptions(FlagGroup):
     cpu_policy_options: str = option(Flag(
         "--cpu-policy-options", "CPU manager policy options (cpuManagerPolicyOptions "
         "set to true): " + ", ".join(KNOWN_OPTIONS), metavar="OPT[,OPT]"), "")
+    devices: str = option(Flag(
+        "--devices", "device-plugin devices of the modelled node, per resource the NUMA "
+        "nodes and how many on each: nvidia.com/gpu=0:2,1:2 is 2 GPUs on NUMA node 0 and 2 "
+        "on node 1 (-1 for devices without topology); several resources separated by ';'",
+        metavar="RESOURCE=NUMA:COUNT[,...][;...]"), "")
 
     def validate(self) -> None:
         if self.topology and self.shape:
@@ -427,6 +433,22 @@ class ModelOptions(FlagGroup):
 
             return from_snapshot(load_topology_file(self.topology))
         return None
+
+    def node_devices(self, topology: CPUTopology | None) -> NodeDevices:
+        """The modelled node's ``--devices`` (docs/plan.md#devices); bad values are one-line
+        ``UserError``s."""
+        from reconciler.allocator.devices import DeviceError, NodeDevices
+
+        specs = [s.strip() for s in self.devices.split(";") if s.strip()]
+        if not specs:
+            return NodeDevices()
+        if topology is None:
+            raise UserError("--devices describes a modelled node: give --topology FILE or "
+                            "--topology.shape SxCxT")
+        try:
+            return NodeDevices.parse(specs, topology.numa_nodes)
+        except DeviceError as exc:
+            raise UserError(str(exc)) from None
 
     def build(self, *, pod_level: bool = True) -> tuple[CPUTopology | None, ModelConfig]:
         """The modelled node: its CPUs (``None`` without a topology) and the kubelet

@@ -82,6 +82,7 @@ def render_ledger(ledger: Ledger) -> str:
         [[c.namespace, c.pod, c.name, "yes" if c.sidecar else "", c.assignment,
           c.memory_assignment, format_cpuset(c.cpus) or "-", c.cpu_count]
          for c in ledger.containers]), ""]
+    out += _devices(ledger)
     out.append(f"Reclaimed cores (net): {reclaimed_cell(ledger.reclaimed_cpus)}    "
                f"Reclaimable cores: {ledger.reclaimable_cpus}")
     out += _anomalies(ledger)
@@ -110,6 +111,34 @@ def _pods(ledger: Ledger) -> list[str]:
          for p in ledger.pods])]
     if any((p.reclaimed_cpus or 0) < 0 for p in ledger.pods):
         out.append(COSTS_MORE)
+    return [*out, ""]
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _devices(ledger: Ledger) -> list[str]:
+    """Only on a node with devices (docs/design.md#devices): counts, then holders."""
+    devices = ledger.devices
+    if not devices.counts and not devices.containers:
+        return []
+    out = ["Devices", table(
+        ["resource", "numa", "allocatable", "assigned", "free"],
+        [[c.resource, "-" if c.numa_node is None else c.numa_node, c.allocatable,
+          c.assigned, c.free] for c in devices.counts])]
+    if devices.dropped_resources:
+        out.append(f"({devices.dropped_resources} more resource names not counted)")
+    rows: list[list[object]] = []
+    for h in devices.containers:
+        rows += [[h.namespace, h.pod, h.container, _shortened(d.resource_name),
+                  _shortened(",".join(d.device_ids)),
+                  ",".join(map(str, d.numa_nodes)) or "-"] for d in h.devices]
+        rows += [[h.namespace, h.pod, h.container, _shortened(f"claim {c.claim_name}"),
+                  _shortened(f"{c.driver}/{c.pool}/{c.device}"), "-"] for c in h.dynamic]
+    if rows:
+        out += ["", "Device holders", table(
+            ["namespace", "pod", "container", "resource", "devices", "numa"], rows)]
     return [*out, ""]
 
 

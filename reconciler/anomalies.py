@@ -15,7 +15,7 @@ AnomalyKind = Literal[
     "exclusive_overlap", "container_outside_pod", "unknown_cpu", "reserved_cpu_assigned",
     "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
     "numa_misaligned", "memory_over_budget", "full_pcpus_violation", "numa_policy_violation",
-    "uncore_split", "cpuset_drift",
+    "uncore_split", "cpuset_drift", "device_numa_misaligned",
 ]
 
 # The kinds this version checks. Each is exported as a series of its own, zero when absent,
@@ -25,6 +25,7 @@ ANOMALY_KINDS: tuple[AnomalyKind, ...] = (
     "empty_pod_shared_pool", "legacy_shared_report", "budget_mismatch", "missing_exclusive",
     "numa_misaligned", "memory_over_budget",
     "full_pcpus_violation", "numa_policy_violation", "uncore_split", "cpuset_drift",
+    "device_numa_misaligned",
 )
 
 # Kinds that are counted like every kind (podres_anomalies{kind}, the ledger's list) but are
@@ -56,6 +57,7 @@ POD_ORDER: tuple[AnomalyKind, ...] = (
     "container_outside_pod", "empty_pod_shared_pool", "exclusive_overlap",
     "reserved_cpu_assigned",
     "numa_misaligned", "numa_policy_violation", "full_pcpus_violation", "uncore_split",
+    "device_numa_misaligned",
     "budget_mismatch", "missing_exclusive",
     "memory_over_budget",
     "cpuset_drift",

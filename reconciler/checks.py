@@ -30,7 +30,8 @@ def pod_checks(view: PodView, claim: Claim, facts: NodeFacts) -> list[Anomaly]:
         if view.pod_block and view.block:
             found += _budget_mismatch(view, spec)
         if facts.static_cpu:
-            found += missing_exclusive(view.alloc, spec, view.assignments)
+            found += missing_exclusive(view.alloc, spec, view.assignments,
+                                       facts.pod_level_managers)
     return found
 
 
@@ -89,9 +90,11 @@ def _budget_mismatch(view: PodView, spec: PodSpec) -> list[Anomaly]:
 
 
 def missing_exclusive(pod: PodAlloc, spec: PodSpec, assignments: Sequence[Assignment],
-                      ) -> list[Anomaly]:
+                      pod_level_managers: bool) -> list[Anomaly]:
     """Under the static policy: eligible containers (docs/design.md#allocator) that
     got no exclusive CPU."""
+    if not pod_level_managers and spec.resources is not None and spec.resources.is_set:
+        return []  # the CPU manager skips a pod with pod-level resources without the gate
     if spec.has_pod_cpu_budget and spec.budget_cpus is None:
         return []  # a fractional pod budget gets no exclusive CPUs at all
     if not spec.guaranteed:

@@ -101,6 +101,9 @@ class Resources:
     cpu_limit_m: int | None = None
     memory_request: int | None = None
     memory_limit: int | None = None
+    # Extended resources (``nvidia.com/gpu``) as (name, count), sorted by name: the API
+    # server holds their request equal to their limit, so one count says both.
+    extended: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_json(cls, obj: object) -> Resources:
@@ -114,7 +117,12 @@ class Resources:
         mem_limit = memory_bytes(limits["memory"]) if "memory" in limits else None
         cpu_request = cpu_millis(requests["cpu"]) if "cpu" in requests else cpu_limit
         mem_request = memory_bytes(requests["memory"]) if "memory" in requests else mem_limit
-        return cls(cpu_request, cpu_limit, mem_request, mem_limit)
+        return cls(cpu_request, cpu_limit, mem_request, mem_limit, _extended(requests, limits))
+
+    @property
+    def devices(self) -> dict[str, int]:
+        """Extended resources by name: what a device plugin's resources are asked as."""
+        return dict(self.extended)
 
     @property
     def is_set(self) -> bool:
@@ -143,6 +151,39 @@ class Resources:
         (docs/design.md#estimates)."""
         m = self.cpu_limit_m if self.cpu_limit_m is not None else self.cpu_request_m
         return max(1, math.ceil((m or 0) / 1000))
+
+
+def is_extended_resource(name: str) -> bool:
+    """The API's ``IsExtendedResourceName``: a domain-prefixed name outside
+    ``kubernetes.io``, not a quota ``requests.`` name."""
+    if "/" not in name or name.startswith("requests."):
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def _extended(requests: Mapping[Any, Any], limits: Mapping[Any, Any]
+              ) -> tuple[tuple[str, int], ...]:
+    """Extended resources of one ``resources`` block, validated as the API server does:
+    whole counts, the request (when given) equal to the limit."""
+    names = [n for n in (*requests, *limits) if isinstance(n, str) and "/" in n]
+    if not names:
+        return ()
+    out: dict[str, int] = {}
+    for name in sorted(set(names)):
+        if not is_extended_resource(name):
+            continue
+        values = {parse_quantity(src[name]) for src in (requests, limits) if name in src}
+        if len(values) > 1:
+            raise SpecError(f"{name}: the request must equal the limit for an extended "
+                            "resource")
+        value = values.pop()
+        if value != value.to_integral_value() or value < 0:
+            raise SpecError(f"{name}: an extended resource takes a whole count, not "
+                            f"{value}")
+        if value:
+            out[name] = int(value)
+    return tuple(out.items())
 
 
 @dataclass(frozen=True, slots=True)

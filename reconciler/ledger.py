@@ -18,6 +18,7 @@ from reconciler.anomalies import ANOMALY_KINDS as ANOMALY_KINDS
 from reconciler.anomalies import Anomaly as Anomaly
 from reconciler.anomalies import AnomalyKind as AnomalyKind
 from reconciler.cpuset import format_cpuset
+from reconciler.devices import NO_DEVICES, DeviceLedger
 from reconciler.kubelet_topology import Divergence
 from reconciler.pools import ASSIGNMENTS as ASSIGNMENTS
 from reconciler.pools import CPU_POOLS as CPU_POOLS
@@ -237,6 +238,8 @@ class Ledger:
     # Where the kubelet's topology differs from the kernel's (docs/design.md#topology);
     # None when the topology was not read from sysfs. Not part of the ledger JSON.
     topology_divergences: tuple[Divergence, ...] | None = None
+    # Device-plugin devices and claim devices (docs/design.md#devices).
+    devices: DeviceLedger = NO_DEVICES
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -254,6 +257,7 @@ class Ledger:
             "reclaimed_cpus": self.reclaimed_cpus,
             "reclaimable_cpus": self.reclaimable_cpus,
             "anomalies": [a.to_json() for a in self.anomalies],
+            "devices": self.devices.to_json(),
         }
 
     def anomaly_counts(self) -> dict[str, int]:

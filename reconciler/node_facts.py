@@ -22,6 +22,9 @@ class NodeFacts:
     specs: dict[tuple[str, str], PodSpec]  # (namespace, name) → the first spec of that name
     static_cpu: bool  # the static CPU policy hands out exclusive CPUs
     single_numa: bool  # topology policy single-numa-node, with a topology to check against
+    # PodLevelResourceManagers: without it the CPU and memory managers skip every pod with
+    # pod-level resources (docs/design.md#allocator).
+    pod_level_managers: bool = False
 
 
 def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
@@ -37,7 +40,18 @@ def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
         static_cpu=config is not None and config.static_cpu,
         single_numa=(config is not None and topology is not None
                      and config.topology_manager_policy == "single-numa-node"),
+        pod_level_managers=_pod_level_managers(snapshot),
     )
+
+
+def _pod_level_managers(snapshot: NodeSnapshot) -> bool:
+    """Whether PodLevelResourceManagers is on: as the config sets it, else as the pods show
+    it (a pod-level block is only reported with it on)."""
+    config = snapshot.kubelet_config
+    said = config.gate("PodLevelResourceManagers") if config is not None else None
+    if said is not None:
+        return said
+    return any(pod.cpu_ids or pod.memory for pod in snapshot.pods)
 
 
 def known_topology(snap: NodeSnapshot) -> Topology | None:

@@ -2,7 +2,7 @@
 rules of the kubelet's configuration (docs/design.md#anomalies). Each is raised only where
 the kubelet's own rules could not have produced the placement:
 
-* ``full_pcpus_violation`` (``full-pcpus-only``): an exclusive set or pod block that is not
+* ``full_pcpus_violation`` (``full-pcpus-only``): a node-exclusive set or pod block that is not
   whole physical cores (all online threads of each core it touches).
 * ``numa_policy_violation`` (topology policy ``restricted`` or ``single-numa-node``): CPUs
   spread over more NUMA nodes than the narrowest mask that could hold the request, so no
@@ -93,7 +93,10 @@ class PlacementChecks:
         subjects = _subjects(view)
         found: list[Anomaly] = []
         if "full-pcpus-only" in self.options:
-            found += self._full_pcpus(view, subjects)
+            # AllocatePod holds the pod block to whole cores, not the slices it carves out
+            # of it (docs/design.md#allocator).
+            found += self._full_pcpus(view, [s for s in subjects
+                                             if s[0] is None or _node_exclusive(view, s[0])])
         if self.policy in ("restricted", "single-numa-node") and self.numa_of:
             found += self._numa_policy(view, subjects)
         if self.uncore_cpus:

@@ -22,6 +22,7 @@ from reconciler.classify import (
     cpu_less_view,
     node_unknown_cpus,
 )
+from reconciler.devices import DeviceChecks, device_ledger
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
 from reconciler.kubelet_topology import Divergence, divergences
@@ -61,6 +62,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     memory: list[PodMemory] = []
     specs = facts.specs
     placement = PlacementChecks.for_node(facts)
+    device_checks = DeviceChecks.for_node(facts)
     # Whether a pod's containers report CPUs, memory, each name once and plain names, by
     # the identity of their tuple: the pods of one workload share it
     # (exporter.sources.convert decodes each distinct one once), so most pods of a busy
@@ -83,7 +85,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
             view, pod_mem = _reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
                                            bool(pod.memory) or reported[1], facts, ownership,
-                                           log, containers, pods, placement)
+                                           log, containers, pods, placement, device_checks)
             memory.append(pod_mem)
             cpu_assigned += view.assignments
             memory_assigned += pod_mem.assignments
@@ -94,7 +96,8 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         node_shared_containers += len(pod.containers)
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
-                                                all_node_shared(len(pod.containers))[0]))
+                                                all_node_shared(len(pod.containers))[0],
+                                                facts.pod_level_managers))
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
@@ -119,6 +122,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
+        devices=device_ledger(snapshot, facts),
     )
 
 
@@ -154,7 +158,8 @@ def _counts(assigned: list[Assignment], containers: int) -> tuple[int, ...]:
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
                    containers: list[ContainerRun], pods: list[PodEntry],
-                   placement: PlacementChecks | None) -> tuple[PodView, PodMemory]:
+                   placement: PlacementChecks | None, device_checks: DeviceChecks | None,
+                   ) -> tuple[PodView, PodMemory]:
     """A pod that reports CPUs or memory: appends its entries, logs its anomalies and
     returns its classification and its memory."""
     view = classify(pod, spec, facts.online) if cpus else cpu_less_view(pod, spec)
@@ -166,6 +171,8 @@ def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, 
     found = [*view.anomalies, *claimed, *pod_checks(view, claim, facts), *mem_found]
     if placement is not None:
         found += placement.check(index, view)
+    if device_checks is not None:
+        found += device_checks.check(view)
     if found:
         log.extend(index, found)
     pods.append(pod_entries(view, claim, pod_mem, containers))

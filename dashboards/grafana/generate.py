@@ -480,6 +480,29 @@ def node_dashboard() -> dict[str, Any]:
         f"sum by (kind) (increase(podres_anomalies_observed_total{{{N}}}[$__rate_interval]))",
         legend="{{kind}}")]), 16, 8)
 
+    lay.row("Devices")
+    lay.add(table("Devices by resource and NUMA node", [
+        prom_target(f'sum by (resource, numa_node) (podres_devices{{{N}, state="{state}"}})',
+                    ref=ref, instant=True, table=True)
+        for ref, state in (("A", "allocatable"), ("B", "assigned"), ("C", "free"))],
+        description="Device-plugin devices (GPUs, SR-IOV VFs) per resource and NUMA node "
+                    "(empty: the plugin reports no topology), from GetAllocatableResources "
+                    "and List (docs/design.md#devices). Which container holds which device: "
+                    "the exporter's /api/v1/ledger (devices.containers).",
+        transformations=[
+            {"id": "merge", "options": {}},
+            organize(["Time"], {"Value #A": "allocatable", "Value #B": "assigned",
+                                "Value #C": "free"}),
+        ]), 16, 8)
+    lay.add(stat("Containers away from their devices",
+                 f'sum(podres_anomalies{{{N}, kind="device_numa_misaligned"}})',
+                 description="device_numa_misaligned: containers (pods, under the pod scope) "
+                             "with exclusive CPUs or memory on a NUMA node none of their "
+                             "devices is on. Raised only under the topology policies none "
+                             "and best-effort, which admit it silently; PodresDeviceNUMA"
+                             "Misaligned alerts on it.",
+                 thresholds=[(None, "green"), (1, "orange")], no_value="no data"), 8, 8)
+
     lay.row("Pod shared pools and exclusive CPUs (cAdvisor)")
     lay.add(timeseries("Pod shared pool saturation", [prom_target(
         "sum by (cluster, namespace, pod) (\n"

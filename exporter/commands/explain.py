@@ -141,8 +141,12 @@ def _explanations(args: argparse.Namespace) -> list[Any]:
         topology, config = options.build()
         if topology is None:
             return _on_model(args, None, replace(config, reserved_cpus=None))
-        return _on_model(args, NodeModel(topology, config), config)
+        return _on_model(args, NodeModel(topology, config, options.node_devices(topology)),
+                         config)
     config = options.build()[1]
+    if options.devices:
+        raise UserError("--devices describes a modelled node: with --node the node's own "
+                        "devices (GetAllocatableResources) are used")
     if not args.files:
         return _on_node_pod(args, config)
     from exporter.commands.plan import _live_node
@@ -175,6 +179,8 @@ def _hints_json(hints: tuple[Hint, ...]) -> list[dict[str, Any]]:
 
 def _hint_json(h: HintStep) -> dict[str, Any]:
     return {"request": h.request, "cpus": h.cpus, "memory_bytes": h.memory,
+            "device_hints": [{"resource_name": n, "hints": _hints_json(hs)}
+                             for n, hs in h.device_hints],
             "cpu_hints": _hints_json(h.cpu_hints), "memory_hints": _hints_json(h.memory_hints),
             "chosen": sorted(h.chosen) if h.chosen is not None else None,
             "refusal": h.refusal}
@@ -232,6 +238,8 @@ def _hint_lines(e: Explanation) -> list[str]:
     lines = [f"hints (topology manager policy {policy}, scope {e.config.scope}):"]
     for h in e.hints:
         lines.append(f"  {h.request}: {h.cpus} CPU(s), memory {_size(h.memory)}")
+        for name, hints in h.device_hints:
+            lines.append(f"    device manager offers for {name} {_hint_words(hints)}")
         if h.cpus:
             lines.append(f"    CPU manager offers {_hint_words(h.cpu_hints)}")
         if h.memory_hints or h.memory:

@@ -95,6 +95,8 @@ def node_json(live: LiveNode, name: str) -> dict[str, Any]:
         "free_cpus_by_numa": [{"numa_node": n, "cpus": len(live.free_cpus & cpus)}
                               for n, cpus in topo.numa_cpus.items()],
         "free_memory": [{"numa_node": n, "bytes": b} for n, b in live.free_memory],
+        "free_devices": [{"resource_name": name, "device_id": dev, "numa_nodes": list(numa)}
+                         for name, dev, numa in live.free_devices],
         "config": live.model.config.to_configz()["kubeletconfig"],
     }
 
@@ -109,7 +111,8 @@ def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> 
             "pod_level_cpus": p.pod_level_cpus, "reclaimed_cpus": p.reclaimed_cpus,
             "admitted": p.admitted, "reason": p.reason, "replicas": t.replicas,
             "containers": [{"name": c.name, "sidecar": c.sidecar, "eligible": c.eligible,
-                            "exclusive_cpus": c.exclusive_cpus, "cpus": _fmt_cpus(c.cpus)}
+                            "exclusive_cpus": c.exclusive_cpus, "cpus": _fmt_cpus(c.cpus),
+                            "devices": _devices_json(c.devices)}
                            for c in p.containers],
         }
         if with_topology:
@@ -120,6 +123,24 @@ def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> 
         pods.append(entry)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
     return {"pods": pods, "total_reclaimed_cpus": total}
+
+
+def _devices_json(devices: Any) -> list[dict[str, Any]]:
+    """One entry a device: its resource, ID and NUMA nodes (PodResources lists a device
+    once per NUMA node)."""
+    numa: dict[tuple[str, str], list[int]] = {}
+    for d in devices:
+        for dev in d.device_ids:
+            numa.setdefault((d.resource_name, dev), []).extend(d.numa_nodes)
+    return [{"resource_name": r, "device_id": dev, "numa_nodes": sorted(nodes)}
+            for (r, dev), nodes in numa.items()]
+
+
+def _devices_cell(devices: Any) -> str:
+    """``nvidia.com/gpu:gpu-1@1`` per device (``@-`` without topology)."""
+    return " ".join(
+        f"{d['resource_name']}:{d['device_id']}@"
+        f"{','.join(map(str, d['numa_nodes'])) or '-'}" for d in _devices_json(devices)) or "-"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -144,13 +165,15 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _container_lines(p: Any, with_topology: bool) -> list[str]:
+def _container_lines(p: Any, with_topology: bool, with_devices: bool = False) -> list[str]:
     rows = [["  CONTAINER", "SIDECAR", "ELIGIBLE", "EXCLUSIVE"] +
-            (["CPUS"] if with_topology else [])]
+            (["CPUS"] if with_topology else []) + (["DEVICES@NUMA"] if with_devices else [])]
     for c in p.containers:
         row = [f"  {c.name}", _yes(c.sidecar), _yes(c.eligible), str(c.exclusive_cpus)]
         if with_topology:
             row.append(_fmt_cpus(c.cpus) or "-")
+        if with_devices:
+            row.append(_devices_cell(c.devices))
         rows.append(row)
     return _table(rows)
 
@@ -181,10 +204,11 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
     lines = _table([[*head, "REASON"], *(_pod_row(p, with_topology) for p in plans)])
     if any(p.admitted and p.reclaimed_cpus < 0 for p in plans):
         lines.append(COSTS_MORE)
+    with_devices = any(c.devices for p in plans for c in p.containers)
     for p in plans:
         t = p.template
         lines += ["", f"{t.kind} {t.namespace}/{t.name}:"]
-        lines += _container_lines(p, with_topology)
+        lines += _container_lines(p, with_topology, with_devices)
         if with_suggestion:
             lines += _suggestion_lines(p)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
@@ -252,6 +276,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--node places pods on the node as read: --topology.shape does not "
                         "apply")
     topology, config = options.build() if not on_node else (None, options.build()[1])
+    if on_node and options.devices:
+        raise UserError("--devices describes a modelled node: with --node the node's own "
+                        "devices (GetAllocatableResources) are used")
+    devices = options.node_devices(topology)
     live = None
     if on_node:
         live, name = _live_node(args, config)
@@ -262,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
         config = replace(config, reserved_cpus=None)
     plans = plan_templates(templates, config, topology=topology,
                            want_suggestion=args.suggest,
-                           node=live.model if live is not None else None)
+                           node=live.model if live is not None else None, devices=devices)
     with_topology = topology is not None or live is not None
     if args.output == "json":
         out = to_json(plans, with_topology=with_topology, with_suggestion=args.suggest)

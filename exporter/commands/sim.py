@@ -227,7 +227,8 @@ def _model_node(args: argparse.Namespace, model: ModelOptions) -> ModelDrivenNod
 
     topology, config = model.build()
     assert topology is not None  # model.given
-    node = ModelDrivenNode(topology, config, args.reporting)
+    node = ModelDrivenNode(topology, config, args.reporting,
+                           devices=model.node_devices(topology))
     if args.manifests and not Path(args.manifests).exists():
         raise UserError(f"--manifests {args.manifests}: no such file or directory")
     _print_changes(node.sync(desired_pods(args.manifests)))

@@ -1,7 +1,8 @@
 """What the history records of a ledger, and the differences between two of them.
 
 A ledger is reduced to a :class:`State`: one :class:`AssignmentRow` per container (keyed by
-namespace, pod and container name), the set of current anomalies and a summary. Two states
+namespace, pod and container name), one :class:`DeviceRow` per container and device
+resource it holds, the set of current anomalies and a summary. Two states
 give a :class:`Diff` (intervals to close and to open); an unchanged ledger gives an empty one.
 """
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 AssignmentKey = tuple[str, str, str]  # namespace, pod, container
 AnomalyKey = tuple[str, str, str, str, str]  # kind, namespace, pod, container, detail
+DeviceKey = tuple[str, str, str, str]  # namespace, pod, container, resource
 
 
 class AssignmentRow(NamedTuple):
@@ -44,12 +46,29 @@ class AssignmentRow(NamedTuple):
         return (self.namespace, self.pod, self.container)
 
 
+class DeviceRow(NamedTuple):
+    """The devices of one resource a container holds (docs/history.md#devices): ids and
+    NUMA nodes as sorted, comma-joined text."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: str
+    numa_nodes: str
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.namespace, self.pod, self.container, self.resource)
+
+
 @dataclass(frozen=True, slots=True)
 class State:
     assignments: dict[AssignmentKey, AssignmentRow]
     anomalies: frozenset[AnomalyKey]
     summary: dict[str, int]
     online_cpus: int
+    devices: dict[DeviceKey, DeviceRow] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -58,13 +77,17 @@ class Diff:
     open: list[AssignmentRow] = field(default_factory=list)
     resolve: list[AnomalyKey] = field(default_factory=list)
     raise_: list[AnomalyKey] = field(default_factory=list)
+    close_devices: list[DeviceKey] = field(default_factory=list)
+    open_devices: list[DeviceRow] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.close or self.open or self.resolve or self.raise_)
+        return bool(self.close or self.open or self.resolve or self.raise_
+                    or self.close_devices or self.open_devices)
 
     @property
     def rows(self) -> int:
-        return len(self.close) + len(self.open) + len(self.resolve) + len(self.raise_)
+        return (len(self.close) + len(self.open) + len(self.resolve) + len(self.raise_)
+                + len(self.close_devices) + len(self.open_devices))
 
 
 def clean(text: str, limit: int = 253) -> str:
@@ -120,13 +143,31 @@ def state_of(ledger: Ledger) -> State:
         "reclaimable_cpus": ledger.reclaimable_cpus,
         "anomalies": len(ledger.anomalies),
     }
-    return State(assignments, anomalies, summary, ledger.online_cpus)
+    return State(assignments, anomalies, summary, ledger.online_cpus, _devices(ledger))
+
+
+def _devices(ledger: Ledger) -> dict[DeviceKey, DeviceRow]:
+    """A row per container and resource; a device the kubelet lists once per NUMA node is
+    one id with its nodes joined."""
+    rows: dict[DeviceKey, tuple[set[str], set[int]]] = {}
+    for holder in ledger.devices.containers:
+        names = clean(holder.namespace), clean(holder.pod), clean(holder.container)
+        for d in holder.devices:
+            ids, nodes = rows.setdefault((*names, clean(d.resource_name)), (set(), set()))
+            ids.update(d.device_ids)
+            nodes.update(d.numa_nodes)
+    return {key: DeviceRow(*key, clean(",".join(sorted(ids)), 4000),
+                           clean(",".join(map(str, sorted(nodes))), 255))
+            for key, (ids, nodes) in rows.items()}
 
 
 def diff_states(old_assignments: dict[AssignmentKey, AssignmentRow],
                 old_anomalies: frozenset[AnomalyKey] | set[AnomalyKey],
-                new: State) -> Diff:
+                new: State, old_devices: dict[DeviceKey, DeviceRow] | None = None) -> Diff:
     d = Diff()
+    old_devices = old_devices or {}
+    d.close_devices = [k for k, row in old_devices.items() if new.devices.get(k) != row]
+    d.open_devices = [row for k, row in new.devices.items() if old_devices.get(k) != row]
     for key, row in old_assignments.items():
         now = new.assignments.get(key)
         if now is None or now != row:

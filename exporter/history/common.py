@@ -24,6 +24,8 @@ from exporter.history.changes import (
     AssignmentKey,
     AssignmentRow,
     ChangeSet,
+    DeviceKey,
+    DeviceRow,
     Diff,
     Gap,
     anomaly_subject,
@@ -34,7 +36,7 @@ from exporter.history.timeutil import utc
 
 # The newest migration. A store already there is opened without loading Alembic at all
 # (about 10 MiB of a node agent's memory); a test keeps this equal to Alembic's own head.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 VERSION_TABLE = "podres_alembic_version"
 
 SUMMARY_POOLS = ("reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
@@ -53,6 +55,9 @@ OPEN_ASSIGNMENT_COLUMNS: tuple[str, ...] = AssignmentRow._fields
 ANOMALY_COLUMNS = ("node_id", "kind", "namespace", "pod", "container", "subject", "detail",
                    "first_seen", "last_seen", "resolved_at")
 OPEN_ANOMALY_COLUMNS = ("kind", "namespace", "pod", "container", "detail")
+DEVICE_COLUMNS = ("node_id", "namespace", "pod", "container", "resource", "device_ids",
+                  "numa_nodes", "valid_from", "valid_to")
+OPEN_DEVICE_COLUMNS: tuple[str, ...] = DeviceRow._fields
 GAP_COLUMNS = ("node_id", "gap_from", "gap_to", "dropped_writes", "reason")
 SUMMARY_ROW_COLUMNS = ("node_id", "at", "at_epoch", *SUMMARY_COLUMNS)
 HOURLY_COLUMNS = ("node_id", "hour_epoch", "hour", "samples",
@@ -136,6 +141,11 @@ def assignment_rows(node_id: int, rows: list[AssignmentRow], at: datetime
              "numa_nodes": r.numa_nodes, "valid_from": at, "valid_to": None} for r in rows]
 
 
+def device_rows(node_id: int, rows: list[DeviceRow], at: datetime) -> list[dict[str, Any]]:
+    return [{"node_id": node_id, **r._asdict(), "valid_from": at, "valid_to": None}
+            for r in rows]
+
+
 def anomaly_rows(node_id: int, keys: list[AnomalyKey], at: datetime) -> list[dict[str, Any]]:
     return [{"node_id": node_id, "kind": k, "namespace": ns, "pod": pod, "container": c,
              "subject": anomaly_subject(ns, pod, c), "detail": d, "first_seen": at,
@@ -156,8 +166,10 @@ class WritePath(ABC, Generic[Conn]):
     ``anomalies_seen``, ``open_assignments`` and ``open_anomalies`` (columns as
     ``OPEN_*_COLUMNS``), ``assignment_close``, ``assignment_insert``, ``anomaly_resolve``,
     ``anomaly_insert``, ``fleet_raw``, ``fleet_hourly``, ``fleet_add``,
-    ``placement_upsert``. Parameters named ``b_*`` are the statements' own; the others are
-    columns. Times are aware datetimes; each store binds them as its schema stores them."""
+    ``placement_upsert``, ``open_devices`` (columns as ``OPEN_DEVICE_COLUMNS``),
+    ``device_close``, ``device_insert``. Parameters named ``b_*`` are the statements'
+    own; the others are columns. Times are aware datetimes; each store binds them as its
+    schema stores them."""
 
     def __init__(self) -> None:
         self._node_ids: dict[str, int] = {}
@@ -261,7 +273,10 @@ class WritePath(ABC, Generic[Conn]):
                 count, memory_bytes, numa)
         old_anomalies: set[AnomalyKey] = {
             (k, ns, pod, c, d) for k, ns, pod, c, d in self._run(conn, "open_anomalies", node)}
-        return diff_states(old, old_anomalies, cs.state)
+        devices: dict[DeviceKey, DeviceRow] = {
+            (ns, pod, c, r): DeviceRow(ns, pod, c, r, ids, numa)
+            for ns, pod, c, r, ids, numa in self._run(conn, "open_devices", node)}
+        return diff_states(old, old_anomalies, cs.state, devices)
 
     def _apply_diff(self, conn: Conn, node_id: int, diff: Diff, at: datetime,
                     prev_at: datetime) -> int:
@@ -278,6 +293,13 @@ class WritePath(ABC, Generic[Conn]):
                 for k, ns, pod, c, d in diff.resolve])
         if diff.raise_:
             self._run(conn, "anomaly_insert", anomaly_rows(node_id, diff.raise_, at))
+        if diff.close_devices:
+            self._run(conn, "device_close", [
+                {"b_node": node_id, "b_ns": ns, "b_pod": pod, "b_container": c,
+                 "b_resource": r, "b_to": at}
+                for ns, pod, c, r in diff.close_devices])
+        if diff.open_devices:
+            self._run(conn, "device_insert", device_rows(node_id, diff.open_devices, at))
         return diff.rows
 
     def prune(self, before: datetime, node: str | None = None) -> PruneResult:

@@ -23,12 +23,14 @@ from exporter.history.child import child_migrator
 from exporter.history.common import (
     ANOMALY_COLUMNS,
     ASSIGNMENT_COLUMNS,
+    DEVICE_COLUMNS,
     FLEET_SUM_COLUMNS,
     GAP_COLUMNS,
     HEAD_REVISION,
     HOURLY_COLUMNS,
     OPEN_ANOMALY_COLUMNS,
     OPEN_ASSIGNMENT_COLUMNS,
+    OPEN_DEVICE_COLUMNS,
     PLACEMENT_COLUMNS,
     SUMMARY_COLUMNS,
     SUMMARY_ROW_COLUMNS,
@@ -63,6 +65,8 @@ _OPEN_ASSIGNMENT = ("node_id = :b_node AND namespace = :b_ns AND pod = :b_pod "
                     "AND container = :b_container AND valid_to IS NULL")
 _OPEN_ANOMALY = ("node_id = :b_node AND kind = :b_kind AND namespace = :b_ns AND pod = :b_pod "
                  "AND container = :b_container AND detail = :b_detail AND resolved_at IS NULL")
+_OPEN_DEVICE = ("node_id = :b_node AND namespace = :b_ns AND pod = :b_pod "
+                "AND container = :b_container AND resource = :b_resource AND valid_to IS NULL")
 _FLEET_KEY = ("step", "bucket_epoch")
 
 # The statements of ``common.WritePath``, as the SQLAlchemy store's (store._WriteStatements)
@@ -93,6 +97,10 @@ STATEMENTS: dict[str, str] = {
     "anomaly_resolve": "UPDATE anomaly_intervals SET resolved_at = :b_at, "
                        f"last_seen = :b_last WHERE {_OPEN_ANOMALY}",
     "anomaly_insert": _insert("anomaly_intervals", ANOMALY_COLUMNS),
+    "open_devices": f"SELECT {', '.join(OPEN_DEVICE_COLUMNS)} FROM device_intervals "
+                    "WHERE node_id = :b_node AND valid_to IS NULL",
+    "device_close": f"UPDATE device_intervals SET valid_to = :b_to WHERE {_OPEN_DEVICE}",
+    "device_insert": _insert("device_intervals", DEVICE_COLUMNS),
     "fleet_raw": f"SELECT at_epoch, 1, {', '.join(FLEET_COLUMNS)} FROM node_summaries "
                  "WHERE node_id = :b_node AND at_epoch >= :b_lo AND at_epoch < :b_hi",
     "fleet_hourly": "SELECT hour_epoch, samples, "
@@ -116,6 +124,8 @@ _PRUNE = (
     "DELETE FROM history_gaps WHERE {mine} AND gap_to < :b_before",
     "DELETE FROM node_summaries_hourly WHERE {mine} AND hour_epoch + 3600 <= :b_cutoff",
     "DELETE FROM fleet_summaries WHERE bucket_epoch + step <= :b_cutoff",
+    "DELETE FROM device_intervals WHERE {mine} AND valid_to IS NOT NULL "
+    "AND valid_to < :b_before",
 )
 
 

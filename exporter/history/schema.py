@@ -42,6 +42,7 @@ __all__ = [
     "anomaly_intervals",
     "assignment_intervals",
     "declare_backend",
+    "device_intervals",
     "fleet_summaries",
     "history_gaps",
     "metadata",
@@ -121,6 +122,26 @@ assignment_intervals = Table(
     Index("ix_assignment_intervals_node_from", "node_id", "valid_from"),
     Index("ix_assignment_intervals_node_to", "node_id", "valid_to"),
     Index("ix_assignment_intervals_ns_pod", "namespace", "pod"),
+)
+
+# The devices of one resource a container held, and when (docs/history.md#devices); kept
+# like assignment_intervals, on change only.
+device_intervals = Table(
+    "device_intervals", metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("node_id", IdType, ForeignKey("nodes.id", ondelete="CASCADE"), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("container", String(253), nullable=False),
+    Column("resource", String(253), nullable=False),
+    Column("device_ids", Text, nullable=False),
+    Column("numa_nodes", String(255), nullable=False, server_default=""),
+    Column("valid_from", UTCDateTime(), nullable=False),
+    Column("valid_to", UTCDateTime(), nullable=True),
+    Index("uq_device_intervals_open", "node_id", "namespace", "pod", "container", "resource",
+          unique=True),
+    Index("ix_device_intervals_node_from", "node_id", "valid_from"),
+    Index("ix_device_intervals_node_to", "node_id", "valid_to"),
 )
 
 anomaly_intervals = Table(
@@ -225,6 +246,6 @@ def declare_backend(backend: str) -> None:
     ``postgresql``), as the migrations create it. A backend's index options are declared
     only once a database of that backend is opened: declaring one loads SQLAlchemy's
     dialect for it, and PostgreSQL's is some 2 MiB that an agent on SQLite never needs."""
-    index = next(i for i in assignment_intervals.indexes
-                 if i.name == "uq_assignment_intervals_open")
-    index.dialect_options[backend]["where"] = _OPEN_INTERVAL
+    for table in (assignment_intervals, device_intervals):
+        index = next(i for i in table.indexes if i.name == f"uq_{table.name}_open")
+        index.dialect_options[backend]["where"] = _OPEN_INTERVAL

@@ -31,6 +31,7 @@ from exporter.history.common import (
     HEAD_REVISION,
     OPEN_ANOMALY_COLUMNS,
     OPEN_ASSIGNMENT_COLUMNS,
+    OPEN_DEVICE_COLUMNS,
     VERSION_TABLE,
     MigrationUnreachable,
     PruneResult,
@@ -42,6 +43,7 @@ from exporter.history.schema import (
     SUMMARY_COLUMNS,
     anomaly_intervals,
     assignment_intervals,
+    device_intervals,
     fleet_summaries,
     history_gaps,
     node_placement,
@@ -115,6 +117,16 @@ class _WriteStatements(FleetStatements):
             a.c.node_id == bindparam("b_node"), a.c.valid_to.is_(None))
         self.open_anomalies = select(*[n.c[c] for c in OPEN_ANOMALY_COLUMNS]).where(
             n.c.node_id == bindparam("b_node"), n.c.resolved_at.is_(None))
+        d = device_intervals
+        self.device_close = (
+            update(d).where(d.c.node_id == bindparam("b_node"),
+                            d.c.namespace == bindparam("b_ns"), d.c.pod == bindparam("b_pod"),
+                            d.c.container == bindparam("b_container"),
+                            d.c.resource == bindparam("b_resource"), d.c.valid_to.is_(None))
+            .values(valid_to=bindparam("b_to")))
+        self.device_insert = d.insert()
+        self.open_devices = select(*[d.c[c] for c in OPEN_DEVICE_COLUMNS]).where(
+            d.c.node_id == bindparam("b_node"), d.c.valid_to.is_(None))
         placement = insert(node_placement)
         self.placement_upsert = placement.on_conflict_do_update(
             index_elements=["node_id"],
@@ -259,6 +271,8 @@ class HistoryStore(WritePath[Connection]):
         a, n, s, g = assignment_intervals, anomaly_intervals, node_summaries, history_gaps
         ra = conn.execute(delete(a).where(mine(a), a.c.valid_to.is_not(None),
                                           a.c.valid_to < before)).rowcount
+        d = device_intervals
+        conn.execute(delete(d).where(mine(d), d.c.valid_to.is_not(None), d.c.valid_to < before))
         rn = conn.execute(delete(n).where(mine(n), n.c.resolved_at.is_not(None),
                                           n.c.resolved_at < before)).rowcount
         cutoff = int(before.timestamp())

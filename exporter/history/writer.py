@@ -275,7 +275,8 @@ class HistoryWriter:
             cs = ChangeSet(self._next_seq(), at, prev_at, state=state, gap=self._carry_gap)
             self._carry_gap = None
             return cs
-        diff = diff_states(self._basis.assignments, self._basis.anomalies, state)
+        diff = diff_states(self._basis.assignments, self._basis.anomalies, state,
+                           self._basis.devices)
         return ChangeSet(self._next_seq(), at, prev_at, diff=diff if diff else None)
 
     def _count_lost(self, state: State, at: datetime, summary_due: bool) -> None:
@@ -283,7 +284,8 @@ class HistoryWriter:
         written something, and kept as the state to write when room comes back."""
         prev_state = self._gap_latest[0] if self._gap_latest else self._basis
         changed = prev_state is None or bool(
-            diff_states(prev_state.assignments, prev_state.anomalies, state))
+            diff_states(prev_state.assignments, prev_state.anomalies, state,
+                        prev_state.devices))
         if changed or summary_due:
             self._gap_dropped += 1
             self._dropped += 1

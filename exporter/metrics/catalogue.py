@@ -186,6 +186,16 @@ def _topology_divergence(n: NodeFacts) -> list[Sample] | None:
     return [((kind,), 1.0 if kind in kinds else 0.0) for kind in DIVERGENCE_KINDS]
 
 
+_DEVICE_STATES = ("allocatable", "assigned", "free")
+
+
+def _devices(n: NodeFacts) -> list[Sample]:
+    return [((c.resource, "" if c.numa_node is None else str(c.numa_node), state), float(v))
+            for c in n.ledger.devices.counts
+            for state, v in zip(_DEVICE_STATES, (c.allocatable, c.assigned, c.free),
+                                strict=True)]
+
+
 def _kubelet_info(n: NodeFacts) -> list[Sample] | None:
     kubelet = dict(n.ledger.kubelet)
     if "cpu_manager_policy" not in kubelet:
@@ -320,6 +330,15 @@ FAMILIES: tuple[Family[Any], ...] = (
                "Allocation anomalies currently present, by kind." + _FROM_POLL, ("kind",),
                "node",
                lambda n: [((kind,), float(c)) for kind, c in n.ledger.anomaly_counts().items()]),
+    NodeFamily("podres_devices", "gauge",
+               "Device-plugin devices by resource, NUMA node (empty: the plugin reports no "
+               "topology) and state (allocatable, assigned, free); a device on several NUMA "
+               "nodes counts on each. At most 64 resources." + _FROM_POLL,
+               ("resource", "numa_node", "state"), "node", _devices),
+    NodeFamily("podres_device_resources_dropped", "gauge",
+               "Device resource names left out of podres_devices: past the first 64, or not "
+               "a resource name." + _FROM_POLL, (), "node",
+               lambda n: [((), float(n.ledger.devices.dropped_resources))]),
     SelfFamily("podres_anomalies_observed_total", "counter",
                "Anomalies seen appearing since the exporter started, by kind.", ("kind",),
                "node", _anomalies_observed),

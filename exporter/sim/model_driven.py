@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from exporter.errors import UserError
 from exporter.manifest_files import has_manifests, load_templates
+from exporter.pb import api_pb2
+from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
 from reconciler.allocator.report import (
     STYLES,
@@ -30,6 +32,7 @@ from reconciler.allocator.report import (
 from reconciler.allocator.topology import CPUTopology
 from reconciler.kube import PodSpec
 from reconciler.manifests import PodTemplate
+from reconciler.snapshot import Allocatable, DeviceAlloc, PodAlloc
 
 if TYPE_CHECKING:
     from exporter.sources.fixture import KubeletState
@@ -61,14 +64,14 @@ class ModelDrivenNode:
     as Failed in ``/pods``), rendered as a :class:`KubeletState`."""
 
     def __init__(self, topology: CPUTopology, config: ModelConfig, reporting: str = "1.37",
-                 *, node_name: str = "sim-node") -> None:
+                 *, node_name: str = "sim-node", devices: NodeDevices | None = None) -> None:
         if reporting not in STYLES:
             raise UserError(f"--reporting must be one of {', '.join(STYLES)}")
         if reporting == "1.35":
             config = replace(config, pod_level=False)
         self.reporting = reporting
         self.node_name = node_name
-        self.model = NodeModel(topology, config)
+        self.model = NodeModel(topology, config, devices)
         self.rejected: dict[tuple[str, str], tuple[PodSpec, Rejection]] = {}
         # The kubelet's own counters (docs/design.md#sources), as it would expose them on
         # /metrics.
@@ -168,8 +171,11 @@ class ModelDrivenNode:
         from exporter.sources.convert import allocatable_to_proto, pods_to_proto
         from exporter.sources.fixture import KubeletState
 
-        listing = pods_to_proto(report_pods(self.model, self.reporting))
-        allocatable = allocatable_to_proto(report_allocatable(self.model))
+        pods = report_pods(self.model, self.reporting)
+        listing = pods_to_proto(pods)
+        alloc = report_allocatable(self.model)
+        allocatable = allocatable_to_proto(alloc)
+        _set_devices(listing, allocatable, pods, alloc)
         configz = self.config.to_configz()
         kc = configz["kubeletconfig"]
         assert isinstance(kc, dict)
@@ -184,10 +190,32 @@ class ModelDrivenNode:
 
     def summary(self) -> str:
         topo = self.model.topo
-        return (f"{len(topo.online)} CPUs, {len(topo.numa_nodes)} NUMA node(s), reporting "
+        devices = "".join(f", {len(devs)} {name}" for name, devs in self.model.devices.resources)
+        return (f"{len(topo.online)} CPUs{devices}, {len(topo.numa_nodes)} NUMA node(s), reporting "
                 f"{self.reporting}, scope {self.config.scope}, topology policy "
                 f"{self.config.topology_policy}: {len(self.model.pods)} pod(s) placed, "
                 f"{len(self.rejected)} rejected")
+
+
+def _devices_to_proto(devices: Iterable[DeviceAlloc]) -> list[api_pb2.ContainerDevices]:
+    return [api_pb2.ContainerDevices(
+        resource_name=d.resource_name, device_ids=list(d.device_ids),
+        topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=n) for n in d.numa_nodes])
+        if d.numa_nodes else None) for d in devices]
+
+
+def _set_devices(listing: api_pb2.ListPodResourcesResponse,
+                 allocatable: api_pb2.AllocatableResourcesResponse,
+                 pods: Sequence[PodAlloc], alloc: Allocatable) -> None:
+    """Each container's devices and the node's, as the kubelet reports them
+    (``containerDevicesFromResourceDeviceInstances``: one entry a device and NUMA node).
+    Replaces what is there, so it holds whether or not the conversion fills them."""
+    for pod_pb, pod in zip(listing.pod_resources, pods, strict=True):
+        for c_pb, c in zip(pod_pb.containers, pod.containers, strict=True):
+            del c_pb.devices[:]
+            c_pb.devices.extend(_devices_to_proto(c.devices))
+    del allocatable.devices[:]
+    allocatable.devices.extend(_devices_to_proto(alloc.devices))
 
 
 # ---- manifests on disk ---------------------------------------------------------------

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import chain
 
 from exporter.pb import api_pb2
-from reconciler.snapshot import Allocatable, ContainerAlloc, MemoryBlock, PodAlloc
+from reconciler.snapshot import (
+    Allocatable,
+    ClaimDevice,
+    ContainerAlloc,
+    DeviceAlloc,
+    MemoryBlock,
+    PodAlloc,
+)
 
 
 def _memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...]:
@@ -14,6 +21,20 @@ def _memory(blocks: Iterable[api_pb2.ContainerMemory]) -> tuple[MemoryBlock, ...
         MemoryBlock(b.memory_type, b.size, tuple(n.ID for n in b.topology.nodes))
         for b in blocks
     )
+
+
+def _device(d: api_pb2.ContainerDevices) -> DeviceAlloc:
+    return DeviceAlloc(d.resource_name, tuple(d.device_ids),
+                       tuple(n.ID for n in d.topology.nodes))
+
+
+def _claims(r: api_pb2.DynamicResource) -> tuple[ClaimDevice, ...]:
+    """One ``ClaimDevice`` per device of the claim (a claim with none reports nothing)."""
+    return tuple(
+        ClaimDevice(r.claim_namespace, r.claim_name, c.driver_name, c.pool_name, c.device_name,
+                    tuple(d.name for d in c.cdi_devices),
+                    c.share_id if c.HasField("share_id") else None)
+        for c in r.claim_resources)
 
 
 def pods_from_proto(resp: api_pb2.ListPodResourcesResponse) -> tuple[PodAlloc, ...]:
@@ -32,6 +53,7 @@ def pods_from_wire(data: bytes) -> tuple[PodAlloc, ...]:
 _POD_RESOURCES = 0x0A  # ListPodResourcesResponse's one field
 _NAME, _NAMESPACE, _POD_CONTAINERS, _POD_CPU_IDS, _POD_MEMORY = 0x0A, 0x12, 0x1A, 0x22, 0x2A
 _CONTAINER_CPU_IDS, _CONTAINER_MEMORY = 0x1A, 0x22
+_CONTAINER_DEVICES, _CONTAINER_DYNAMIC = 0x12, 0x2A
 _INT64 = 1 << 64
 # Past these many bits a varint is refused as corrupt by protobuf: ten bytes for a value,
 # five for a length.
@@ -61,6 +83,10 @@ class _ListReader:
                                       tuple[MemoryBlock, ...]]] = {}
         self.containers: dict[bytes, ContainerAlloc] = {}
         self.blocks: dict[bytes, MemoryBlock] = {}
+        # A node's device-holding containers are few and each device distinct: decoded by
+        # protobuf, per distinct bytes as for memory blocks.
+        self.devices: dict[bytes, DeviceAlloc] = {}
+        self.claims: dict[bytes, tuple[ClaimDevice, ...]] = {}
 
     def pods(self) -> tuple[PodAlloc, ...]:
         data = self.data
@@ -145,7 +171,7 @@ class _ListReader:
         container = self.containers.get(chunk)
         if container is None:
             try:
-                container = _container_from_wire(chunk, self._block)
+                container = _container_from_wire(chunk, self)
             except (_Unexpected, UnicodeDecodeError):
                 container = _container(api_pb2.ContainerResources.FromString(chunk))
             self.containers[chunk] = container
@@ -157,29 +183,53 @@ class _ListReader:
             block = self.blocks[chunk] = _memory((api_pb2.ContainerMemory.FromString(chunk),))[0]
         return block
 
+    def _device(self, chunk: bytes) -> DeviceAlloc:
+        device = self.devices.get(chunk)
+        if device is None:
+            device = self.devices[chunk] = _device(api_pb2.ContainerDevices.FromString(chunk))
+        return device
 
-def _container_from_wire(chunk: bytes, block: Callable[[bytes], MemoryBlock]
-                         ) -> ContainerAlloc:
+    def _claims(self, chunk: bytes) -> tuple[ClaimDevice, ...]:
+        claims = self.claims.get(chunk)
+        if claims is None:
+            claims = self.claims[chunk] = _claims(api_pb2.DynamicResource.FromString(chunk))
+        return claims
+
+
+def _container_from_wire(chunk: bytes, reader: _ListReader) -> ContainerAlloc:
     name = ""
     ids: list[tuple[int, ...]] = []
     memory: list[MemoryBlock] = []
+    devices: list[DeviceAlloc] = []
+    claims: list[tuple[ClaimDevice, ...]] = []
     i, end = 0, len(chunk)
     while i < end:
         tag = chunk[i]
-        if tag != _NAME and tag != _CONTAINER_CPU_IDS and tag != _CONTAINER_MEMORY:
-            raise _Unexpected  # as in _pod_rest
-        start, stop = _span(chunk, i)
         if tag == _NAME:
+            start, stop = _span(chunk, i)
             name = chunk[start:stop].decode()
         elif tag == _CONTAINER_CPU_IDS:
+            start, stop = _span(chunk, i)
             ids.append(_int64s(chunk[start:stop]))
+        elif tag == _CONTAINER_MEMORY:
+            start, stop = _span(chunk, i)
+            memory.append(reader._block(chunk[start:stop]))
+        elif tag == _CONTAINER_DEVICES:
+            start, stop = _span(chunk, i)
+            devices.append(reader._device(chunk[start:stop]))
+        elif tag == _CONTAINER_DYNAMIC:
+            start, stop = _span(chunk, i)
+            claims.append(reader._claims(chunk[start:stop]))
         else:
-            memory.append(block(chunk[start:stop]))
+            raise _Unexpected  # as in _pod_rest
         i = stop
     if i != end:  # as in _pod_rest
         raise _Unexpected
-    # ContainerAlloc's field order, as for PodAlloc.
-    return tuple.__new__(ContainerAlloc, (name, _joined(ids), tuple(memory), (), ()))
+    # ContainerAlloc's field order, as for PodAlloc; a container without devices (nearly
+    # every one) shares the empty tuples.
+    return tuple.__new__(ContainerAlloc, (
+        name, _joined(ids), tuple(memory), tuple(devices) if devices else (),
+        tuple(chain.from_iterable(claims)) if claims else ()))
 
 
 def _joined(parts: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -231,7 +281,11 @@ def _int64s(packed: bytes) -> tuple[int, ...]:
 
 
 def _container(c: api_pb2.ContainerResources) -> ContainerAlloc:
-    return ContainerAlloc(c.name, tuple(c.cpu_ids), _memory(c.memory) if c.memory else ())
+    return ContainerAlloc(
+        c.name, tuple(c.cpu_ids), _memory(c.memory) if c.memory else (),
+        tuple(map(_device, c.devices)) if c.devices else (),
+        tuple(chain.from_iterable(map(_claims, c.dynamic_resources)))
+        if c.dynamic_resources else ())
 
 
 def _pod(p: api_pb2.PodResources) -> PodAlloc:
@@ -239,8 +293,35 @@ def _pod(p: api_pb2.PodResources) -> PodAlloc:
                     tuple(p.cpu_ids), _memory(p.memory) if p.memory else ())
 
 
+def pod_from_get(resp: api_pb2.GetPodResourcesResponse) -> PodAlloc:
+    """The pod of a ``Get`` response (one pod, the same message as in ``List``)."""
+    return _pod(resp.pod_resources)
+
+
 def allocatable_from_proto(resp: api_pb2.AllocatableResourcesResponse) -> Allocatable:
-    return Allocatable(tuple(resp.cpu_ids), _memory(resp.memory))
+    return Allocatable(tuple(resp.cpu_ids), _memory(resp.memory),
+                       tuple(map(_device, resp.devices)))
+
+
+def _devices_to_proto(devices: Iterable[DeviceAlloc]) -> list[api_pb2.ContainerDevices]:
+    return [api_pb2.ContainerDevices(
+        resource_name=d.resource_name, device_ids=list(d.device_ids),
+        topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=n) for n in d.numa_nodes])
+        if d.numa_nodes else None)
+        for d in devices]
+
+
+def _dynamic_to_proto(claims: Iterable[ClaimDevice]) -> list[api_pb2.DynamicResource]:
+    """One ``DynamicResource`` per claim, its devices in order."""
+    by_claim: dict[tuple[str, str], list[api_pb2.ClaimResource]] = {}
+    for c in claims:
+        by_claim.setdefault((c.claim_namespace, c.claim_name), []).append(
+            api_pb2.ClaimResource(
+                cdi_devices=[api_pb2.CDIDevice(name=n) for n in c.cdi_devices],
+                driver_name=c.driver, pool_name=c.pool, device_name=c.device,
+                share_id=c.share_id))
+    return [api_pb2.DynamicResource(claim_namespace=ns, claim_name=name, claim_resources=rs)
+            for (ns, name), rs in by_claim.items()]
 
 
 def _memory_to_proto(blocks: Iterable[MemoryBlock]) -> list[api_pb2.ContainerMemory]:
@@ -259,7 +340,10 @@ def pods_to_proto(pods: Iterable[PodAlloc]) -> api_pb2.ListPodResourcesResponse:
             name=p.name, namespace=p.namespace, cpu_ids=list(p.cpu_ids),
             memory=_memory_to_proto(p.memory),
             containers=[api_pb2.ContainerResources(name=c.name, cpu_ids=list(c.cpu_ids),
-                                                   memory=_memory_to_proto(c.memory))
+                                                   memory=_memory_to_proto(c.memory),
+                                                   devices=_devices_to_proto(c.devices),
+                                                   dynamic_resources=_dynamic_to_proto(
+                                                       c.dynamic))
                         for c in p.containers],
         )
         for p in pods
@@ -268,4 +352,5 @@ def pods_to_proto(pods: Iterable[PodAlloc]) -> api_pb2.ListPodResourcesResponse:
 
 def allocatable_to_proto(alloc: Allocatable) -> api_pb2.AllocatableResourcesResponse:
     return api_pb2.AllocatableResourcesResponse(cpu_ids=list(alloc.cpu_ids),
-                                                memory=_memory_to_proto(alloc.memory))
+                                                memory=_memory_to_proto(alloc.memory),
+                                                devices=_devices_to_proto(alloc.devices))

@@ -109,6 +109,17 @@ async def cpumap(request: web.Request) -> web.Response:
     return _encoded(current.cpumap_body(encoding), encoding, "application/json")
 
 
+async def devices(request: web.Request) -> web.Response:
+    """The ledger's ``devices`` object alone (docs/design.md#devices): small, so made per
+    request rather than kept with the published ledger."""
+    exporter = request.app[EXPORTER_KEY]
+    current = exporter.current()
+    if current is None:
+        return _unavailable(exporter)
+    return web.json_response(current.ledger.devices.to_json(),
+                             dumps=lambda o: json.dumps(o, ensure_ascii=False))
+
+
 async def cpuload(request: web.Request) -> web.Response:
     load = request.app[EXPORTER_KEY].cpuload()
     if load is None:
@@ -138,6 +149,8 @@ def openapi_paths() -> dict[str, Any]:
     return {
         "/api/v1/ledger": route("The current ledger (schema podres.ledger/v1)"),
         "/api/v1/cpumap": route("Every online CPU with its pool and owner"),
+        "/api/v1/devices": route("The ledger's devices: per resource and NUMA node, and "
+                                 "per container"),
         "/api/v1/cpuload": {"get": {
             "summary": "Each CPU's busy share between the last two polls (/proc/stat)",
             "responses": {
@@ -158,6 +171,7 @@ def build_app(exporter: Exporter, web_config: WebConfig | None = None,
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/v1/ledger", ledger)
     app.router.add_get("/api/v1/cpumap", cpumap)
+    app.router.add_get("/api/v1/devices", devices)
     app.router.add_get("/api/v1/cpuload", cpuload)
     if STATIC.is_dir():
         app.router.add_static("/static/", STATIC)

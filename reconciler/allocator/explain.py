@@ -51,6 +51,8 @@ _CAUSES: tuple[tuple[str, str, str], ...] = (
     ("topology", r"topology affinity error",
      "the topology manager policy accepts no NUMA placement the free CPUs and memory allow"),
     ("cpus", r"not enough cpus available", "not enough free CPUs"),
+    ("devices", r"requested number of devices unavailable",
+     "not enough free devices of a resource the pod asks for"),
     ("memory", r"insufficient memory", "not enough free memory on the NUMA nodes chosen"),
     ("budget", r"pod budget|empty pod shared pool",
      "the pod budget does not cover its containers"),
@@ -85,6 +87,8 @@ class HintStep:
     memory_hints: tuple[Hint, ...]
     chosen: frozenset[int] | None
     refusal: str | None
+    # The device manager's hints per resource asked (docs/design.md#devices-in-the-model).
+    device_hints: tuple[tuple[str, tuple[Hint, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +154,12 @@ def variant(model: NodeModel, **changes: object) -> NodeModel | None:
     """The same node (its free CPUs and memory as they stand) under another kubelet
     configuration; ``None`` when the kubelet would refuse to start with it."""
     try:
-        other = NodeModel(model.topo, replace(model.config, **changes))  # type: ignore[arg-type]
+        other = NodeModel(model.topo, replace(model.config, **changes),  # type: ignore[arg-type]
+                          model.devices)
     except ModelError:
         return None
     other.seed(model.free, model.mem_free)
+    other.dev_free = {name: set(ids) for name, ids in model.dev_free.items()}
     return other
 
 
@@ -211,7 +217,7 @@ def _hint_steps(records: list[HintRecord]) -> tuple[HintStep, ...]:
         cpu = providers.pop(0) if r.cpus > 0 and providers else []
         mem = providers.pop(0) if providers else []
         steps.append(HintStep(r.what, r.cpus, r.memory, tuple(cpu), tuple(mem), r.chosen,
-                              r.refusal))
+                              r.refusal, tuple((n, tuple(h)) for n, h in r.devices)))
     return tuple(steps)
 
 

@@ -23,6 +23,9 @@ class HintRecord:
     providers: tuple[list[Hint], ...]
     chosen: frozenset[int] | None
     refusal: str | None
+    # The device manager's hints, one list per resource asked (sorted by name; empty: no
+    # possible affinity, or no preference for devices without topology); merged first.
+    devices: tuple[tuple[str, list[Hint]], ...] = ()
 
 
 class HintError(Exception):
@@ -42,7 +45,7 @@ class MaskTable:
                       for c in itertools.combinations(nodes, k)]
         # Within a width the kubelet's fitter mask is the smaller bitmask value
         # (bitmask.IsNarrowerThan): {1,2} before {0,3}.
-        combos.sort(key=lambda c: (len(c), sum(1 << n for n in c)))
+        combos.sort(key=lambda c: (len(c), _bits(frozenset(c))))
         index = {c: i for i, c in enumerate(combos)}
         self.masks = [frozenset(c) for c in combos]
         self.width = [len(c) for c in combos]
@@ -110,3 +113,126 @@ def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[in
         raise HintError("topology affinity error: the request fits no single NUMA node "
                         "(single-numa-node)")
     return mask
+
+
+# ---- the topology manager's own merge, as ported for device providers ------------------
+
+KHint = tuple[frozenset[int] | None, bool]  # a hint whose mask may be nil (no preference)
+
+
+def _bits(mask: frozenset[int]) -> int:
+    return sum(1 << n for n in mask)
+
+
+def _narrower(a: frozenset[int], b: frozenset[int]) -> bool:
+    """``bitMask.IsNarrowerThan``: fewer nodes, else the lower nodes."""
+    return len(a) < len(b) if len(a) != len(b) else _bits(a) < _bits(b)
+
+
+def _best(current: KHint | None, candidate: KHint, best_count: int) -> KHint | None:
+    """``HintMerger.compare`` (masks compared by ``Narrowest``: PreferClosestNUMA is not
+    modelled)."""
+    cmask, cpref = candidate
+    assert cmask is not None
+    if not cmask:
+        return current
+    if current is None:
+        return candidate
+    mask, pref = current
+    assert mask is not None
+
+    def narrowest() -> KHint:
+        return current if cmask == mask or not _narrower(cmask, mask) else candidate
+
+    if pref != cpref:
+        return candidate if cpref else current
+    if pref:
+        return narrowest()
+    n, cn = len(mask), len(cmask)
+    if n > best_count:
+        return narrowest()
+    if n == best_count:
+        return current if cn != best_count else narrowest()
+    if cn > best_count:
+        return current
+    if cn == best_count:
+        return candidate
+    if cn != n:
+        return candidate if cn > n else current
+    return narrowest()
+
+
+def _filtered(policy: str, providers: Sequence[list[Hint] | None]) -> list[list[KHint]]:
+    """``filterProvidersHints`` (and ``filterSingleNumaHints`` under single-numa-node)."""
+    lists: list[list[KHint]] = []
+    for given in providers:
+        if given is None:
+            lists.append([(None, True)])
+        elif not given:
+            lists.append([(None, False)])
+        else:
+            lists.append(list(given))
+    if policy == "single-numa-node":
+        lists = [[(m, p) for m, p in one if p and (m is None or len(m) == 1)]
+                 for one in lists]
+    return lists
+
+
+def _max_of_narrowest(lists: list[list[KHint]]) -> int:
+    """``maxOfMinAffinityCounts``: the widest of the providers' narrowest hints."""
+    best = 0
+    for one in lists:
+        masks = [m for m, _ in one if m is not None]
+        if masks:
+            narrow = masks[0]
+            for m in masks[1:]:
+                if _narrower(m, narrow):
+                    narrow = m
+            best = max(best, len(narrow))
+    return best
+
+
+def _merged_permutations(lists: list[list[KHint]]) -> dict[KHint, None]:
+    """``mergePermutation`` over every permutation, each distinct partial result walked
+    once: (the AND of the masks so far, or ``None`` before any; preferred so far, which
+    implies every mask so far equals that AND)."""
+    states: dict[KHint, None] = {(None, True): None}
+    for one in lists:
+        nxt: dict[KHint, None] = {}
+        for mask, pref in states:
+            for m, p in one:
+                if m is None:
+                    nxt[(mask, pref and p)] = None
+                elif mask is None:
+                    nxt[(m, pref and p)] = None
+                else:
+                    nxt[(mask & m, pref and p and m == mask)] = None
+        states = nxt
+    return states
+
+
+def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
+                  everything: frozenset[int]) -> frozenset[int] | None:
+    """The topology manager's merge as v1.37.2 ``policy.go`` has it (``filterProvidersHints``,
+    ``mergePermutation``, ``HintMerger.Merge``, ``filterSingleNumaHints``): every
+    permutation of one hint per resource, the masks ANDed, preferred only when every hint is
+    preferred and their masks are equal. A provider entry of ``None`` has no preference; an
+    empty list has no possible affinity. ``None`` when the policy does not align (or
+    single-numa-node's answer is the whole machine); :class:`HintError` when the policy
+    refuses."""
+    if policy == "none" or not providers:
+        return None
+    lists = _filtered(policy, providers)
+    best_count = _max_of_narrowest(lists)
+    best: KHint | None = None
+    for mask, pref in _merged_permutations(lists):
+        best = _best(best, (everything if mask is None else mask & everything, pref),
+                     best_count)
+    chosen, preferred = best if best is not None else (everything, False)
+    assert chosen is not None
+    if policy == "single-numa-node" and chosen == everything:
+        chosen = None
+    if policy in ("restricted", "single-numa-node") and not preferred:
+        raise HintError("topology affinity error: Resources cannot be allocated with "
+                        f"Topology locality ({policy})")
+    return chosen

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reconciler.allocator.config import ModelConfig
+from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.topology import from_snapshot
 from reconciler.kube import KubeletConfig
@@ -26,6 +27,8 @@ class LiveNode:
     model: NodeModel
     free_cpus: frozenset[int]
     free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes); empty without Static
+    # Device-plugin devices no container holds: (resource name, device ID, NUMA nodes).
+    free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
 def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
@@ -79,6 +82,23 @@ def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
     return free, {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
 
 
+def node_devices(snapshot: NodeSnapshot) -> NodeDevices:
+    """The node's device-plugin devices as ``GetAllocatableResources`` lists them."""
+    if snapshot.allocatable is None:
+        return NodeDevices()
+    return NodeDevices.from_allocatable(snapshot.allocatable.devices)
+
+
+def devices_in_use(snapshot: NodeSnapshot) -> dict[str, set[str]]:
+    """Device IDs the listed containers hold, by resource name."""
+    used: dict[str, set[str]] = {}
+    for pod in snapshot.pods:
+        for c in pod.containers:
+            for d in c.devices:
+                used.setdefault(d.resource_name, set()).update(d.device_ids)
+    return used
+
+
 def live_config(snapshot: NodeSnapshot, fallback: ModelConfig) -> ModelConfig:
     """The kubelet's own configuration when ``/configz`` was read, else ``fallback``."""
     cfg = snapshot.kubelet_config
@@ -92,11 +112,15 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
     if snapshot.topology is None or not snapshot.topology.cpus:
         raise LiveNodeError("the node's CPU topology is unknown (sysfs or --topology)")
     topo = from_snapshot(snapshot.topology)
-    model = NodeModel(topo, config)
+    model = NodeModel(topo, config, node_devices(snapshot))
     free, mem_free = free_resources(snapshot, ledger, snapshot.topology)
     model.seed(free, mem_free)
+    used = devices_in_use(snapshot)
+    model.dev_free = {name: ids - used.get(name, set()) for name, ids in model.dev_free.items()}
     shown = tuple(sorted(mem_free.items())) if model.memory_enabled else ()
-    return LiveNode(model, frozenset(model.free), shown)
+    devices = tuple((name, d.id, d.numa) for name, devs in model.devices.resources
+                    for d in devs if d.id in model.dev_free.get(name, ()))
+    return LiveNode(model, frozenset(model.free), shown, devices)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from reconciler.allocator.config import ModelConfig, ModelError
-from reconciler.allocator.hints import Hint, HintError, HintRecord, MaskTable, merge
+from reconciler.allocator.devices import DevicesUnavailable, DeviceWork, NodeDevices
+from reconciler.allocator.hints import (
+    Hint,
+    HintError,
+    HintRecord,
+    MaskTable,
+    kubelet_merge,
+    merge,
+)
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
@@ -39,7 +47,7 @@ from reconciler.cpuset import format_cpuset
 from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.pools import CPU_POOLS as POOLS
 from reconciler.pools import Assignment
-from reconciler.snapshot import MemoryBlock
+from reconciler.snapshot import DeviceAlloc, MemoryBlock
 
 __all__ = [
     "POOLS", "Assignment", "ContainerTruth", "ModelConfig", "ModelError", "NodeModel",
@@ -114,31 +122,46 @@ def _in_start_order(pod: PodSpec) -> Iterator[tuple[ContainerSpec, bool]]:
         yield c, False
 
 
-def _check_budget(pod: PodSpec, budget: int) -> None:
-    """The pod-budget rules shared by both scopes."""
-    need = sum(_container_cpus(pod, c) for c in pod.long_running if pod.eligible(c))
-    if need > budget:
-        raise _Refused(f"exclusive containers need {need} CPUs, more than the pod budget "
-                       f"of {budget}")
-    shared_needed = [c.name for c in pod.long_running if not pod.eligible(c)]
-    if shared_needed and need >= budget:
-        raise _Refused(f"empty pod shared pool: exclusive containers use the whole pod "
-                       f"budget of {budget} CPUs, and {', '.join(shared_needed)} would "
-                       "need the shared pool")
-    sidecars = 0
+def _validate_pod_scope(pod: PodSpec) -> None:
+    """``validatePodScopeResources``: the pod shared pool must not be empty for a
+    container that runs on it. Nothing else about the budget is checked before the block is
+    taken: a slice that does not fit fails the carving afterwards."""
+    budget = pod.budget_cpus or 0
+    exclusive = 0
+    shared = False
     for c in pod.init_containers:
         if c.sidecar:
-            sidecars += _container_cpus(pod, c) if pod.eligible(c) else 0
+            n = _container_cpus(pod, c) if pod.eligible(c) else 0
+            exclusive += n
+            shared = shared or not n
             continue
-        room = budget - sidecars
-        n = _container_cpus(pod, c) if _eligible_init(pod, c) else 0
-        if n > room:
-            raise _Refused(f"init container {c.name} needs {n} CPUs, more than the {room} "
-                           f"left of the pod budget of {budget} beside the sidecars "
-                           "started before it")
-        if not n and room <= 0:
+        if not (_container_cpus(pod, c) if _eligible_init(pod, c) else 0) and exclusive >= budget:
             raise _Refused(f"empty pod shared pool: sidecars started before init container "
                            f"{c.name} use the whole pod budget of {budget} CPUs")
+    for c in pod.containers:
+        n = _container_cpus(pod, c) if pod.eligible(c) else 0
+        exclusive += n
+        shared = shared or not n
+    if shared and exclusive >= budget:
+        names = [c.name for c in pod.long_running if not pod.eligible(c)]
+        raise _Refused(f"empty pod shared pool: exclusive containers use the whole pod "
+                       f"budget of {budget} CPUs, and {', '.join(names)} would need the "
+                       "shared pool")
+
+
+class _Leaked(_Refused):
+    """A refusal after the pod's block left the default set: the kubelet keeps it out."""
+
+    def __init__(self, message: str, block: frozenset[int]) -> None:
+        super().__init__(message)
+        self.block = block
+
+
+class _Auto:
+    """No hint given: the topology manager works it out."""
+
+
+_AUTO = _Auto()
 
 
 @dataclass(slots=True)
@@ -148,6 +171,7 @@ class _Work:
     free: set[int]
     mem_free: dict[int, int]
     mem_taken: dict[int, int] = field(default_factory=dict)
+    dev: DeviceWork | None = None  # None on a node without devices
 
 
 @dataclass(slots=True)
@@ -157,14 +181,21 @@ class _Slices:
     exclusive: dict[str, frozenset[int]] = field(default_factory=dict)
     memory: dict[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
     reusable: set[int] = field(default_factory=set)
+    devices: dict[str, tuple[DeviceAlloc, ...]] = field(default_factory=dict)
 
 
 class NodeModel:
     """One node's allocation state: reserved set, default set, per-pod assignments."""
 
-    def __init__(self, topo: CPUTopology, config: ModelConfig | None = None) -> None:
+    def __init__(self, topo: CPUTopology, config: ModelConfig | None = None,
+                 devices: NodeDevices | None = None) -> None:
         self.topo = topo
         self.config = config or ModelConfig()
+        # Device-plugin devices (docs/design.md#devices-in-the-model): what is free, and
+        # what each pod holds.
+        self.devices = devices or NodeDevices()
+        self.dev_free: dict[str, set[str]] = self.devices.free()
+        self._dev_held: dict[tuple[str, str], dict[str, set[str]]] = {}
         self.reserved: frozenset[int] = self._reserve()
         online = topo.online
         # CPUs that may be handed out exclusively: default set − reserved.
@@ -177,8 +208,11 @@ class NodeModel:
         self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
         # A checkpoint's exclusive sets, by (pod UID, container name); see from_checkpoint.
         self.checkpointed: dict[tuple[str, str], frozenset[int]] = {}
-        # CPUs a checkpoint puts neither in its default set nor in any container.
+        # CPUs a checkpoint puts neither in its default set nor in any container, or that a
+        # kubelet restart leaks (docs/design.md#allocator).
         self._unaccounted: frozenset[int] = frozenset()
+        # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
+        self.orphan_blocks: dict[str, frozenset[int]] = {}
         self._masks = MaskTable(topo.numa_nodes)
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
@@ -275,7 +309,8 @@ class NodeModel:
     @property
     def default_set(self) -> frozenset[int]:
         """The shared pool the kubelet runs non-exclusive containers on."""
-        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values())
+        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values(),
+                                                      *self.orphan_blocks.values())
         for p in self.pods.values():
             held |= p.held
         base = self.topo.online
@@ -372,12 +407,17 @@ class NodeModel:
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
-              what: str = "pod", reusable: frozenset[int] = frozenset()
-              ) -> frozenset[int] | None:
-        """The topology manager's merged NUMA affinity for one request."""
+              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None,
+              reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
+        """The topology manager's merged NUMA affinity for one request; ``devices`` are the
+        device manager's hints per resource asked (it is the first provider); ``reusable``
+        the CPUs the container may take back from init containers."""
         policy = self.config.topology_policy
         if policy == "none":
             return None
+        if devices:
+            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices,
+                                     reusable)
         providers: list[list[Hint]] = []
         # Under single-numa-node only single-node masks can win the merge.
         candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
@@ -396,6 +436,64 @@ class NodeModel:
             self.on_hint(HintRecord(what, cpus, memory, tuple(providers), chosen, None))
         return chosen
 
+    def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
+                     mem_free: Mapping[int, int], what: str,
+                     devices: Mapping[str, list[Hint] | None],
+                     reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
+        """With devices asked, the topology manager's own merge (``kubelet_merge``): device
+        hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
+        every = self._masks.every
+        others: list[list[Hint]] = []
+        if cpus > 0:
+            others.append(self._cpu_hints(cpus, cpu_pool, every, reusable))
+        if memory > 0 and self.memory_enabled:
+            others.append(self._masks.hints(every, memory, mem_free,
+                                            self._narrowest("memory", memory)))
+        shown = tuple(devices.items())
+        try:
+            chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
+                                   frozenset(self.topo.numa_nodes))
+        except HintError as exc:
+            if self.on_hint is not None:
+                self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),
+                                        _shown(shown)))
+            raise _Refused(str(exc)) from None
+        if self.on_hint is not None:
+            self.on_hint(HintRecord(what, cpus, memory, tuple(others), chosen, None,
+                                    _shown(shown)))
+        return chosen
+
+    def _shared_devices(self, pod: PodSpec, work: _Work, placement: PodPlacement
+                        ) -> PodPlacement:
+        """Devices for a pod given no exclusive CPUs: the device manager allocates them
+        all the same, aligned by its own hints alone."""
+        assert work.dev is not None
+        slices = _Slices()
+        hint = None
+        if self.config.scope == "pod":
+            hint = self._hint(0, (), 0, {}, devices=work.dev.pod_hints(pod))
+        for c, ordinary_init in _in_start_order(pod):
+            dev_hints = work.dev.container_hints(c)
+            if self.config.scope == "container" and dev_hints:
+                what = f"container {c.name}"
+                try:
+                    hint = self._hint(0, (), 0, {}, what, dev_hints)
+                except _Refused as exc:
+                    raise _Refused(f"{what}: {exc}") from None
+            self._take_devices(work, c, hint, ordinary_init, slices)
+        return _with_devices(placement, slices.devices)
+
+    def _take_devices(self, work: _Work, c: ContainerSpec, hint: frozenset[int] | None,
+                      ordinary_init: bool, slices: _Slices) -> None:
+        if work.dev is None:
+            return
+        try:
+            got = work.dev.take(c, hint, ordinary_init)
+        except DevicesUnavailable as exc:
+            raise _Refused(str(exc)) from None
+        if not ordinary_init:
+            slices.devices[c.name] = got
+
     # ---- taking CPUs and memory -----------------------------------------------------------
 
     def allocate_cpus(self, n: int, numa_hint: frozenset[int] | None,
@@ -405,7 +503,7 @@ class NodeModel:
         kubelet's reason when it cannot."""
         try:
             return self._take(self.free if pool is None else pool, n, numa_hint, "request",
-                              frozenset(self.free))
+                              default=self.free)
         except _Refused as exc:
             raise ModelError(str(exc)) from None
 
@@ -422,12 +520,13 @@ class NodeModel:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
 
     def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
-              what: str, default: frozenset[int] | None = None) -> frozenset[int]:
-        """``default``: the free CPUs full-pcpus-only counts, where the kubelet checks (not
-        for the slices of a pod-level block)."""
+              what: str, *, smt: bool = True, default: Iterable[int] | None = None
+              ) -> frozenset[int]:
+        """``default``: the free CPUs full-pcpus-only counts (the pool when not given);
+        ``smt=False`` where the kubelet does not check (the slices of a pod-level block)."""
         pool = frozenset(pool)
-        if default is not None:
-            self._check_smt(default, n, what)
+        if smt:
+            self._check_smt(pool if default is None else frozenset(default), n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
@@ -470,12 +569,18 @@ class NodeModel:
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            if result.leaked:
+                self.free -= result.leaked
+                self.orphan_blocks[pod.uid] = result.leaked
             return result
         placement, work = result
         self.free = work.free
         self.mem_free = work.mem_free
         self.pods[placement.key] = placement
         self._mem_held[placement.key] = work.mem_taken
+        if work.dev is not None:
+            self.dev_free = work.dev.free
+            self._dev_held[placement.key] = work.dev.taken
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
@@ -484,8 +589,15 @@ class NodeModel:
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, _Work] | Rejection:
         """Work out a placement without changing the state."""
         work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
+        if self.devices:
+            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes)
         try:
-            return self._place(pod, work), work
+            placement = self._place(pod, work)
+            if work.dev is not None and placement.path == "none":
+                placement = self._shared_devices(pod, work, placement)
+            return placement, work
+        except _Leaked as exc:
+            return Rejection(pod.namespace, pod.name, str(exc), exc.block)
         except _Refused as exc:
             return Rejection(pod.namespace, pod.name, str(exc))
 
@@ -493,20 +605,29 @@ class NodeModel:
         cfg = self.config
         if not cfg.static:
             return _all_shared(pod, "the CPU manager policy is none")
-        if not (cfg.pod_level and pod.has_pod_cpu_budget):
+        pod_level = pod.resources is not None and pod.resources.is_set
+        if not pod_level:
             return self._legacy(pod, work)
+        if not cfg.pod_level:
+            # The CPU and memory managers skip such a pod rather than pin its containers
+            # (docs/design.md#allocator).
+            return _all_shared(pod, "pod-level resources without PodLevelResourceManagers: "
+                                    "no exclusive CPUs or memory")
         if not pod.guaranteed:
             return _all_shared(pod, "not Guaranteed: no exclusive CPUs")
+        if cfg.scope == "container" or cfg.topology_policy == "none":
+            # Only the pod scope's admission allocates a pod block; the container scope and
+            # the none policy's admission pin each eligible container from the node pool,
+            # unbounded by the budget (docs/design.md#allocator).
+            placement = self._legacy(pod, work)
+            return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
+                                "container", frozenset(), (), placement.containers,
+                                placement.numa_hint, placement.note, placement.init_held)
         budget = pod.budget_cpus
         if budget is None:
             return _all_shared(pod, "fractional pod budget: no exclusive CPUs")
-        _check_budget(pod, budget)
-        if cfg.scope == "pod":
-            return self._pod_scope(pod, budget, work)
-        placement = self._legacy(pod, work)
-        return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
-                            "container", frozenset(), (), placement.containers,
-                            placement.numa_hint, placement.note, placement.init_held)
+        _validate_pod_scope(pod)
+        return self._pod_scope(pod, budget, work)
 
     def _legacy(self, pod: PodSpec, work: _Work) -> PodPlacement:
         """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
@@ -514,7 +635,8 @@ class NodeModel:
         hint: frozenset[int] | None = None
         if self.config.scope == "pod":
             hint = self._hint(pod_guaranteed_cpus(pod), work.free, _pod_memory(pod),
-                              work.mem_free)
+                              work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
         slices = _Slices()
         for c, ordinary_init in _in_start_order(pod):
             hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices)
@@ -528,8 +650,9 @@ class NodeModel:
         note = "" if any(c.exclusive for c in containers) else \
             ("not Guaranteed: no exclusive CPUs" if not pod.guaranteed
              else "no container asks for whole CPUs")
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
-                            tuple(containers), hint, note, frozenset(slices.reusable))
+        return _with_devices(PodPlacement(
+            pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
+            tuple(containers), hint, note, frozenset(slices.reusable)), slices.devices)
 
     def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
                           hint: frozenset[int] | None, work: _Work, slices: _Slices
@@ -539,14 +662,18 @@ class NodeModel:
         # Init containers' memory is transient and reused: the model does not hold it.
         mem = _mem_limit(c) if pod.guaranteed and not ordinary_init else 0
         what = f"container {c.name}"
-        if self.config.scope == "container" and (n or (mem and self.memory_enabled)):
+        dev_hints = work.dev.container_hints(c) if work.dev else None
+        if self.config.scope == "container" and (n or (mem and self.memory_enabled)
+                                                 or dev_hints):
             try:
                 hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
-                                  frozenset(slices.reusable) if n else frozenset())
+                                  dev_hints, frozenset(slices.reusable) if n else frozenset())
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
+        # The device manager is the topology manager's first provider: it allocates first.
+        self._take_devices(work, c, hint, ordinary_init, slices)
         got = self._take(work.free | slices.reusable, n, hint, what,
-                         frozenset(work.free)) if n else frozenset()
+                         default=work.free) if n else frozenset()
         slices.reusable -= got
         work.free -= got
         blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
@@ -557,19 +684,28 @@ class NodeModel:
             slices.memory[c.name] = blocks
         return hint
 
-    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work) -> PodPlacement:
+    def _pod_scope(self, pod: PodSpec, budget: int, work: _Work,
+                   hint: frozenset[int] | _Auto | None = _AUTO) -> PodPlacement:
         """One NUMA-aligned block of the budget; slices carved from it
-        (docs/design.md#allocator)."""
+        (docs/design.md#allocator). ``hint`` is the topology manager's, when already known."""
         pod_mem = (pod.resources.memory_limit if pod.resources else None) or 0
         slice_mem = {c.name: _mem_limit(c) for c in pod.long_running if pod.eligible(c)}
         if self.memory_enabled and pod_mem and sum(slice_mem.values()) > pod_mem:
             raise _Refused("memory over budget: exclusive containers' memory exceeds the "
                            "pod memory budget")
-        hint = self._hint(budget, work.free, pod_mem, work.mem_free)
-        block = self._take(work.free, budget, hint, "pod budget", frozenset(work.free))
+        if isinstance(hint, _Auto):
+            hint = self._hint(budget, work.free, pod_mem, work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
+        slices = _Slices()
+        for c, ordinary_init in _in_start_order(pod):
+            self._take_devices(work, c, hint, ordinary_init, slices)
+        block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
-        exclusive = self._carve_slices(pod, block)
+        try:
+            exclusive = self._carve_slices(pod, block)
+        except _Refused as exc:
+            raise _Leaked(str(exc), block) from None
         shared_pool = block.difference(*exclusive.values())
         mem_nodes = block_memory[0].numa_nodes if block_memory else ()
         containers = []
@@ -588,8 +724,9 @@ class NodeModel:
                 mem_assign = "pod_exclusive" if blocks else "pod_shared"
             containers.append(ContainerTruth(
                 c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block, block_memory,
-                            tuple(containers), hint)
+        return _with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
+                                          block_memory, tuple(containers), hint),
+                             slices.devices)
 
     def _carve_slices(self, pod: PodSpec, block: frozenset[int]) -> dict[str, frozenset[int]]:
         """Exclusive slices out of the pod's block, in start order; ordinary init containers'
@@ -602,7 +739,8 @@ class NodeModel:
             n = _container_cpus(pod, c) if eligible else 0
             if not n:
                 continue
-            got = self._take(inside | reusable, n, None, f"container {c.name}")
+            # AllocatePod holds the block to full-pcpus-only, not the slices carved from it.
+            got = self._take(inside | reusable, n, None, f"container {c.name}", smt=False)
             inside -= got
             reusable -= got
             if ordinary_init:
@@ -610,6 +748,68 @@ class NodeModel:
             else:
                 exclusive[c.name] = got
         return exclusive
+
+    def readmit_pod_block(self, key: tuple[str, str]) -> str | None:
+        """A pod-scope pod with pod-level resources admitted again after a kubelet restart:
+        ``None`` when admitted, with a new block and the old one leaked out of the default
+        set; else the kubelet's refusal, the pod killed and its CPUs given back
+        (docs/design.md#allocator)."""
+        old = self.pods[key]
+        pod = old.spec
+        held: list[tuple[int, frozenset[int]]] = []
+        by_name = {c.name: c for c in old.containers}
+        for c, ordinary_init in _in_start_order(pod):
+            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            wants = _container_cpus(pod, c) if eligible else 0
+            truth = by_name.get(c.name)
+            # Every container of such a pod is in the CPU manager's state: an exclusive one
+            # with its slice, the others with (a share of) the block.
+            holds = truth.exclusive if truth is not None and truth.exclusive else old.block
+            held.append((wants, holds))
+        requested = len(old.block)
+        hints, assigned = self.held_pod_cpu_hints(requested, held)
+        if hints is None:
+            hints = self.cpu_hints(requested, self.free | assigned)
+        policy = self.config.topology_policy
+        if policy == "single-numa-node":
+            hints = [(m, p) for m, p in hints if len(m) == 1]
+        try:
+            hint = merge(policy, [hints], frozenset(self.topo.numa_nodes))
+        except HintError:
+            self.release(*key)
+            return ("TopologyAffinityError: pod with pod-level resources failed admission "
+                    "under pod-scope topology manager")
+        work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
+        try:
+            placement = self._pod_scope(pod, len(old.block), work, hint)
+        except _Refused as exc:
+            self.release(*key)
+            return f"UnexpectedAdmissionError: {exc}"
+        self.free = work.free
+        self.pods[key] = placement
+        self._unaccounted |= old.block
+        return None
+
+    def recheck_smt(self, key: tuple[str, str]) -> str | None:
+        """1.35 and 1.36 check ``full-pcpus-only`` before they look for a container in
+        their state, so a pod admitted again after a restart is refused when too few whole
+        cores are free now (docs/design.md#allocator). ``None`` when it passes; else the
+        refusal, the pod killed and its CPUs given back."""
+        if "full-pcpus-only" not in self.config.options:
+            return None
+        placement = self.pods[key]
+        if placement.path == "none":
+            return None
+        pod, tpc = placement.spec, self.topo.threads_per_core
+        physical = len(self.default_set - self._reserved_cores)
+        for c, ordinary_init in _in_start_order(pod):
+            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            n = _container_cpus(pod, c) if eligible else 0
+            if n and (n % tpc or n > physical):
+                self.release(*key)
+                return "SMTAlignmentError: " + smt_alignment_error(
+                    n, tpc, None if n % tpc else physical)
+        return None
 
     # ---- release --------------------------------------------------------------------------
 
@@ -623,6 +823,8 @@ class NodeModel:
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
+        for resource, ids in self._dev_held.pop((namespace, name), {}).items():
+            self.dev_free.setdefault(resource, set()).update(ids)
         return placement
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
@@ -682,6 +884,19 @@ class NodeModel:
         self.pods[placement.key] = replace(placement, init_held=frozenset())
         self.free |= freed
         return freed
+
+
+def _shown(devices: tuple[tuple[str, list[Hint] | None], ...]
+           ) -> tuple[tuple[str, list[Hint]], ...]:
+    return tuple((name, hints or []) for name, hints in devices)
+
+
+def _with_devices(p: PodPlacement, devices: Mapping[str, tuple[DeviceAlloc, ...]]
+                  ) -> PodPlacement:
+    if not any(devices.values()):
+        return p
+    return replace(p, containers=tuple(replace(c, devices=devices.get(c.name, ()))
+                                       for c in p.containers))
 
 
 def _all_shared(pod: PodSpec, note: str) -> PodPlacement:

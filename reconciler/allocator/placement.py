@@ -9,7 +9,7 @@ from typing import Literal
 from reconciler.allocator.topology import CPUTopology
 from reconciler.kube import PodSpec
 from reconciler.pools import Assignment
-from reconciler.snapshot import MemoryBlock
+from reconciler.snapshot import DeviceAlloc, MemoryBlock
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,7 @@ class ContainerTruth:
     exclusive: frozenset[int]  # its own exclusive CPUs (empty when shared)
     cpus: frozenset[int]  # exclusive set; the pod shared pool for pod_shared; else empty
     memory: tuple[MemoryBlock, ...] = ()  # its own exclusive memory blocks
+    devices: tuple[DeviceAlloc, ...] = ()  # its device-plugin devices, one entry a NUMA node
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,9 @@ class Rejection:
     namespace: str
     name: str
     reason: str
+    # CPUs the kubelet took out of the default set before it refused, and never gives back
+    # (a pod-level block whose carving failed; docs/design.md#allocator).
+    leaked: frozenset[int] = frozenset()
 
     @property
     def key(self) -> tuple[str, str]:

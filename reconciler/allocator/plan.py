@@ -7,11 +7,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
 from reconciler.allocator.topology import MAX_CPUS, CPUTopology, from_spec
 from reconciler.estimates import spec_legacy_cost
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.manifests import PodTemplate
+from reconciler.snapshot import DeviceAlloc
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,7 @@ class ContainerPlan:
     exclusive_cpus: int
     cpus: frozenset[int] | None  # predicted cpuset (with a topology), else None
     assignment: str | None = None
+    devices: tuple[DeviceAlloc, ...] = ()  # its devices, one entry a device and NUMA node
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,11 @@ def _scratch_model(pod: PodSpec, config: ModelConfig) -> NodeModel:
     # No bigger than the largest node the model knows: a pod that asks more than that is
     # refused with the kubelet's own reason, as it would be on any real node.
     cores = min(max(64, need + 1), MAX_CPUS)
-    scratch = replace(config, topology_policy="none", reserved_cpus=None, reserved_cpu_m=0,
+    # One NUMA node, where best-effort admits what fits and refuses what does not with the
+    # CPU manager's reason; "none" stays, as under it the kubelet carves no pod-level block
+    # (docs/design.md#allocator).
+    policy = "none" if config.topology_policy == "none" else "best-effort"
+    scratch = replace(config, topology_policy=policy, reserved_cpus=None, reserved_cpu_m=0,
                       memory_policy="None", options=frozenset())
     return NodeModel(from_spec(f"1x{cores}x1"), scratch)
 
@@ -117,7 +124,7 @@ def _with_budget(pod: PodSpec, budget: int, memory: int,
         if c not in stripped:
             return c
         r = c.resources
-        return replace(c, resources=Resources(None, None, r.memory_request, r.memory_limit))
+        return replace(c, resources=replace(r, cpu_request_m=None, cpu_limit_m=None))
 
     return replace(pod, resources=Resources(budget * 1000, budget * 1000, memory, memory),
                    containers=tuple(strip(c) for c in pod.containers),
@@ -171,7 +178,8 @@ def _placed(result: PodPlacement, pod: PodSpec, topology: CPUTopology | None
         spec = pod.container(c.name)
         eligible = spec is not None and pod.eligible(spec)
         out.append(ContainerPlan(c.name, c.sidecar, eligible, len(c.exclusive),
-                                 c.cpus if topology is not None else None, c.assignment))
+                                 c.cpus if topology is not None else None, c.assignment,
+                                 c.devices))
     return tuple(out)
 
 
@@ -214,14 +222,16 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,
                    topology: CPUTopology | None = None, want_suggestion: bool = False,
-                   node: NodeModel | None = None) -> list[PodPlan]:
+                   node: NodeModel | None = None, devices: NodeDevices | None = None
+                   ) -> list[PodPlan]:
     """One :class:`PodPlan` per template. With a ``topology`` the templates are placed on
-    one empty node of that shape, with a ``node`` on that node as it stands (a live node,
-    see :mod:`reconciler.allocator.live`); in order, one pod each, as the kubelet would."""
+    one empty node of that shape (with ``devices``, its device-plugin devices), with a
+    ``node`` on that node as it stands (a live node, see :mod:`reconciler.allocator.live`);
+    in order, one pod each, as the kubelet would."""
     if node is not None:
         topology, config = node.topo, node.config
     elif topology is not None:
-        node = NodeModel(topology, config)
+        node = NodeModel(topology, config, devices)
     plans = []
     for i, t in enumerate(templates):
         pod = t.pod

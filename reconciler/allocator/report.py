@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from reconciler.allocator.devices import allocatable
 from reconciler.allocator.model import NodeModel, PodPlacement, Rejection
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import Allocatable, ContainerAlloc, MemoryBlock, PodAlloc
@@ -38,11 +39,13 @@ def report_pod(p: PodPlacement, style: str) -> PodAlloc:
     shared_mem = _shared_memory(p) if style == "1.36" else ()
     for c in p.containers:
         if c.exclusive:
-            containers.append(ContainerAlloc(c.name, tuple(sorted(c.exclusive)), c.memory))
+            containers.append(ContainerAlloc(c.name, tuple(sorted(c.exclusive)), c.memory,
+                                             c.devices))
         elif style == "1.36" and p.block:
-            containers.append(ContainerAlloc(c.name, tuple(sorted(p.shared_pool)), shared_mem))
+            containers.append(ContainerAlloc(c.name, tuple(sorted(p.shared_pool)), shared_mem,
+                                             c.devices))
         else:
-            containers.append(ContainerAlloc(c.name, (), c.memory))
+            containers.append(ContainerAlloc(c.name, (), c.memory, c.devices))
     if style == "1.37" and p.block:
         return PodAlloc(p.namespace, p.name, tuple(containers), tuple(sorted(p.block)),
                         p.block_memory)
@@ -57,7 +60,7 @@ def report_pods(model: NodeModel, style: str) -> tuple[PodAlloc, ...]:
 def report_allocatable(model: NodeModel) -> Allocatable:
     memory = tuple(MemoryBlock("memory", size, (n,)) for n, size in model.topo.memory) \
         if model.memory_enabled else ()
-    return Allocatable(tuple(sorted(model.allocatable)), memory)
+    return Allocatable(tuple(sorted(model.allocatable)), memory, allocatable(model.devices))
 
 
 def _quantities(r: Resources) -> dict[str, dict[str, str]]:
@@ -69,6 +72,8 @@ def _quantities(r: Resources) -> dict[str, dict[str, str]]:
             block["cpu"] = str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m"
         if mem is not None:
             block["memory"] = str(mem)
+        for name, count in r.extended:
+            block[name] = str(count)
         if block:
             out[section] = block
     return out

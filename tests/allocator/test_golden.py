@@ -13,6 +13,8 @@ from reconciler.allocator import (
 )
 from reconciler.cpuset import parse_cpuset
 
+# The pod scope carves pod blocks only under a topology policy other than none.
+POD_SCOPE = ModelConfig(scope="pod", topology_policy="best-effort", reserved_cpus=frozenset({0}))
 
 def S(text: str) -> frozenset[int]:
     return parse_cpuset(text)
@@ -103,7 +105,7 @@ def test_pod_budget_carves_exclusive_and_shared_pool() -> None:
 
 
 def test_empty_pod_shared_pool_is_rejected() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     p = pod("full", ctr("main", "3"), ctr("proxy"), budget="3")
     got = model.admit(p)
     assert isinstance(got, Rejection)
@@ -112,14 +114,14 @@ def test_empty_pod_shared_pool_is_rejected() -> None:
 
 
 def test_no_shared_container_leaves_the_remainder_idle() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     got = model.admit(pod("idle", ctr("main", "2"), budget="4"))
     assert isinstance(got, PodPlacement)
     assert model.pools()["pod_idle"] == 2
 
 
 def test_motivating_example_pins_three_not_four() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     web = pod("web", ctr("app", "2", "4Gi"),
               init=(ctr("mesh-proxy", sidecar=True), ctr("log-shipper", sidecar=True)),
               budget="3", budget_mem="6Gi")
@@ -137,7 +139,7 @@ def test_motivating_example_pins_three_not_four() -> None:
 
 
 def test_sidecar_slices_come_before_app_slices() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     p = pod("p", ctr("app", "2"), init=(ctr("side", "1", sidecar=True),), budget="4")
     got = model.admit(p)
     assert isinstance(got, PodPlacement)
@@ -184,7 +186,7 @@ def test_container_scope_with_budget_uses_node_pool() -> None:
 
 
 def test_fractional_budget_gets_no_exclusive_cpus() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     got = model.admit(pod("p", ctr("app", "2"), budget="2500m"))
     assert isinstance(got, PodPlacement)
     assert got.exclusive == frozenset()
@@ -192,10 +194,13 @@ def test_fractional_budget_gets_no_exclusive_cpus() -> None:
 
 
 def test_budget_smaller_than_exclusive_slices_is_rejected() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     got = model.admit(pod("p", ctr("a", "2"), ctr("b", "2"), budget="3"))
+    # The kubelet checks nothing but the shared pool before it takes the block: the second
+    # slice fails to fit in it, and the block stays out of the default set.
     assert isinstance(got, Rejection)
-    assert "more than the pod budget" in got.reason
+    assert "container b: not enough cpus available" in got.reason
+    assert len(got.leaked) == 3 and model.free == set(S("1-7")) - got.leaked
 
 
 def test_not_enough_cpus_is_rejected_and_state_kept() -> None:
@@ -209,7 +214,7 @@ def test_not_enough_cpus_is_rejected_and_state_kept() -> None:
 
 
 def test_release_returns_the_whole_block() -> None:
-    model = NodeModel(from_spec("1x8x1"), ModelConfig(scope="pod", reserved_cpus=S("0")))
+    model = NodeModel(from_spec("1x8x1"), POD_SCOPE)
     start_mem = dict(model.mem_free)
     got = model.admit(pod("p", ctr("app", "2", "2Gi"), ctr("proxy"), budget="4"))
     assert isinstance(got, PodPlacement)

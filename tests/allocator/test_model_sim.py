@@ -118,7 +118,8 @@ def test_sim_metrics_count_assignments_and_errors() -> None:
     from reconciler.manifests import workloads_in_manifest
 
     node = ModelDrivenNode(from_spec("1x4x1"),
-                           ModelConfig(scope="pod", reserved_cpus=frozenset({0})), "1.37")
+                           ModelConfig(scope="pod", topology_policy="best-effort",
+                                       reserved_cpus=frozenset({0})), "1.37")
     doc = yaml.safe_load((PLAN_DATA / "motivating.yaml").read_text())
     from exporter.sim.model_driven import pods_from_templates
 

@@ -326,6 +326,8 @@ NODE_EMPTY_ALWAYS = {
     "Checkpoints", "Checkpoint downgrade unsafe",
     # the kernel sources are on, but no pod has held its CPUs for an hour: none is judged
     "Stranded cores",
+    # no device plugin on these nodes (docs/design.md#devices)
+    "Devices by resource and NUMA node",
 }
 NODE_EMPTY = {
     "node-a1": NODE_EMPTY_ALWAYS,
@@ -336,13 +338,14 @@ NODE_EMPTY = {
         "Containers per assignment", "Pods", "Containers", "Kubelet configuration",
         "Pod shared pool saturation", "CFS throttling of exclusive containers",
         # busy time is attributed to the ledger's pools: none without a ledger
-        "Pool saturation"},
+        "Pool saturation", "Containers away from their devices"},
     # anomalies, but no cAdvisor usage of pod_shared or throttled exclusive containers
     "node-a3": (NODE_EMPTY_ALWAYS - {"Current anomalies"}) | {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},
     # legacy_shared_report is a current anomaly; checkpoints are mounted; no cAdvisor usage
     "node-a4": {"Memory pools", "Pod shared pool saturation",
-                "CFS throttling of exclusive containers", "Stranded cores"},
+                "CFS throttling of exclusive containers", "Stranded cores",
+                "Devices by resource and NUMA node"},
     "node-b1": NODE_EMPTY_ALWAYS,
     "node-b2": NODE_EMPTY_ALWAYS | {
         "Pod shared pool saturation", "CFS throttling of exclusive containers"},

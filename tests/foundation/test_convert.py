@@ -1,6 +1,7 @@
 """``pods_from_proto`` reads ``List`` from the wire format: whatever the response holds
 (devices, dynamic resources, fields this version does not know, ids of any size, names of
-any script), the pods are exactly what reading the decoded message field by field gives."""
+any script), the pods are exactly what reading the decoded message field by field gives;
+``Get`` and ``GetAllocatableResources`` read devices the same way."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.pb import api_pb2
-from exporter.sources.convert import pods_from_proto, pods_from_wire
-from reconciler.snapshot import ContainerAlloc, MemoryBlock, PodAlloc
+from exporter.sources.convert import (
+    allocatable_from_proto,
+    allocatable_to_proto,
+    pod_from_get,
+    pods_from_proto,
+    pods_from_wire,
+    pods_to_proto,
+)
+from reconciler.snapshot import ClaimDevice, ContainerAlloc, DeviceAlloc, MemoryBlock, PodAlloc
 
 Message = api_pb2.ListPodResourcesResponse
 
@@ -24,9 +32,24 @@ def field_by_field(resp: Message) -> tuple[PodAlloc, ...]:
         return tuple(MemoryBlock(b.memory_type, b.size, tuple(n.ID for n in b.topology.nodes))
                      for b in blocks)
 
+    def devices(devs: Iterable[api_pb2.ContainerDevices]) -> tuple[DeviceAlloc, ...]:
+        return tuple(DeviceAlloc(d.resource_name, tuple(d.device_ids),
+                                 tuple(n.ID for n in d.topology.nodes)) for d in devs)
+
+    def claims(dynamic: Iterable[api_pb2.DynamicResource]) -> tuple[ClaimDevice, ...]:
+        out = []
+        for r in dynamic:
+            for c in r.claim_resources:
+                out.append(ClaimDevice(r.claim_namespace, r.claim_name, c.driver_name,
+                                       c.pool_name, c.device_name,
+                                       tuple(d.name for d in c.cdi_devices),
+                                       c.share_id if c.HasField("share_id") else None))
+        return tuple(out)
+
     return tuple(
         PodAlloc(p.namespace, p.name,
-                 tuple(ContainerAlloc(c.name, tuple(c.cpu_ids), memory(c.memory))
+                 tuple(ContainerAlloc(c.name, tuple(c.cpu_ids), memory(c.memory),
+                                      devices(c.devices), claims(c.dynamic_resources))
                        for c in p.containers),
                  tuple(p.cpu_ids), memory(p.memory))
         for p in resp.pod_resources)
@@ -75,7 +98,86 @@ def test_long_names_and_pods_read_as_their_fields() -> None:
     assert pods[0].containers[0].cpu_ids == (127, 128, 2**40)
 
 
-def test_devices_dynamic_resources_and_unknown_fields_change_nothing() -> None:
+def gpu(*ids: str, numa: tuple[int, ...] = (), name: str = "nvidia.com/gpu"
+        ) -> api_pb2.ContainerDevices:
+    return api_pb2.ContainerDevices(resource_name=name, device_ids=list(ids),
+                                    topology=api_pb2.TopologyInfo(nodes=[
+                                        api_pb2.NUMANode(ID=n) for n in numa]) if numa else None)
+
+
+def claim(name: str, *devices: str, share: str | None = None) -> api_pb2.DynamicResource:
+    return api_pb2.DynamicResource(claim_name=name, claim_namespace="ml", claim_resources=[
+        api_pb2.ClaimResource(driver_name="gpu.example.com", pool_name="node-a",
+                              device_name=d, cdi_devices=[api_pb2.CDIDevice(name=f"cdi/{d}")],
+                              share_id=share)
+        for d in devices])
+
+
+def test_devices_and_dynamic_resources_read_as_their_fields() -> None:
+    """The kubelet lists each device once per NUMA node (one entry each); a claim device
+    with and without a share id; containers without devices still shared between pods."""
+    trainer = api_pb2.ContainerResources(
+        name="trainer", cpu_ids=[2, 3], memory=[block("memory", 1 << 30, 0)],
+        devices=[gpu("GPU-0", numa=(0,)), gpu("GPU-1", numa=(1,)), gpu("GPU-1", numa=(0,)),
+                 gpu("vf-3", name="intel.com/sriov"), gpu("x", numa=(-1, 2**40))],
+        dynamic_resources=[claim("c1", "gpu-0", "gpu-1", share="s-1"), claim("empty")])
+    proxy = api_pb2.ContainerResources(name="proxy")
+    pods = check(Message(pod_resources=[
+        api_pb2.PodResources(namespace="ml", name=f"train-{i}", containers=[trainer, proxy])
+        for i in range(2)]))
+    c = pods[0].containers[0]
+    assert c.devices[:2] == (DeviceAlloc("nvidia.com/gpu", ("GPU-0",), (0,)),
+                             DeviceAlloc("nvidia.com/gpu", ("GPU-1",), (1,)))
+    assert c.devices[3] == DeviceAlloc("intel.com/sriov", ("vf-3",), ())
+    assert c.devices[4].numa_nodes == (-1, 2**40)
+    assert [(d.claim_name, d.device, d.share_id) for d in c.dynamic] == [
+        ("c1", "gpu-0", "s-1"), ("c1", "gpu-1", "s-1")]
+    assert c.dynamic[0].cdi_devices == ("cdi/gpu-0",)
+    assert pods[1].containers is pods[0].containers
+    assert pods[0].containers[1].devices == () and pods[0].containers[1].dynamic == ()
+
+
+def test_get_and_allocatable_read_devices() -> None:
+    pod = api_pb2.PodResources(namespace="ml", name="p", containers=[
+        api_pb2.ContainerResources(name="c", devices=[gpu("GPU-0", numa=(1,))],
+                                   dynamic_resources=[claim("k", "d0")])])
+    got = pod_from_get(api_pb2.GetPodResourcesResponse.FromString(
+        api_pb2.GetPodResourcesResponse(pod_resources=pod).SerializeToString()))
+    assert got == field_by_field(Message(pod_resources=[pod]))[0]
+    alloc = allocatable_from_proto(api_pb2.AllocatableResourcesResponse(
+        cpu_ids=[0, 1], devices=[gpu("GPU-0", numa=(0,)), gpu("GPU-1", numa=(1,)),
+                                 gpu("vf-0", name="intel.com/sriov")]))
+    assert alloc.devices == (DeviceAlloc("nvidia.com/gpu", ("GPU-0",), (0,)),
+                             DeviceAlloc("nvidia.com/gpu", ("GPU-1",), (1,)),
+                             DeviceAlloc("intel.com/sriov", ("vf-0",), ()))
+    # The simulated kubelet's encoding (pods_to_proto, allocatable_to_proto) round-trips.
+    assert allocatable_from_proto(allocatable_to_proto(alloc)) == alloc
+    assert pods_from_proto(pods_to_proto((got,))) == (got,)
+
+
+def test_huge_device_lists_and_hostile_names_read_as_their_fields() -> None:
+    many = [gpu(*(f"dev-{i}-{j}" for j in range(50)), numa=(i % 4,)) for i in range(2000)]
+    hostile = [gpu("a\nb", name='x"y\n{z}'), gpu("é", name="ü" * 5000),
+               gpu("", name="")]
+    pods = check(Message(pod_resources=[api_pb2.PodResources(
+        namespace="ns", name="p", containers=[api_pb2.ContainerResources(
+            name="c", devices=many + hostile)])]))
+    assert len(pods[0].containers[0].devices) == 2003
+    assert pods[0].containers[0].devices[-3].resource_name == 'x"y\n{z}'
+
+
+def test_malformed_device_bytes_are_refused_as_protobuf_refuses_them() -> None:
+    container = api_pb2.ContainerResources(name="c", devices=[gpu("GPU-0", numa=(1,))])
+    inner = container.SerializeToString()
+    pod = api_pb2.PodResources(name="p").SerializeToString()
+    for bad_inner in (inner[:-1], inner[:-3], inner + b"\x12", inner + b"\x12\x05\x0a",
+                      inner.replace(b"GPU-0", b"\xff\xfe\xfd\xfc\xfb"),
+                      inner + b"\x2a\x03\x12\x05a"):
+        body = pod + b"\x1a" + _varint(len(bad_inner)) + bad_inner
+        _same_as_protobuf(b"\x0a" + _varint(len(body)) + body)
+
+
+def test_unknown_fields_change_nothing() -> None:
     device = api_pb2.ContainerDevices(resource_name="gpu", device_ids=["a"])
     claim = api_pb2.DynamicResource(claim_name="c", claim_namespace="n")
     container = api_pb2.ContainerResources(name="app", devices=[device], cpu_ids=[1],
@@ -190,3 +292,21 @@ def test_any_bytes_read_as_protobuf_reads_them(data: st.DataObject) -> None:
         lambda at, n: good[:at] + b"\x80" * n + good[at:],
         st.integers(0, len(good) - 1), st.integers(1, 11)))
     _same_as_protobuf(raw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["app", "trainer", ""]),
+    st.lists(st.tuples(st.sampled_from(["nvidia.com/gpu", "ü/x", ""]),
+                       st.lists(st.text(max_size=4), max_size=3),
+                       st.lists(st.integers(-(2**63), 2**63 - 1), max_size=2)), max_size=3),
+    st.lists(st.tuples(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=2),
+                       st.none() | st.text(max_size=3)), max_size=2)), max_size=4))
+def test_any_devices_read_as_their_fields(
+        containers: list[tuple[str, list[tuple[str, list[str], list[int]]],
+                               list[tuple[str, list[str], str | None]]]]) -> None:
+    check(Message(pod_resources=[api_pb2.PodResources(namespace="ns", name="p", containers=[
+        api_pb2.ContainerResources(
+            name=name, devices=[gpu(*ids, numa=tuple(numa), name=res) for res, ids, numa in devs],
+            dynamic_resources=[claim(c, *ds, share=share) for c, ds, share in claims])
+        for name, devs, claims in containers])]))

@@ -24,7 +24,7 @@ from reconciler.anomalies import POD_ORDER, REPORT_ORDER, AnomalyKind, AnomalyLo
 from reconciler.kube import KubeletConfig
 from reconciler.ledger import ANOMALY_KINDS, Anomaly
 from reconciler.reconcile import reconcile
-from reconciler.snapshot import Topology
+from reconciler.snapshot import ContainerAlloc, DeviceAlloc, PodAlloc, Topology
 
 TOPO = topology(8)  # CPUs 0-7, one NUMA node
 TWO_NUMA = topology(8, numa=2, sockets=2)  # 0-3 on node 0, 4-7 on node 1
@@ -457,3 +457,44 @@ def test_cpuset_drift_raised() -> None:
 
 def test_cpuset_drift_near_miss() -> None:
     assert _drifts(frozenset({2, 3})) == []
+
+
+def test_missing_exclusive_not_raised_for_pod_level_pods_with_the_gate_off() -> None:
+    # Without PodLevelResourceManagers the kubelet's CPU manager skips a pod with pod-level
+    # resources: its containers are never pinned, so nothing is missing. Where the config
+    # does not say, a reported pod block shows the gate on (the test above).
+    spec = pspec("a", cspec("app", "2"), budget="3", sidecars=[cspec("proxy", sidecar=True)])
+    off = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
+                        topology_manager_scope="pod",
+                        feature_gates=(("PodLevelResourceManagers", False),))
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=off)
+    assert "missing_exclusive" not in kinds(ledger)
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=STATIC)
+    assert "missing_exclusive" not in kinds(ledger)  # unknown gate, no block reported
+    on = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
+                       topology_manager_scope="pod",
+                       feature_gates=(("PodLevelResourceManagers", True),))
+    ledger = run(pod("a", ctr("proxy"), ctr("app")), topo=TOPO, specs=[spec], config=on)
+    assert [a.container for a in ledger.anomalies if a.kind == "missing_exclusive"] == ["app"]
+
+
+# -- device_numa_misaligned (more in test_devices.py) ------------------------------------
+
+def _gpu_pod(gpu_numa: int) -> PodAlloc:
+    return PodAlloc("default", "trainer", (ContainerAlloc(
+        "train", (1, 2), (), (DeviceAlloc("nvidia.com/gpu", ("GPU-0",), (gpu_numa,)),)),))
+
+
+def test_device_numa_misaligned_raised() -> None:
+    config = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="best-effort")
+    ledger = run(_gpu_pod(1), topo=TWO_NUMA, config=config)
+    assert kinds(ledger) == ["device_numa_misaligned"]
+    assert ledger.anomalies[0].container == "train"
+
+
+def test_device_numa_misaligned_near_miss() -> None:
+    config = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="best-effort")
+    assert kinds(run(_gpu_pod(0), topo=TWO_NUMA, config=config)) == []
+    # The same placement under single-numa-node: the kubelet would have refused it.
+    assert kinds(run(_gpu_pod(1), topo=TWO_NUMA,
+                     config=replace(config, topology_manager_policy="single-numa-node"))) == []

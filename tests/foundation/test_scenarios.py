@@ -71,7 +71,7 @@ def test_ledger_json_has_exactly_the_documented_shape(capsys: pytest.CaptureFixt
     doc = json.loads(capsys.readouterr().out)
     assert _ledger_keys(doc) == {"schema", "node", "cpu_pools", "cpu_pools_by_numa",
                                  "memory_pools", "pods", "containers", "reclaimed_cpus",
-                                 "reclaimable_cpus", "anomalies"}
+                                 "reclaimable_cpus", "anomalies", "devices"}
     assert set(doc["node"]) == {"name", "online_cpus", "numa_nodes", "kubelet"}
     pools = {"reserved", "node_shared", "node_exclusive", "pod_exclusive", "pod_shared",
              "pod_idle"}
@@ -89,6 +89,7 @@ def test_ledger_json_has_exactly_the_documented_shape(capsys: pytest.CaptureFixt
                           "memory_assignment", "cpus", "cpu_count"}
     for a in doc["anomalies"]:
         assert set(a) == {"kind", "namespace", "pod", "container", "detail"}
+    assert doc["devices"] == {"by_resource": {}, "containers": [], "dropped_resources": 0}
 
 
 @pytest.mark.parametrize("name", SCENARIO_NAMES)

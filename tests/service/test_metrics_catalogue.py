@@ -26,6 +26,7 @@ from exporter.metrics.catalogue import (
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, SourceOptions
 from exporter.service import SOURCE_OPERATIONS, Exporter
+from reconciler.devices import DeviceCount, DeviceLedger
 from reconciler.kubelet_topology import Divergence
 from reconciler.ledger import ANOMALY_KINDS
 from tests.service.conftest import REPO, parse_exposition, scenario_root, series, value
@@ -47,7 +48,10 @@ def facts() -> NodeFacts:
     ledger = ledger_from_fixture(str(scenario_root() / "sidecar-hybrid"))
     # A topology read from sysfs where the kubelet drops CPU 3 (docs/design.md#topology).
     ledger = replace(ledger, topology_divergences=(
-        Divergence("cpus_dropped", frozenset({3}), "dropped", "fix it"),))
+        Divergence("cpus_dropped", frozenset({3}), "dropped", "fix it"),),
+        devices=DeviceLedger(counts=(DeviceCount("nvidia.com/gpu", 1, 2, 1, 1),
+                                     DeviceCount("intel.com/sriov", None, 4, 0, 4)),
+                             dropped_resources=3))
     return NodeFacts(ledger, {"cpu_manager_state": "v3"}, downgrade_unsafe=True)
 
 
@@ -68,6 +72,11 @@ def test_every_family_is_produced_with_its_declared_labels() -> None:
     assert value(samples, "podres_build_info", version="1.2.3") == 1.0
     assert value(samples, "podres_topology_divergence", kind="cpus_dropped") == 1.0
     assert value(samples, "podres_topology_divergence", kind="siblings_split") == 0.0
+    assert value(samples, "podres_devices", resource="nvidia.com/gpu", numa_node="1",
+                 state="free") == 1.0
+    assert value(samples, "podres_devices", resource="intel.com/sriov", numa_node="",
+                 state="allocatable") == 4.0
+    assert value(samples, "podres_device_resources_dropped") == 3.0
 
 
 def test_families_render_in_catalogue_order() -> None:

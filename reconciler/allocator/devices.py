@@ -1,0 +1,303 @@
+"""The kubelet's device manager as the topology manager uses it
+(docs/design.md#devices-in-the-model): a node's device-plugin devices with their NUMA
+nodes, the hints a device request gives, and which devices an admitted container takes.
+
+Ported from k8s.io/kubernetes v1.37.2 ``pkg/kubelet/cm/devicemanager``: ``topology_hints.go``
+(``GetTopologyHints``, ``GetPodTopologyHints``, ``generateDeviceTopologyHints``) and
+``manager.go`` (``devicesToAllocate``, ``filterByAffinity``). The kubelet walks Go sets
+(random order) and may ask the plugin's ``GetPreferredAllocation``; the model has no plugin
+and takes devices in a fixed order instead: NUMA nodes in ``filterByAffinity``'s order,
+then device ID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from reconciler.allocator.hints import Hint
+from reconciler.kube import ContainerSpec, PodSpec, is_extended_resource
+from reconciler.snapshot import DeviceAlloc
+
+_NO_TOPOLOGY = -1  # filterByAffinity's fake NUMA node for devices without topology
+
+
+class DeviceError(ValueError):
+    """A device description (``--devices``) that cannot be understood."""
+
+
+class DevicesUnavailable(Exception):
+    """``devicesToAllocate``'s refusal; the message is the kubelet's admission message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device as its plugin lists it: ID and the NUMA nodes of its topology (empty: the
+    plugin gave none)."""
+
+    id: str
+    numa: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDevices:
+    """The node's healthy device-plugin devices by resource name (what
+    ``GetAllocatableResources`` lists). Part of the model's node description beside
+    :class:`~reconciler.allocator.topology.CPUTopology`; empty for a node without
+    devices."""
+
+    resources: tuple[tuple[str, tuple[Device, ...]], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.resources)
+
+    @property
+    def by_name(self) -> dict[str, tuple[Device, ...]]:
+        return dict(self.resources)
+
+    @classmethod
+    def of(cls, devices: Mapping[str, Iterable[Device]]) -> NodeDevices:
+        out = []
+        for name in sorted(devices):
+            devs = tuple(sorted(devices[name], key=lambda d: d.id))
+            ids = [d.id for d in devs]
+            if len(set(ids)) != len(ids):
+                raise DeviceError(f"{name}: a device ID is listed twice")
+            out.append((name, devs))
+        return cls(tuple(out))
+
+    @classmethod
+    def parse(cls, specs: Iterable[str], numa_nodes: Iterable[int] | None = None
+              ) -> NodeDevices:
+        """``RESOURCE=NUMA:COUNT[,NUMA:COUNT...]`` per resource (``nvidia.com/gpu=0:2,1:2``:
+        two GPUs on NUMA node 0, two on node 1; ``-1:COUNT`` for devices without topology).
+        IDs are made up: the resource's last name part and a number (``gpu-0``...)."""
+        known = None if numa_nodes is None else frozenset(numa_nodes)
+        devices: dict[str, list[Device]] = {}
+        for spec in specs:
+            name, sep, groups = spec.partition("=")
+            name = name.strip()
+            if not sep or not groups.strip():
+                raise DeviceError(f"--devices {spec!r}: expected RESOURCE=NUMA:COUNT[,...], "
+                                  "e.g. nvidia.com/gpu=0:2,1:2")
+            if not is_extended_resource(name):
+                raise DeviceError(f"--devices {spec!r}: {name!r} is not an extended "
+                                  "resource name (DOMAIN/NAME outside kubernetes.io)")
+            if name in devices:
+                raise DeviceError(f"--devices: {name} is given twice")
+            short = re.sub(r"[^A-Za-z0-9]+", "-", name.rsplit("/", 1)[-1]) or "dev"
+            devs = devices[name] = []
+            for group in groups.split(","):
+                numa_s, colon, count_s = group.strip().partition(":")
+                try:
+                    numa, count = int(numa_s), int(count_s)
+                except ValueError:
+                    raise DeviceError(f"--devices {spec!r}: {group!r} is not NUMA:COUNT "
+                                      "(two integers)") from None
+                if not colon or count < 1 or numa < _NO_TOPOLOGY:
+                    raise DeviceError(f"--devices {spec!r}: {group!r}: the NUMA node is -1 "
+                                      "(no topology) or a node, the count at least 1")
+                if known is not None and numa != _NO_TOPOLOGY and numa not in known:
+                    raise DeviceError(f"--devices {spec!r}: the node has no NUMA node {numa} "
+                                      f"(it has {', '.join(map(str, sorted(known)))})")
+                topo = () if numa == _NO_TOPOLOGY else (numa,)
+                base = len(devs)
+                devs.extend(Device(f"{short}-{base + i}", topo) for i in range(count))
+        return cls.of(devices)
+
+    @classmethod
+    def from_allocatable(cls, entries: Iterable[DeviceAlloc]) -> NodeDevices:
+        """From ``GetAllocatableResources``' devices: one entry per device and NUMA node, so
+        a device on two nodes comes twice."""
+        numa: dict[str, dict[str, set[int]]] = {}
+        for e in entries:
+            for dev in e.device_ids:
+                numa.setdefault(e.resource_name, {}).setdefault(dev, set()).update(
+                    e.numa_nodes)
+        return cls.of({name: [Device(d, tuple(sorted(n))) for d, n in devs.items()]
+                       for name, devs in numa.items()})
+
+    def free(self) -> dict[str, set[str]]:
+        return {name: {d.id for d in devs} for name, devs in self.resources}
+
+
+def container_request(c: ContainerSpec, devices: NodeDevices) -> dict[str, int]:
+    """``getContainerDeviceRequest``: the container's limits for resources a device plugin
+    serves on this node (others are no business of the device manager's)."""
+    served = devices.by_name
+    return {name: n for name, n in c.resources.extended if name in served}
+
+
+def pod_request(pod: PodSpec, devices: NodeDevices) -> dict[str, int]:
+    """``getPodDeviceRequest`` (``resource.PodLimits``): per resource, the larger of what
+    the long-running containers hold together and what any ordinary init container holds
+    beside the sidecars started before it."""
+    out: dict[str, int] = {}
+    for name in devices.by_name:
+        sidecars = init_peak = 0
+        for c in pod.init_containers:
+            n = c.resources.devices.get(name, 0)
+            if c.sidecar:
+                sidecars += n
+            else:
+                init_peak = max(init_peak, sidecars + n)
+        apps = sum(c.resources.devices.get(name, 0) for c in pod.containers)
+        total = max(init_peak, apps + sidecars)
+        if total:
+            out[name] = total
+    return out
+
+
+def _has_topology(devs: tuple[Device, ...]) -> bool:
+    """``deviceHasTopologyAlignment``."""
+    return any(d.numa for d in devs)
+
+
+def generate_hints(devs: tuple[Device, ...], available: Iterable[str], reusable: Iterable[str],
+                   request: int, machine_numa: Iterable[int]) -> list[Hint]:
+    """``generateDeviceTopologyHints``: every mask of the NUMA nodes that host this
+    resource's devices with enough available (and every reusable) device; preferred when
+    as narrow as the narrowest mask that all devices, used or not, could fill."""
+    known = frozenset(machine_numa)
+    numa_of = {d.id: frozenset(d.numa) for d in devs}
+    nodes = sorted({n for d in devs for n in d.numa} & known) or sorted(known)
+    min_size = len(nodes)
+    avail = [numa_of[d] for d in available]
+    reuse = [numa_of[d] for d in reusable if numa_of[d]]
+    found: list[frozenset[int]] = []
+    for k in range(1, len(nodes) + 1):
+        for combo in itertools.combinations(nodes, k):
+            mask = frozenset(combo)
+            in_mask = sum(1 for d in devs if mask & numa_of[d.id])
+            if in_mask >= request and k < min_size:
+                min_size = k
+            if any(not (mask & r) for r in reuse):
+                continue
+            if len(reuse) + sum(1 for a in avail if mask & a) >= request:
+                found.append(mask)
+    return [(m, len(m) == min_size) for m in found]
+
+
+def provider_hints(devices: NodeDevices, request: Mapping[str, int],
+                   free: Mapping[str, set[str]], reusable: Mapping[str, set[str]],
+                   machine_numa: Iterable[int]) -> dict[str, list[Hint] | None]:
+    """``GetTopologyHints``/``GetPodTopologyHints`` for a request with nothing allocated
+    yet: per resource (by name), ``None`` (no topology: no preference), ``[]`` (too few
+    devices: no possible affinity) or the hints."""
+    by_name = devices.by_name
+    numa = list(machine_numa)
+    out: dict[str, list[Hint] | None] = {}
+    for name in sorted(request):
+        devs, n = by_name[name], request[name]
+        if not _has_topology(devs):
+            out[name] = None
+            continue
+        avail, reuse = free.get(name, set()), reusable.get(name, set())
+        if len(avail | reuse) < n:
+            out[name] = []
+            continue
+        out[name] = generate_hints(devs, sorted(avail - reuse), sorted(reuse), n, numa)
+    return out
+
+
+def unavailable(resource: str, requested: int, available: int) -> str:
+    """The admission message when ``devicesToAllocate`` finds too few devices (reason
+    ``UnexpectedAdmissionError``)."""
+    return (f"Allocate failed due to requested number of devices unavailable for {resource}. "
+            f"Requested: {requested}, Available: {available}, which is unexpected")
+
+
+def take(devs: tuple[Device, ...], resource: str, needed: int, free: set[str],
+         reusable: set[str], hint: frozenset[int] | None) -> tuple[str, ...]:
+    """``devicesToAllocate``: reusable devices (an init container's) first, then the
+    available ones on the hinted NUMA nodes (``filterByAffinity``'s nodes in the hint,
+    fewest devices first), then those elsewhere, then those without topology. Takes them
+    out of ``free``/``reusable``; raises :class:`DevicesUnavailable`."""
+    got = sorted(reusable)[:needed]
+    needed -= len(got)
+    if not needed:
+        reusable.difference_update(got)
+        return tuple(got)
+    if len(free) < needed:
+        raise DevicesUnavailable(unavailable(resource, needed, len(free)))
+    numa_of = {d.id: d.numa for d in devs}
+    order = sorted(free)
+    if hint is not None and _has_topology(devs):
+        per_node: dict[int, list[str]] = {}
+        for d in order:
+            for n in numa_of[d] or (_NO_TOPOLOGY,):
+                per_node.setdefault(n, []).append(d)
+
+        def rank(n: int) -> tuple[int, int, int]:
+            group = 0 if n in hint else (2 if n == _NO_TOPOLOGY else 1)
+            return (group, len(per_node[n]), n)
+
+        nodes = sorted(per_node, key=rank)
+        first_node = {d: min(nodes.index(n) for n in numa_of[d] or (_NO_TOPOLOGY,))
+                      for d in order}
+        order.sort(key=lambda d: (first_node[d], d))
+    taken = order[:needed]
+    reusable.difference_update(got)
+    free.difference_update(taken)
+    return tuple(got + taken)
+
+
+def report(devs_by_name: Mapping[str, tuple[Device, ...]], resource: str,
+           ids: Iterable[str]) -> tuple[DeviceAlloc, ...]:
+    """``containerDevicesFromResourceDeviceInstances``: one entry per device and NUMA node
+    (one without topology for a device that has none)."""
+    numa_of = {d.id: d.numa for d in devs_by_name[resource]}
+    out: list[DeviceAlloc] = []
+    for d in sorted(ids):
+        nodes = numa_of.get(d, ())
+        if not nodes:
+            out.append(DeviceAlloc(resource, (d,), ()))
+        out.extend(DeviceAlloc(resource, (d,), (n,)) for n in nodes)
+    return tuple(out)
+
+
+def allocatable(devices: NodeDevices) -> tuple[DeviceAlloc, ...]:
+    """``GetAllocatableResources``' devices: every healthy device, one entry per NUMA
+    node."""
+    by_name = devices.by_name
+    return tuple(e for name, devs in devices.resources
+                 for e in report(by_name, name, (d.id for d in devs)))
+
+
+class DeviceWork:
+    """One pod's tentative device take, applied to the node only when the pod is admitted:
+    the free devices left, the devices its ordinary init containers hand on to later
+    containers (``devicesToReuse``), and every device the pod took."""
+
+    def __init__(self, devices: NodeDevices, free: Mapping[str, set[str]],
+                 numa_nodes: Iterable[int]) -> None:
+        self.devices = devices
+        self._by_name = devices.by_name
+        self._numa = tuple(numa_nodes)
+        self.free = {name: set(ids) for name, ids in free.items()}
+        self.reusable: dict[str, set[str]] = {}
+        self.taken: dict[str, set[str]] = {}
+
+    def container_hints(self, c: ContainerSpec) -> dict[str, list[Hint] | None]:
+        return provider_hints(self.devices, container_request(c, self.devices), self.free,
+                              self.reusable, self._numa)
+
+    def pod_hints(self, pod: PodSpec) -> dict[str, list[Hint] | None]:
+        return provider_hints(self.devices, pod_request(pod, self.devices), self.free, {},
+                              self._numa)
+
+    def take(self, c: ContainerSpec, hint: frozenset[int] | None, ordinary_init: bool
+             ) -> tuple[DeviceAlloc, ...]:
+        """``Allocate`` for one container; raises :class:`DevicesUnavailable`."""
+        out: list[DeviceAlloc] = []
+        for name, n in sorted(container_request(c, self.devices).items()):
+            reusable = self.reusable.setdefault(name, set())
+            got = take(self._by_name[name], name, n, self.free.setdefault(name, set()),
+                       reusable, hint)
+            self.taken.setdefault(name, set()).update(got)
+            if ordinary_init:
+                reusable.update(got)
+            out.extend(report(self._by_name, name, got))
+        return tuple(out)
