@@ -10,6 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from allocator.helpers import gpu_split_node
+
 from tests.conftest import StartSim
 from tests.service.conftest import (
     REPO,
@@ -91,26 +93,6 @@ async def test_promtool_check_metrics_with_devices(start_sim: StartSim,
 
 # ---- issue 26's acceptance: the model's own placement, served and judged -------------------
 
-SPLIT = REPO / "tests" / "data" / "devices" / "gpu-split.yaml"
-
-
-def _modelled_node(policy: str) -> Any:
-    """GPUs on two NUMA nodes (one each) of a 2-socket, 8-CPU node whose NUMA node 1 has one
-    CPU left to give (4-6 reserved); ml/gpu-shared takes the NUMA-0 GPU first, then
-    ml/gpu-worker asks 2 exclusive CPUs and 1 GPU (docs/plan.md#devices)."""
-    from exporter.sim.model_driven import ModelDrivenNode, desired_pods
-    from reconciler.allocator.devices import NodeDevices
-    from reconciler.allocator.model import ModelConfig
-    from reconciler.allocator.topology import from_spec
-
-    config = ModelConfig(topology_policy=policy, scope="container",
-                         reserved_cpus=frozenset({4, 5, 6}))
-    node = ModelDrivenNode(from_spec("2x4x1"), config,
-                           devices=NodeDevices.parse(["nvidia.com/gpu=0:1,1:1"]))
-    node.sync(desired_pods(str(SPLIT)))
-    return node
-
-
 async def _serve_model(node: Any, start_sim: StartSim, run_serve: RunServe,
                        tmp: Path) -> Served:
     topology = tmp / "topology.json"
@@ -123,7 +105,7 @@ async def _serve_model(node: Any, start_sim: StartSim, run_serve: RunServe,
 
 async def test_the_model_admits_a_misaligned_gpu_pod_and_the_ledger_says_so(
         start_sim: StartSim, run_serve: RunServe, tmp_path: Path) -> None:
-    node = _modelled_node("best-effort")
+    node = gpu_split_node("best-effort")
     placed = node.model.pods[("ml", "gpu-worker")]
     (trainer,) = placed.containers
     topo = node.model.topo
@@ -143,7 +125,7 @@ async def test_the_model_admits_a_misaligned_gpu_pod_and_the_ledger_says_so(
 
 async def test_single_numa_node_refuses_it_and_never_raises(
         start_sim: StartSim, run_serve: RunServe, tmp_path: Path) -> None:
-    node = _modelled_node("single-numa-node")
+    node = gpu_split_node("single-numa-node")
     assert ("ml", "gpu-worker") not in node.model.pods
     served = await _serve_model(node, start_sim, run_serve, tmp_path)
     samples = await served.metrics()
