@@ -10,11 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.sim.model_driven import ModelDrivenNode, desired_pods
+from allocator.helpers import gpu_split_node
 from exporter.sources.podresources import PodResourcesClient
-from reconciler.allocator.devices import NodeDevices
-from reconciler.allocator.model import ModelConfig
-from reconciler.allocator.topology import from_spec
 
 SPLIT = Path(__file__).resolve().parents[1] / "data" / "devices" / "gpu-split.yaml"
 
@@ -24,13 +21,7 @@ def _devices(entries: Any) -> list[tuple[str, tuple[str, ...], tuple[int, ...]]]
                   for d in entries)
 
 
-def _node(policy: str) -> ModelDrivenNode:
-    config = ModelConfig(topology_policy=policy, scope="container",
-                         reserved_cpus=frozenset({4, 5, 6}))
-    node = ModelDrivenNode(from_spec("2x4x1"), config,
-                           devices=NodeDevices.parse(["nvidia.com/gpu=0:1,1:1"]))
-    node.sync(desired_pods(str(SPLIT)))
-    return node
+_node = gpu_split_node
 
 
 async def test_list_get_and_allocatable_carry_devices(start_sim: Any) -> None:

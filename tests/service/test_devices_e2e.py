@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
+
+from allocator.helpers import gpu_split_node
 
 from tests.conftest import StartSim
 from tests.service.conftest import (
@@ -86,3 +89,44 @@ async def test_promtool_check_metrics_with_devices(start_sim: StartSim,
     served = await serve(start_sim, run_serve, GPU_NODE)
     result = promtool_check(await served.metrics_text())
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ---- issue 26's acceptance: the model's own placement, served and judged -------------------
+
+async def _serve_model(node: Any, start_sim: StartSim, run_serve: RunServe,
+                       tmp: Path) -> Served:
+    topology = tmp / "topology.json"
+    topology.write_text(json.dumps(node.topology_json()))
+    sim = await start_sim(node.state(), http=True, token=TOKEN)
+    served = await run_serve(sim, "--topology", str(topology), "--poll.interval", "1m")
+    await served.wait_for(lambda s: value(s, "podres_up") == 1.0, what="first poll")
+    return served
+
+
+async def test_the_model_admits_a_misaligned_gpu_pod_and_the_ledger_says_so(
+        start_sim: StartSim, run_serve: RunServe, tmp_path: Path) -> None:
+    node = gpu_split_node("best-effort")
+    placed = node.model.pods[("ml", "gpu-worker")]
+    (trainer,) = placed.containers
+    topo = node.model.topo
+    # The model (the kubelet's best-effort merge) admits CPUs on node 0, the GPU on node 1.
+    assert topo.numa_set(trainer.exclusive) == {0}
+    assert [(d.resource_name, d.numa_nodes) for d in trainer.devices] == [
+        ("nvidia.com/gpu", (1,))]
+    served = await _serve_model(node, start_sim, run_serve, tmp_path)
+    samples = await served.metrics()
+    assert value(samples, "podres_anomalies", kind="device_numa_misaligned") == 1
+    status, body = await served.get("/api/v1/ledger")
+    assert status == 200
+    found = [(a["namespace"], a["pod"], a["container"]) for a in json.loads(body)["anomalies"]
+             if a["kind"] == "device_numa_misaligned"]
+    assert found == [("ml", "gpu-worker", trainer.name)]
+
+
+async def test_single_numa_node_refuses_it_and_never_raises(
+        start_sim: StartSim, run_serve: RunServe, tmp_path: Path) -> None:
+    node = gpu_split_node("single-numa-node")
+    assert ("ml", "gpu-worker") not in node.model.pods
+    served = await _serve_model(node, start_sim, run_serve, tmp_path)
+    samples = await served.metrics()
+    assert value(samples, "podres_anomalies", kind="device_numa_misaligned") == 0
