@@ -200,10 +200,10 @@ def random_topology(rng: random.Random) -> CPUTopology:
         lowest[core] = min(cpu, lowest.get(core, cpu))
     infos = tuple(sorted((CPUInfo(cpu, lowest[core], s, n) for cpu, core, s, n in cpus),
                          key=lambda c: c.id))
-    uncore: list[tuple[int, int]] = []
-    if l3 != "none":
-        for cpu, core, s, n in cpus:
-            uncore.append((cpu, {"numa": n, "socket": s, "pairs": core // 2}[l3]))
+    # Without an L3 the kubelet puts each core in its socket's uncore cache
+    # (topology.go getUncoreCacheID), so the model is told so; the reference gets the ids.
+    uncore = [(cpu, {"numa": n, "socket": s, "pairs": core // 2, "none": s}[l3])
+              for cpu, core, s, n in cpus]
     memory = tuple((n, rng.choice((4, 8, 16)) * GiB) for n in range(numas))
     return CPUTopology(cpus=infos, memory=memory, uncore=tuple(sorted(uncore)))
 
@@ -276,7 +276,7 @@ def random_case(seed: int, version: str, *, ops: int = 12) -> Case:
     config = ModelConfig(cpu_policy="static", memory_policy="None",
                          topology_policy=topology_policy, scope=scope, options=options,
                          reserved_cpus=reserved_cpus, reserved_cpu_m=reserved_m,
-                         pod_level=pod_level)
+                         pod_level=pod_level, kubelet_version=version)
     gates = {"CPUManagerPolicyAlphaOptions": True, "CPUManagerPolicyBetaOptions": True,
              "PodLevelResources": True}
     if version != "1.35":

@@ -23,6 +23,16 @@ EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
 
+# The kubelet minors whose placement the model knows; where they differ the model follows
+# ModelConfig.kubelet_version (docs/design.md#allocator).
+KUBELET_VERSIONS = ("1.35", "1.36", "1.37")
+
+
+def version_at_least(version: str, minor: str) -> bool:
+    """Whether kubelet ``version`` ("1.36") is ``minor`` or later."""
+    return tuple(map(int, version.split("."))) >= tuple(map(int, minor.split(".")))
+
+
 # strconv.ParseBool's spellings.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -58,6 +68,7 @@ class ModelConfig:
     reserved_cpus: frozenset[int] | None = None  # reservedSystemCPUs
     reserved_cpu_m: int = 0  # kubeReserved.cpu + systemReserved.cpu, when no explicit set
     pod_level: bool = True  # PodLevelResourceManagers (and PodLevelResources) on
+    kubelet_version: str = "1.37"  # one of KUBELET_VERSIONS
 
     def __post_init__(self) -> None:
         if self.cpu_policy not in ("static", "none"):
@@ -69,6 +80,9 @@ class ModelConfig:
                              f"(one of {', '.join(TOPOLOGY_POLICIES)})")
         if self.scope not in SCOPES:
             raise ModelError(f"unknown topology manager scope {self.scope!r} (pod|container)")
+        if self.kubelet_version not in KUBELET_VERSIONS:
+            raise ModelError(f"kubelet version {self.kubelet_version!r} is not modelled "
+                             f"(one of {', '.join(KUBELET_VERSIONS)})")
         unknown = sorted(self.options - set(KNOWN_OPTIONS))
         if unknown:
             raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")

@@ -43,6 +43,9 @@ class MaskTable:
         else:
             combos = [c for k in range(1, len(nodes) + 1)
                       for c in itertools.combinations(nodes, k)]
+        # Within a width the kubelet's fitter mask is the smaller bitmask value
+        # (bitmask.IsNarrowerThan): {1,2} before {0,3}.
+        combos.sort(key=lambda c: (len(c), _bits(frozenset(c))))
         index = {c: i for i, c in enumerate(combos)}
         self.masks = [frozenset(c) for c in combos]
         self.width = [len(c) for c in combos]
@@ -83,12 +86,12 @@ class MaskTable:
 def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[int]
           ) -> frozenset[int] | None:
     """The merged NUMA affinity: a mask every provider offers, preferred when every
-    provider prefers it; the best is preferred first, then the narrowest, then the lowest
-    nodes. ``None`` when the policy does not align; :class:`HintError` when the policy
+    provider prefers it; the best is preferred first, then the narrowest, then the smaller
+    bitmask. ``None`` when the policy does not align; :class:`HintError` when the policy
     refuses the best there is."""
     if policy == "none" or not providers:
         return None
-    # Providers list masks narrowest first, lowest nodes first within a width.
+    # Providers list masks narrowest first, the smaller bitmask first within a width.
     others = [dict(hints) for hints in providers[1:]]
     mask, preferred = everything, False
     fallback: frozenset[int] | None = None

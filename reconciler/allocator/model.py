@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.devices import DevicesUnavailable, DeviceWork, NodeDevices
@@ -39,8 +38,7 @@ from reconciler.allocator.hints import (
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
 from reconciler.allocator.take import (
-    take_by_topology,
-    take_distributed,
+    policy_taker,
     take_for_resize,
     take_with_hint,
 )
@@ -249,7 +247,8 @@ class NodeModel:
             return frozenset(self.config.reserved_cpus)
         if self.config.reserved_cpu_m > 0:
             n = math.ceil(self.config.reserved_cpu_m / 1000)
-            got = take_by_topology(self.topo, online, n)
+            got = policy_taker(self.topo, self.config.options,
+                                 self.config.kubelet_version)(self.topo, online, n)
             if got is None:
                 raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
             return got
@@ -375,12 +374,16 @@ class NodeModel:
             return self.cpu_hints(requested, assigned), frozenset(assigned)
         return None, frozenset(assigned)
 
-    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int]
-                   ) -> list[Hint]:
+    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
+                   reusable: frozenset[int] = frozenset()) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)
         free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
         narrowest = self._narrowest("cpu", n)
         hints = self._masks.hints(candidates, n, free, narrowest)
+        if reusable:
+            # generateCPUTopologyHints drops every mask missing a node of a reusable CPU.
+            nodes = self.topo.numa_set(reusable)
+            hints = [h for h in hints if nodes <= h[0]]
         if "align-by-socket" not in self.config.options or narrowest is None:
             return hints
         # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
@@ -404,20 +407,22 @@ class NodeModel:
         return self._widths[key]
 
     def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
-              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None
-              ) -> frozenset[int] | None:
+              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None,
+              reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
         """The topology manager's merged NUMA affinity for one request; ``devices`` are the
-        device manager's hints per resource asked (it is the first provider)."""
+        device manager's hints per resource asked (it is the first provider); ``reusable``
+        the CPUs the container may take back from init containers."""
         policy = self.config.topology_policy
         if policy == "none":
             return None
         if devices:
-            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices)
+            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices,
+                                     reusable)
         providers: list[list[Hint]] = []
         # Under single-numa-node only single-node masks can win the merge.
         candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
         if cpus > 0:
-            providers.append(self._cpu_hints(cpus, cpu_pool, candidates))
+            providers.append(self._cpu_hints(cpus, cpu_pool, candidates, reusable))
         if memory > 0 and self.memory_enabled:
             providers.append(self._masks.hints(candidates, memory, mem_free,
                                                self._narrowest("memory", memory)))
@@ -433,13 +438,14 @@ class NodeModel:
 
     def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
                      mem_free: Mapping[int, int], what: str,
-                     devices: Mapping[str, list[Hint] | None]) -> frozenset[int] | None:
+                     devices: Mapping[str, list[Hint] | None],
+                     reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
         """With devices asked, the topology manager's own merge (``kubelet_merge``): device
         hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
         every = self._masks.every
         others: list[list[Hint]] = []
         if cpus > 0:
-            others.append(self._cpu_hints(cpus, cpu_pool, every))
+            others.append(self._cpu_hints(cpus, cpu_pool, every, reusable))
         if memory > 0 and self.memory_enabled:
             others.append(self._masks.hints(every, memory, mem_free,
                                             self._narrowest("memory", memory)))
@@ -496,34 +502,35 @@ class NodeModel:
         by default), the hinted NUMA nodes first. Raises :class:`ModelError` with the
         kubelet's reason when it cannot."""
         try:
-            return self._take(self.free if pool is None else pool, n, numa_hint, "request")
+            return self._take(self.free if pool is None else pool, n, numa_hint, "request",
+                              default=self.free)
         except _Refused as exc:
             raise ModelError(str(exc)) from None
 
-    def _check_smt(self, pool: frozenset[int], n: int, what: str) -> None:
+    def _check_smt(self, default: frozenset[int], n: int, what: str) -> None:
+        """``enforceSMTAlignment``: it counts the default set less the reserved cores, not
+        the pool the take chooses from, and holds without SMT too (a core of one CPU)."""
         tpc = self.topo.threads_per_core
-        if "full-pcpus-only" not in self.config.options or tpc == 1:
+        if "full-pcpus-only" not in self.config.options:
             return
         if n % tpc:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc)}")
-        physical = len(pool - self._reserved_cores)
+        physical = len(default - self._reserved_cores)
         if n > physical:
             raise _Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
 
     def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
-              what: str, *, smt: bool = True) -> frozenset[int]:
+              what: str, *, smt: bool = True, default: Iterable[int] | None = None
+              ) -> frozenset[int]:
+        """``default``: the free CPUs full-pcpus-only counts (the pool when not given);
+        ``smt=False`` where the kubelet does not check (the slices of a pod-level block)."""
         pool = frozenset(pool)
         if smt:
-            self._check_smt(pool, n, what)
+            self._check_smt(pool if default is None else frozenset(default), n, what)
         if n > len(pool):
             raise _Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
-        opts = self.config.options
-        taker = partial(take_by_topology, spread="distribute-cpus-across-cores" in opts,
-                        uncore="prefer-align-cpus-by-uncorecache" in opts)
-        if "distribute-cpus-across-numa" in opts:
-            group = self.topo.threads_per_core if "full-pcpus-only" in opts else 1
-            taker = partial(take_distributed, group=group)
-        if hint is not None and "align-by-socket" in opts:
+        taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
+        if hint is not None and "align-by-socket" in self.config.options:
             # The hinted NUMA nodes widen to their whole sockets.
             hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
         got = take_with_hint(self.topo, pool, n, hint, taker)
@@ -660,12 +667,13 @@ class NodeModel:
                                                  or dev_hints):
             try:
                 hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
-                                  dev_hints)
+                                  dev_hints, frozenset(slices.reusable) if n else frozenset())
             except _Refused as exc:
                 raise _Refused(f"{what}: {exc}") from None
         # The device manager is the topology manager's first provider: it allocates first.
         self._take_devices(work, c, hint, ordinary_init, slices)
-        got = self._take(work.free | slices.reusable, n, hint, what) if n else frozenset()
+        got = self._take(work.free | slices.reusable, n, hint, what,
+                         default=work.free) if n else frozenset()
         slices.reusable -= got
         work.free -= got
         blocks = self._take_memory(work, mem, hint, got, what) if mem else ()

@@ -10,16 +10,23 @@ group fewest free CPUs first (best fit: pack the most-used unit), ties by lower 
 Distributed form (``distribute-cpus-across-numa``): the request is spread in groups of
 ``group`` CPUs over the fewest NUMA nodes that can hold an even share, choosing the nodes
 (and the nodes that take the remainder) that leave free CPUs most balanced across the
-machine; when no combination works it falls back to the packed form.
+machine; when no combination works it falls back to the packed form. From 1.37, with
+``align-by-socket`` too, a combination on one socket beats any across sockets and each
+node's share is capped at what the emptiest node of the combination can give.
+
+Which form, with which options, is :func:`policy_taker` (the static policy's
+``takeByTopology``); the kubelet uses it for the CPUs it reserves itself as well.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from operator import attrgetter
 
+from reconciler.allocator.config import version_at_least
 from reconciler.allocator.topology import CPUTopology
 from reconciler.snapshot import CPUInfo
 
@@ -227,6 +234,45 @@ def resize_start(topo: CPUTopology, available: Iterable[int], n: int,
     return acc
 
 
+# Go's malloc size classes up to 2 KiB, in bytes: append rounds a new backing array up to one.
+_SIZE_CLASSES = (8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240,
+                 256, 288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 896, 1024,
+                 1152, 1280, 1408, 1536, 1792, 2048)
+
+
+def _grown_cap(cap: int, length: int) -> int:
+    """The capacity ``append`` gives a ``[]int`` of capacity ``cap`` growing to ``length``
+    (runtime growslice: double below 256 elements, then round up to a size class)."""
+    want = length if length > 2 * cap else 2 * cap
+    return next((size // 8 for size in _SIZE_CLASSES if size >= want * 8), want)
+
+
+def _go_combinations(items: Sequence[int], k: int) -> Iterator[list[int]]:
+    """The kubelet's ``iterateCombinations``, slices and all: each k-subset of ``items`` in
+    order, as the backing array of the Go slice it is (the subset is its first ``k``
+    items). The recursion appends to one prefix slice per level, so siblings share an
+    array wherever it had room, and a subset the kubelet kept reads what later ones wrote
+    there: its best NUMA-node combination is not always the one it scored best."""
+    if k < 1:
+        return
+
+    def walk(left: int, start: int, arr: list[int], length: int, cap: int
+             ) -> Iterator[list[int]]:
+        if left == 0:
+            yield arr
+            return
+        for i in range(start, len(items) - left + 1):
+            if length < cap:
+                arr[length] = items[i]
+                yield from walk(left - 1, i + 1, arr, length + 1, cap)
+            else:
+                new_cap = _grown_cap(cap, length + 1)
+                grown = arr[:length] + [items[i]] + [0] * (new_cap - length - 1)
+                yield from walk(left - 1, i + 1, grown, length + 1, new_cap)
+
+    yield from walk(k, 0, [], 0, 0)
+
+
 def _stdev(values: Iterable[int]) -> float:
     """The balance score, rounded as the kubelet rounds it (so ties break the same way)."""
     xs = list(values)
@@ -252,17 +298,23 @@ def _spread(left: dict[int, int], nodes: Sequence[int], remainder: int, group: i
 
 
 def _best_remainder(left: dict[int, int], combo: Sequence[int], remainder: int,
-                    group: int, whole_groups: bool = False
+                    group: int, whole_groups: bool = False, aliased: bool = False
                     ) -> tuple[float, tuple[int, ...]] | None:
     """The subset of ``combo`` that takes the remainder and keeps free CPUs most balanced
     (larger subsets tried first, so the remainder is spread as widely as possible). With
-    ``whole_groups`` a subset's room is counted in whole groups (the resize variant)."""
+    ``whole_groups`` a subset's room is counted in whole groups (the resize variant); with
+    ``aliased`` the subset returned is what the kubelet's kept slice holds in the end
+    (:func:`_go_combinations`)."""
     if remainder == 0:
         return _stdev(left.values()), ()
     room = [m for m in combo if left[m] >= group]
     best: tuple[float, tuple[int, ...]] | None = None
+    kept: tuple[list[int], int] | None = None
     for k in range(len(room), 0, -1):
-        for subset in itertools.combinations(room, k):
+        subsets: Iterable[Sequence[int]] = _go_combinations(room, k) if aliased \
+            else itertools.combinations(room, k)
+        for arr in subsets:
+            subset = tuple(arr[:k])
             fits = sum(left[m] // group for m in subset) * group if whole_groups \
                 else sum(left[m] for m in subset)
             if fits < remainder:
@@ -272,34 +324,56 @@ def _best_remainder(left: dict[int, int], combo: Sequence[int], remainder: int,
             score = _stdev(after.values())
             if best is None or score < best[0]:
                 best = (score, subset)
+                if aliased:
+                    kept = (arr, k)  # type: ignore[assignment]
+    if best is not None and kept is not None:
+        return best[0], tuple(kept[0][:kept[1]])
     return best
 
 
-def _fits(acc: _Acc, combo: Sequence[int], n: int, group: int) -> int | None:
-    """The even share per node of ``combo``, or ``None`` when the combo cannot hold it."""
+def _fits(acc: _Acc, combo: Sequence[int], n: int, group: int, align: bool = False
+          ) -> int | None:
+    """The even share per node of ``combo``, or ``None`` when the combo cannot hold it.
+    With ``align`` the share shrinks to what the emptiest node of the combo can give."""
     counts = [acc.free_in(acc.topo.numa_cpus, m) for m in combo]
     if sum(counts) < n or sum(c // group for c in counts) * group < n:
         return None
     share = (n // len(combo) // group) * group
+    if align:
+        share = min([share, *(c // group * group for c in counts)])
     return share if all(c >= share for c in counts) else None
 
 
-def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int
+def _choose_combo(acc: _Acc, numas: list[int], k: int, n: int, group: int,
+                  align: bool = False
                   ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    best: tuple[float, tuple[int, ...], tuple[int, ...]] | None = None
-    for combo in itertools.combinations(numas, k):
-        if best is not None and best[0] == 0:
+    """The combo of ``k`` nodes and its remainder nodes, as the kubelet ends up holding them
+    (:func:`_go_combinations`). With ``align`` (1.37's align-by-socket) a combo on one
+    socket beats any across sockets, whatever the balance."""
+    best: tuple[float, list[int], tuple[int, ...]] | None = None
+    best_one_socket = False
+    for arr in _go_combinations(numas, k):
+        if best is not None and best[0] == 0 and (not align or best_one_socket):
             break
-        share = _fits(acc, combo, n, group)
+        combo = tuple(arr[:k])
+        share = _fits(acc, combo, n, group, align)
         if share is None:
             continue
         left = {m: acc.free_in(acc.topo.numa_cpus, m) for m in numas}
         for m in combo:
             left[m] -= share
-        scored = _best_remainder(left, combo, n - share * len(combo), group)
-        if scored is not None and (best is None or scored[0] < best[0]):
-            best = (scored[0], combo, scored[1])
-    return None if best is None else (best[1], best[2])
+        scored = _best_remainder(left, combo, n - share * len(combo), group, aliased=True)
+        if scored is None:
+            continue
+        one_socket = align and len({acc.topo.by_id[c].socket for m in combo
+                                    for c in acc.topo.numa_cpus[m]}) <= 1
+        better = best is None or scored[0] < best[0]
+        if align and best is not None and one_socket != best_one_socket:
+            better = one_socket
+        if better:
+            best = (scored[0], arr, scored[1])
+            best_one_socket = one_socket
+    return None if best is None else (tuple(best[1][:k]), best[2])
 
 
 def _numa_range(acc: _Acc, group: int, total: int | None = None) -> tuple[int, int]:
@@ -313,22 +387,33 @@ def _numa_range(acc: _Acc, group: int, total: int | None = None) -> tuple[int, i
     return (needed - 1) // per_node + 1, min(needed, with_free)
 
 
-def _take_remainder(acc: _Acc, nodes: Sequence[int], group: int) -> None:
+def _take_remainder(acc: _Acc, nodes: Sequence[int], group: int, remainder: int) -> None:
+    """``remainder`` CPUs, ``group`` at a time, round the ``nodes`` with room. The kubelet
+    counts the remainder down whatever a node gave, and loops for ever when no node has
+    room; the model stops there (the take then fails)."""
     topo = acc.topo
-    while acc.need > 0:
-        before = acc.need
+    while remainder > 0:
+        before = remainder
         for m in nodes:
+            if remainder == 0:
+                break
             here = acc.free & topo.numa_cpus[m]
-            if acc.need > 0 and len(here) >= group:
-                acc.take(take_by_topology(topo, here, group) or ())
-        if acc.need == before:
+            if len(here) < group:
+                continue
+            acc.take(take_by_topology(topo, here, group) or ())
+            remainder -= group
+        if remainder == before:
             return
 
 
 def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
-                     group: int = 1) -> frozenset[int] | None:
+                     group: int = 1, *, align_by_socket: bool = False,
+                     cap_share: bool = False) -> frozenset[int] | None:
     """``n`` CPUs spread evenly (in groups of ``group``) over NUMA nodes; see the module
-    docstring. ``None`` when fewer than ``n`` are available."""
+    docstring. ``align_by_socket``: 1.37's takeByTopologyNUMADistributed with align-by-socket,
+    which prefers NUMA nodes of one socket (1.35 and 1.36 ignore the option here);
+    ``cap_share``: 1.37 caps each chosen node's share at what it has free. ``None`` when
+    fewer than ``n`` are available."""
     pool = frozenset(available)
     if n % group:
         return take_by_topology(topo, pool, n)
@@ -340,19 +425,36 @@ def take_distributed(topo: CPUTopology, available: Iterable[int], n: int,
     numas = acc.numas()
     low, high = _numa_range(acc, group)
     for k in range(low, high + 1):
-        chosen = _choose_combo(acc, numas, k, n, group)
+        chosen = _choose_combo(acc, numas, k, n, group, align_by_socket)
         if chosen is None:
             continue
         combo, rest = chosen
         share = (n // len(combo) // group) * group
+        if cap_share:
+            share = min([share, *(acc.free_in(topo.numa_cpus, m) // group * group
+                                  for m in combo)])
         for m in combo:
             acc.take(take_by_topology(topo, acc.free & topo.numa_cpus[m], share) or ())
-        _take_remainder(acc, rest, group)
+        _take_remainder(acc, rest, group, n - share * len(combo))
         return frozenset(acc.result) if acc.need == 0 else None
     return take_by_topology(topo, pool, n)
 
 
 Taker = Callable[[CPUTopology, frozenset[int], int], "frozenset[int] | None"]
+
+
+def policy_taker(topo: CPUTopology, options: frozenset[str], version: str = "1.37"
+                 ) -> Taker:
+    """The static policy's ``takeByTopology`` in kubelet ``version``: the take its options
+    choose. The kubelet takes with it everywhere, the reserved CPUs it picks itself
+    included."""
+    if "distribute-cpus-across-numa" in options:
+        group = topo.threads_per_core if "full-pcpus-only" in options else 1
+        newer = version_at_least(version, "1.37")
+        return partial(take_distributed, group=group, cap_share=newer,
+                       align_by_socket=newer and "align-by-socket" in options)
+    return partial(take_by_topology, spread="distribute-cpus-across-cores" in options,
+                   uncore="prefer-align-cpus-by-uncorecache" in options)
 
 
 def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,

@@ -134,6 +134,103 @@ def _slice_not_smt(answers: list[dict[str, Any]], case: Case) -> None:
     assert len(parse_cpuset(state["containers"][ONE_CPU_SLICE_POD.uid]["app"])) == 1
 
 
+# ---- from the CPU take, the hints and full-pcpus-only ------------------------------------
+
+
+def _closed(version: str, topo: CPUTopology, config: ModelConfig, *pods: PodSpec) -> Case:
+    gates = dict(GATES)
+    if version != "1.35":
+        gates["PodLevelResourceManagers"] = config.pod_level
+    return Case(0, topo, config, gates, [("admit", p) for p in pods])
+
+
+def _holds(cpus: set[int]) -> Callable[[list[dict[str, Any]], Case], None]:
+    """The check that the case's container ``app`` holds ``cpus``."""
+    def check(answers: list[dict[str, Any]], case: Case) -> None:
+        pod = case.ops[0][1]
+        assert pod is not None and answers[0]["ok"], answers[0].get("error")
+        assert parse_cpuset(answers[0]["state"]["containers"][pod.uid]["app"]) == cpus
+    return check
+
+
+def _smt_refused(answers: list[dict[str, Any]], case: Case) -> None:
+    assert not answers[0]["ok"]
+    assert "available physical CPUs = 2, requested CPUs = 4" in answers[0]["error"]
+
+
+# The kubelet picks the CPUs it reserves itself with the take its options choose: spread
+# over cores under distribute-cpus-across-cores (policy_static.go NewStaticPolicy), so
+# 2000m reserves CPUs 0 and 1, not the siblings 0 and 5. Found on 1.35.4, 1.36.3, 1.37.2
+# (seed 555001697 of 1.35) as "distribute-cpus-across-cores".
+SPREAD_RESERVED = _closed(
+    "1.35", _topo(10, 2),
+    ModelConfig(topology_policy="best-effort", scope="pod", memory_policy="None",
+                options=frozenset({"distribute-cpus-across-cores"}), reserved_cpu_m=2000,
+                pod_level=False),
+    PodSpec("ref", "spread", "uid-spread", (ContainerSpec("app", _g(3000)),)))
+# A CPU reusable from an init container narrows the next container's hints to masks that
+# hold its NUMA node (policy_static.go generateCPUTopologyHints): the app container lands
+# on the init container's node, not on the fuller node 0. Found on 1.36.3 and 1.37.2 (seeds
+# 777002441 of 1.36, 777002597 of 1.37) as "distribute-cpus-across-cores".
+REUSABLE_HINT = _closed(
+    "1.37", CPUTopology(cpus=tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)),
+                        memory=((0, 8 * GiB), (1, 8 * GiB))),
+    ModelConfig(topology_policy="best-effort", scope="container", memory_policy="None",
+                reserved_cpu_m=1000),
+    PodSpec("ref", "reuse", "uid-reuse", (ContainerSpec("app", _g(1000)),),
+            init_containers=(ContainerSpec("init", _g(4000), init=True),)))
+# The topology manager's fitter mask of one width is the smaller bitmask: with NUMA nodes
+# {0,3} and {1,2} both preferred for 5 CPUs the pod goes to {1,2} (bitmask.IsNarrowerThan).
+# Found on 1.35.4 (seed 777002527 of 1.35) as a new disagreement.
+BITMASK_ORDER = _closed(
+    "1.35", CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 4) for i in range(16)),
+                        memory=tuple((n, 8 * GiB) for n in range(4))),
+    ModelConfig(topology_policy="restricted", scope="pod", memory_policy="None",
+                reserved_cpus=frozenset({1, 2, 3, 4, 8}), pod_level=False),
+    PodSpec("ref", "mask", "uid-mask", (ContainerSpec("app", _g(5000)),)))
+# full-pcpus-only counts the default set less the reserved cores, also without SMT; the
+# CPUs an init container left to reuse are not in it (policy_static.go
+# enforceSMTAlignment). Found on 1.36.3 and 1.37.2 (seed 555001818 of 1.37) as
+# "full-pcpus-only-free-cores".
+SMT_DEFAULT_SET = _closed(
+    "1.37", _topo(6),
+    ModelConfig(topology_policy="single-numa-node", memory_policy="None",
+                options=FULL, reserved_cpu_m=1000),
+    PodSpec("ref", "smt", "uid-smt",
+            (ContainerSpec("app1", _g(1000)), ContainerSpec("app2", _g(4000))),
+            init_containers=(ContainerSpec("init0", _g(3000), init=True),)))
+
+
+def _aliased(version: str) -> Case:
+    """The kubelet keeps its best NUMA-node combination as a Go slice that later
+    combinations write into (iterateCombinations): of four one-CPU nodes balancing equally
+    it takes {3,4,5,7}, not the first, {3,4,5,6}. Found on 1.36.3 (seed 31337094096 of
+    1.36, pods without pod-level resources) as a new disagreement."""
+    return _closed(
+        version, CPUTopology(cpus=tuple(CPUInfo(i, i, i // 4, i) for i in range(8)),
+                             memory=tuple((n, GiB) for n in range(8))),
+        ModelConfig(memory_policy="None", reserved_cpus=frozenset({0, 1, 2}),
+                    options=frozenset({"distribute-cpus-across-numa"}),
+                    kubelet_version=version),
+        PodSpec("ref", "combo", "uid-combo", (ContainerSpec("app", _g(4000)),)))
+
+
+def _align_by_socket(version: str) -> Case:
+    """policy_static_test.go TestPolicyWithAlignBySocketAndDistributeCPUsAcrossNUMAEnabled
+    (v1.37.2), its first case, on topoDualSocketMultiNumaPerSocketHTType2 with the CPUs
+    outside its default set reserved. 1.37.2 keeps the container on socket 1; 1.35 and
+    1.36 spread it over NUMA nodes 1 and 2 (the model follows kubelet_version)."""
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i % 40, i % 2, i % 4) for i in range(80)),
+                       memory=tuple((n, 8 * GiB) for n in range(4)))
+    config = ModelConfig(memory_policy="None", reserved_cpus=frozenset(range(80)) - set(
+                             range(1, 16)), pod_level=False, kubelet_version=version,
+                         options=frozenset({"distribute-cpus-across-numa",
+                                            "align-by-socket"}))
+    return _closed(version, topo, config,
+                   PodSpec("ref", "abs", "uid-abs", (ContainerSpec("app", _g(6000)),)))
+
+
+
 # (what the kubelet does, the version it was found with, case, the check of its answers)
 REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], None]]] = [
     ("pod-level-resources-gate-off", "1.35",
@@ -169,6 +266,21 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
     ("full-pcpus-only-not-for-slices", "1.37",
      _case("1.37", "pod", True, ONE_CPU_SLICE_POD, options=FULL, policy="best-effort",
            topo=_topo(12, 2)), _slice_not_smt),
+    ("spread-reserved", "1.35", SPREAD_RESERVED, _holds({2, 3, 4})),
+    ("spread-reserved", "1.37", SPREAD_RESERVED, _holds({2, 3, 4})),
+    ("reusable-hint", "1.36", REUSABLE_HINT, _holds({4})),
+    ("reusable-hint", "1.37", REUSABLE_HINT, _holds({4})),
+    ("bitmask-order", "1.35", BITMASK_ORDER, _holds({5, 6, 7, 9, 10})),
+    ("bitmask-order", "1.37", BITMASK_ORDER, _holds({5, 6, 7, 9, 10})),
+    ("full-pcpus-default-set", "1.36", SMT_DEFAULT_SET, _smt_refused),
+    ("full-pcpus-default-set", "1.37", SMT_DEFAULT_SET, _smt_refused),
+    ("aliased-combination", "1.35", _aliased("1.35"), _holds({3, 4, 5, 7})),
+    ("aliased-combination", "1.36", _aliased("1.36"), _holds({3, 4, 5, 7})),
+    ("aliased-combination", "1.37", _aliased("1.37"), _holds({3, 4, 5, 7})),
+    ("align-by-socket-distributed", "1.36", _align_by_socket("1.36"),
+     _holds({1, 2, 5, 6, 9, 10})),
+    ("align-by-socket-distributed", "1.37", _align_by_socket("1.37"),
+     _holds({1, 3, 5, 7, 9, 11})),
 ]
 IDS = [f"{kind}-{version}" for kind, version, _, _ in REGRESSIONS]
 
@@ -265,3 +377,18 @@ def test_full_pcpus_only_is_checked_again_at_restart_before_137() -> None:
         assert isinstance(model.admit(TWO_CPU_POD), PodPlacement)
         result = restart(model, version)
         assert [r.admitted for r in result.readmitted] == [not refused, True], version
+
+
+def test_the_model_reserves_with_the_spread_take() -> None:
+    model = NodeModel(SPREAD_RESERVED.topo, SPREAD_RESERVED.config)
+    assert model.reserved == {0, 1}
+    placed = model.admit(SPREAD_RESERVED.ops[0][1])  # type: ignore[arg-type]
+    assert isinstance(placed, PodPlacement)
+    assert placed.containers[0].exclusive == {2, 3, 4}
+
+
+def test_the_model_keeps_a_container_on_its_reusable_cpus_node() -> None:
+    model = NodeModel(REUSABLE_HINT.topo, REUSABLE_HINT.config)
+    placed = model.admit(REUSABLE_HINT.ops[0][1])  # type: ignore[arg-type]
+    assert isinstance(placed, PodPlacement)
+    assert placed.containers[0].exclusive == {4}
