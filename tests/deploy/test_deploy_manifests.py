@@ -794,6 +794,39 @@ def test_default_runbook_links_point_at_the_exporter_service(install: str) -> No
         assert alerts[0][1].startswith("http://ledger-cpus.monitoring.svc:9100/runbook#")
 
 
+def _build_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("podres_deploy_build", DEPLOY / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("wrong", [
+    "https://wiki.example.com/podres#podresexporterdown",             # not the exporters
+    "http://podres-exporter.podres-system.svc:9100/runbook#podresexporterdown",  # port
+    "http://podres-exporter.podres-system.svc:9847/runbook#podresexporterabsent",  # anchor
+    None,                                                              # missing
+])
+def test_build_refuses_rule_sources_whose_runbook_url_is_not_the_services(
+        tmp_path: Path, wrong: str | None) -> None:
+    build = _build_module()
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for source in sorted((ROOT / "dashboards" / "prometheus").glob("*.rules.yml")):
+        text = source.read_text(encoding="utf-8")
+        if source.name == "alerts.rules.yml":
+            line = f'runbook_url: "{PLAIN_RUNBOOK}#podresexporterdown"'
+            assert line in text
+            text = text.replace(line, "" if wrong is None else f'runbook_url: "{wrong}"')
+        (rules / source.name).write_text(text, encoding="utf-8")
+    with pytest.raises(SystemExit, match="PodresExporterDown: runbook_url"):
+        build.expected_outputs(rules)
+    assert build.runbook_base() == PLAIN_RUNBOOK
+
+
 def test_no_placeholder_host_is_left() -> None:
     """No link to the reserved ``example.invalid`` domain in anything shipped or documented:
     it never resolves."""
