@@ -71,6 +71,7 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
 
     from exporter.history import open_store
     from exporter.history.api import add_routes
+    from exporter.web import runbook
     from exporter.web.app import auth_middleware
     from exporter.web.lifecycle import start_site, stop_on_signals
     from exporter.web.webconfig import load_web_config
@@ -82,7 +83,7 @@ async def serve_api(args: argparse.Namespace, *, stop: asyncio.Event | None = No
     store = open_store(history.url, mode="readonly")
     app = web.Application(middlewares=[auth_middleware(config)])
     add_routes(app, store)
-
+    runbook.add_route(app)  # alert links may point at the central API too
     add_probes(app, store)
     try:
         listening = await start_site(app, host, port, ssl_context=config.ssl_context,

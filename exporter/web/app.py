@@ -11,6 +11,7 @@ from aiohttp import web
 
 from exporter.metrics.compression import Encoding, choose_encoding
 from exporter.service import Exporter
+from exporter.web import runbook
 from exporter.web.basicauth import Verdict
 from exporter.web.webconfig import WebConfig
 
@@ -24,7 +25,7 @@ _LANDING = """<!doctype html>
 <body><h1>podres-exporter</h1><ul>
 <li><a href="/metrics">/metrics</a></li><li><a href="/api/v1/ledger">/api/v1/ledger</a></li>
 <li><a href="/api/v1/cpumap">/api/v1/cpumap</a></li><li><a href="/healthz">/healthz</a></li>
-<li><a href="/readyz">/readyz</a></li></ul></body></html>
+<li><a href="/readyz">/readyz</a></li><li><a href="/runbook">/runbook</a></li></ul></body></html>
 """
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
@@ -173,6 +174,7 @@ def build_app(exporter: Exporter, web_config: WebConfig | None = None,
     app.router.add_get("/api/v1/cpumap", cpumap)
     app.router.add_get("/api/v1/devices", devices)
     app.router.add_get("/api/v1/cpuload", cpuload)
+    runbook.add_route(app)
     if STATIC.is_dir():
         app.router.add_static("/static/", STATIC)
     if extra is not None:

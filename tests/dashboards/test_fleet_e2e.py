@@ -699,7 +699,9 @@ def test_each_condition_raises_its_own_alert_once(fleet_env: Fleet) -> None:
     for a in alerts:
         node = a["labels"]["node"]
         assert f"node {node}" in a["annotations"]["summary"], a
-        assert a["annotations"]["runbook_url"].startswith("https://"), a
+        assert a["annotations"]["runbook_url"] == (
+            "http://podres-exporter.podres-system.svc:9847/runbook#"
+            + a["labels"]["alertname"].lower()), a
         assert "namespace" not in a["labels"] or a["labels"]["namespace"] != "podres-system"
     by_name = {a["labels"]["alertname"]: a for a in alerts}
     assert by_name["PodresAllocationAnomaly"]["labels"]["severity"] == "critical"

@@ -20,8 +20,9 @@ from dash_helpers import (
 )
 
 RUNBOOK = REPO / "docs" / "runbook.md"
-# The published runbook; the Helm chart swaps this base for prometheusRule.runbookBaseURL.
-RUNBOOK_BASE = "https://example.invalid/podres-exporter/docs/runbook.md"
+# The runbook the plain manifests' exporters serve at /runbook (docs/deploy.md#runbook-links);
+# the Helm chart swaps this base for its release's own Service or prometheusRule.runbookBaseURL.
+RUNBOOK_BASE = "http://podres-exporter.podres-system.svc:9847/runbook"
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
 
 

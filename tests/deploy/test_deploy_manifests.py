@@ -674,7 +674,9 @@ def test_dockerfile_builds_the_cli_image() -> None:
 # --------------------------------------------------------------------------- monitoring
 
 
-PUBLISHED_RUNBOOK = "https://example.invalid/podres-exporter/docs/runbook.md"
+# The runbook the plain manifests' exporters serve (their Service), which the rule sources
+# carry and the chart's default replaces with its release's own Service.
+PLAIN_RUNBOOK = "http://podres-exporter.podres-system.svc:9847/runbook"
 
 
 def _relabelings(sm: dict[str, Any]) -> list[dict[str, Any]]:
@@ -711,7 +713,10 @@ def test_job_name_does_not_follow_name_override() -> None:
     assert {"action": "replace", "targetLabel": "job",
             "replacement": "podres-exporter"} in _relabelings(sm)
     rules = one(objects, "PrometheusRule", "podres-exporter-cpu-ledger")["spec"]["groups"]
-    assert rules == rule_groups_from_sources()
+    # Only the runbook links follow the name: they point at this release's own Service.
+    own = "http://podres-exporter-cpu-ledger.podres-system.svc:9847/runbook"
+    assert rules == json.loads(json.dumps(rule_groups_from_sources()).replace(
+        PLAIN_RUNBOOK, own))
 
 
 def test_job_name_value_sets_the_servicemonitor_and_the_alerts_alike() -> None:
@@ -731,12 +736,110 @@ def test_runbook_base_url_is_a_value() -> None:
     assert len(alerts) >= 10
     for rule in alerts:
         anchor = "#" + str(rule["alert"]).lower()
-        assert rule["annotations"]["runbook_url"] == PUBLISHED_RUNBOOK + anchor
+        assert rule["annotations"]["runbook_url"] == PLAIN_RUNBOOK + anchor
     for rule in (r for r in custom if "alert" in r):
         assert rule["annotations"]["runbook_url"] == (
             "https://wiki.example.com/sre/podres" + "#" + str(rule["alert"]).lower())
     with pytest.raises(helm.HelmError):
         render({"prometheusRule": {"runbookBaseURL": "docs/runbook.md"}})
+
+
+def _objects_of(name: str, namespace: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.Chart.load(str(CHART))
+    texts = chart.render(with_operator(values), name=name, namespace=namespace,
+                         is_install=True)
+    return [doc for path, text in sorted(texts.items()) if not path.endswith(".txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+def _alert_urls(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    [rule] = [o for o in objects if o["kind"] == "PrometheusRule"]
+    return [(str(r["alert"]), str(r["annotations"]["runbook_url"]))
+            for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+INSTALLS = {
+    "plain": None,
+    "chart-default": (RELEASE, NAMESPACE, {}),
+    "chart-renamed": ("ledger", "monitoring", {"nameOverride": "cpus", "port": 9100}),
+}
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_default_runbook_links_point_at_the_exporter_service(install: str) -> None:
+    """Every alert's runbook URL is ``<scheme>://<Service>.<namespace>.svc:<port>/runbook``
+    of the Service that selects the exporter pods, with the ServiceMonitor's scheme."""
+    from urllib.parse import urlsplit
+
+    spec = INSTALLS[install]
+    objects = plain_objects() if spec is None else _objects_of(*spec)
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    services = {f"{s['metadata']['name']}.{s['metadata']['namespace']}.svc": s
+                for s in objects if s["kind"] == "Service"
+                and s["spec"]["selector"].items() <= pod_labels.items()}
+    [sm] = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    alerts = _alert_urls(objects)
+    assert len(alerts) >= 10
+    for alert, url in alerts:
+        parts = urlsplit(url)
+        assert parts.hostname in services, (alert, url, sorted(services))
+        service = services[parts.hostname]
+        assert parts.port == service["spec"]["ports"][0]["port"], (alert, url)
+        container_port = ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]
+        assert parts.port == container_port["containerPort"]  # headless: the pod's port
+        assert parts.scheme == sm["spec"]["endpoints"][0]["scheme"], (alert, url)
+        assert (parts.path, parts.fragment) == ("/runbook", alert.lower()), (alert, url)
+    if install == "chart-renamed":
+        assert alerts[0][1].startswith("http://ledger-cpus.monitoring.svc:9100/runbook#")
+
+
+def _build_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("podres_deploy_build", DEPLOY / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("wrong", [
+    "https://wiki.example.com/podres#podresexporterdown",             # not the exporters
+    "http://podres-exporter.podres-system.svc:9100/runbook#podresexporterdown",  # port
+    "http://podres-exporter.podres-system.svc:9847/runbook#podresexporterabsent",  # anchor
+    None,                                                              # missing
+])
+def test_build_refuses_rule_sources_whose_runbook_url_is_not_the_services(
+        tmp_path: Path, wrong: str | None) -> None:
+    build = _build_module()
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for source in sorted((ROOT / "dashboards" / "prometheus").glob("*.rules.yml")):
+        text = source.read_text(encoding="utf-8")
+        if source.name == "alerts.rules.yml":
+            line = f'runbook_url: "{PLAIN_RUNBOOK}#podresexporterdown"'
+            assert line in text
+            text = text.replace(line, "" if wrong is None else f'runbook_url: "{wrong}"')
+        (rules / source.name).write_text(text, encoding="utf-8")
+    with pytest.raises(SystemExit, match="PodresExporterDown: runbook_url"):
+        build.expected_outputs(rules)
+    assert build.runbook_base() == PLAIN_RUNBOOK
+
+
+def test_no_placeholder_host_is_left() -> None:
+    """No link to the reserved ``example.invalid`` domain in anything shipped or documented:
+    it never resolves."""
+    found = []
+    for top in ("deploy", "dashboards", "docs", "exporter", "README.md"):
+        root = ROOT / top
+        for path in [root] if root.is_file() else sorted(root.rglob("*")):
+            if not path.is_file() or "node_modules" in path.parts:
+                continue
+            text = path.read_bytes()
+            if b"example.invalid" in text:
+                found.append(str(path.relative_to(ROOT)))
+    assert not found
 
 
 

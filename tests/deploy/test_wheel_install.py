@@ -77,6 +77,7 @@ def test_wheel_holds_license_and_package_data(installed: Path) -> None:
     site = next(installed.parent.parent.glob("lib/python3*/site-packages"))
     assert (site / "exporter" / "demo" / "workload.yaml").is_file()
     assert (site / "exporter" / "web" / "static" / "index.html").is_file()
+    assert (site / "exporter" / "web" / "runbook.md").is_file()  # served at /runbook
     assert sorted(p.name for p in (site / "exporter/history/migrations/versions").glob(
         "0*.py")), "no history migrations"
     licences = list(site.glob("podres_exporter-*.dist-info/licenses/LICENSE"))
@@ -104,6 +105,7 @@ def test_installed_demo_serves(installed: Path, tmp_path: Path) -> None:
         assert b"podres_up 1" in _get(url + "/metrics")
         assert b"<html" in _get(url + "/").lower()  # the static page
         assert _get(url + "/static/style.css")
+        assert b'id="podresexporterdown"' in _get(url + "/runbook")
         ledger = json.loads(_get(url + "/api/v1/ledger"))
         assert ledger["pods"], "the demo workload placed no pod"
         nodes = json.loads(_get(url + "/api/v1/nodes"))  # history: the migrations ran

@@ -224,5 +224,8 @@ async def test_api_command_serves_the_database_read_only(history_url: str) -> No
             assert (await resp.json())["openapi"].startswith("3.")
         async with session.post(base + "/api/v1/nodes") as resp:
             assert resp.status == 405
+        async with session.get(base + "/runbook") as resp:  # alert links may point here
+            assert resp.status == 200
+            assert 'id="podresexporterdown"' in await resp.text()
     stop.set()
     assert await task == 0

@@ -29,7 +29,8 @@ from tests.service.conftest import (
     value,
 )
 
-ROUTES = ("/", "/metrics", "/healthz", "/readyz", "/api/v1/ledger", "/api/v1/cpumap")
+ROUTES = ("/", "/metrics", "/healthz", "/readyz", "/api/v1/ledger", "/api/v1/cpumap",
+          "/runbook")
 
 
 class CA:

@@ -57,3 +57,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
 {{- else if $enabled }}true{{ end }}
 {{- end }}
+
+{{/* The scheme of the exporter's web server. The chart configures no TLS for it (a
+     --web.config.file with TLS comes through extraArgs): the ServiceMonitor and the
+     runbook links use this one value. */}}
+{{- define "podres-exporter.webScheme" -}}
+http
+{{- end }}
+
+{{/* The runbook that this release's exporters serve (docs/deploy.md#runbook-links): the
+     headless exporter Service's in-cluster name, which resolves to the exporter pods. */}}
+{{- define "podres-exporter.runbookURL" -}}
+{{- printf "%s://%s.%s.svc:%d/runbook" (include "podres-exporter.webScheme" .) (include "podres-exporter.fullname" .) .Release.Namespace (int .Values.port) }}
+{{- end }}
