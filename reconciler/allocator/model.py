@@ -182,6 +182,7 @@ class _Slices:
     memory: dict[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
     reusable: set[int] = field(default_factory=set)
     devices: dict[str, tuple[DeviceAlloc, ...]] = field(default_factory=dict)
+    init: dict[str, frozenset[int]] = field(default_factory=dict)  # ordinary init containers
 
 
 class NodeModel:
@@ -344,10 +345,12 @@ class NodeModel:
 
     # ---- hints ---------------------------------------------------------------------------
 
-    def cpu_hints(self, n: int, available: Iterable[int]) -> list[Hint]:
-        """The CPU manager's hints for ``n`` CPUs out of ``available``. A mask's width is
-        judged by all its CPUs, reserved ones included, as the kubelet does."""
-        return self._cpu_hints(n, available, self._masks.every)
+    def cpu_hints(self, n: int, available: Iterable[int],
+                  reusable: frozenset[int] = frozenset()) -> list[Hint]:
+        """The CPU manager's hints for ``n`` CPUs out of ``available``, every mask holding
+        the ``reusable`` CPUs' NUMA nodes. A mask's width is judged by all its CPUs, reserved
+        ones included, as the kubelet does."""
+        return self._cpu_hints(n, available, self._masks.every, reusable)
 
     def held_cpu_hints(self, n: int, held: frozenset[int]) -> list[Hint]:
         """Hints for a container already in the state (after a kubelet restart, or admitted
@@ -622,7 +625,8 @@ class NodeModel:
             placement = self._legacy(pod, work)
             return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
                                 "container", frozenset(), (), placement.containers,
-                                placement.numa_hint, placement.note, placement.init_held)
+                                placement.numa_hint, placement.note, placement.init_held,
+                                placement.init_slices)
         budget = pod.budget_cpus
         if budget is None:
             return _all_shared(pod, "fractional pod budget: no exclusive CPUs")
@@ -652,7 +656,8 @@ class NodeModel:
              else "no container asks for whole CPUs")
         return _with_devices(PodPlacement(
             pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
-            tuple(containers), hint, note, frozenset(slices.reusable)), slices.devices)
+            tuple(containers), hint, note, frozenset(slices.reusable),
+            tuple(slices.init.items())), slices.devices)
 
     def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
                           hint: frozenset[int] | None, work: _Work, slices: _Slices
@@ -679,6 +684,8 @@ class NodeModel:
         blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
         if ordinary_init:
             slices.reusable |= got
+            if got:
+                slices.init[c.name] = got
         else:
             slices.exclusive[c.name] = got
             slices.memory[c.name] = blocks
@@ -702,8 +709,9 @@ class NodeModel:
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
+        init_slices: dict[str, frozenset[int]] = {}
         try:
-            exclusive = self._carve_slices(pod, block)
+            exclusive = self._carve_slices(pod, block, init_slices)
         except _Refused as exc:
             raise _Leaked(str(exc), block) from None
         shared_pool = block.difference(*exclusive.values())
@@ -725,12 +733,15 @@ class NodeModel:
             containers.append(ContainerTruth(
                 c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
         return _with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
-                                          block_memory, tuple(containers), hint),
+                                          block_memory, tuple(containers), hint,
+                                          init_slices=tuple(init_slices.items())),
                              slices.devices)
 
-    def _carve_slices(self, pod: PodSpec, block: frozenset[int]) -> dict[str, frozenset[int]]:
+    def _carve_slices(self, pod: PodSpec, block: frozenset[int],
+                      init_slices: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
         """Exclusive slices out of the pod's block, in start order; ordinary init containers'
-        CPUs are reused by the containers after them and fall back to the block."""
+        CPUs (recorded in ``init_slices``) are reused by the containers after them and fall
+        back to the block."""
         inside = set(block)
         reusable: set[int] = set()
         exclusive: dict[str, frozenset[int]] = {}
@@ -745,71 +756,10 @@ class NodeModel:
             reusable -= got
             if ordinary_init:
                 reusable |= got
+                init_slices[c.name] = got
             else:
                 exclusive[c.name] = got
         return exclusive
-
-    def readmit_pod_block(self, key: tuple[str, str]) -> str | None:
-        """A pod-scope pod with pod-level resources admitted again after a kubelet restart:
-        ``None`` when admitted, with a new block and the old one leaked out of the default
-        set; else the kubelet's refusal, the pod killed and its CPUs given back
-        (docs/design.md#allocator)."""
-        old = self.pods[key]
-        pod = old.spec
-        held: list[tuple[int, frozenset[int]]] = []
-        by_name = {c.name: c for c in old.containers}
-        for c, ordinary_init in _in_start_order(pod):
-            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
-            wants = _container_cpus(pod, c) if eligible else 0
-            truth = by_name.get(c.name)
-            # Every container of such a pod is in the CPU manager's state: an exclusive one
-            # with its slice, the others with (a share of) the block.
-            holds = truth.exclusive if truth is not None and truth.exclusive else old.block
-            held.append((wants, holds))
-        requested = len(old.block)
-        hints, assigned = self.held_pod_cpu_hints(requested, held)
-        if hints is None:
-            hints = self.cpu_hints(requested, self.free | assigned)
-        policy = self.config.topology_policy
-        if policy == "single-numa-node":
-            hints = [(m, p) for m, p in hints if len(m) == 1]
-        try:
-            hint = merge(policy, [hints], frozenset(self.topo.numa_nodes))
-        except HintError:
-            self.release(*key)
-            return ("TopologyAffinityError: pod with pod-level resources failed admission "
-                    "under pod-scope topology manager")
-        work = _Work(free=set(self.free), mem_free=dict(self.mem_free))
-        try:
-            placement = self._pod_scope(pod, len(old.block), work, hint)
-        except _Refused as exc:
-            self.release(*key)
-            return f"UnexpectedAdmissionError: {exc}"
-        self.free = work.free
-        self.pods[key] = placement
-        self._unaccounted |= old.block
-        return None
-
-    def recheck_smt(self, key: tuple[str, str]) -> str | None:
-        """1.35 and 1.36 check ``full-pcpus-only`` before they look for a container in
-        their state, so a pod admitted again after a restart is refused when too few whole
-        cores are free now (docs/design.md#allocator). ``None`` when it passes; else the
-        refusal, the pod killed and its CPUs given back."""
-        if "full-pcpus-only" not in self.config.options:
-            return None
-        placement = self.pods[key]
-        if placement.path == "none":
-            return None
-        pod, tpc = placement.spec, self.topo.threads_per_core
-        physical = len(self.default_set - self._reserved_cores)
-        for c, ordinary_init in _in_start_order(pod):
-            eligible = _eligible_init(pod, c) if ordinary_init else pod.eligible(c)
-            n = _container_cpus(pod, c) if eligible else 0
-            if n and (n % tpc or n > physical):
-                self.release(*key)
-                return "SMTAlignmentError: " + smt_alignment_error(
-                    n, tpc, None if n % tpc else physical)
-        return None
 
     # ---- release --------------------------------------------------------------------------
 

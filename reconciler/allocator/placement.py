@@ -43,6 +43,9 @@ class PodPlacement:
     # keeps them out of the shared pool while the pod exists, though no listed container
     # holds them.
     init_held: frozenset[int] = frozenset()
+    # The exclusive CPUs each ordinary init container was given, by name: still in the CPU
+    # manager's state after it finished, which a restart's hints look at.
+    init_slices: tuple[tuple[str, frozenset[int]], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

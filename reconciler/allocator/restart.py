@@ -1,21 +1,38 @@
 """A kubelet restart on the model's state (docs/design.md#allocator): the static policy's
 ``Start`` validates the state it restores, then every active pod is admitted again, in the
-order it was first admitted, through the topology manager.
+order it was first admitted, through the topology manager, and a pod refused then is killed.
 
-For most pods the second admission changes nothing: the CPU manager finds each container
-already in its state and keeps its CPUs. A pod-scope pod with pod-level resources is
-different (1.36 and 1.37): its second admission asks for hints from the CPUs its containers
-hold, which fail whenever one of them holds the pod shared pool, and then ``AllocatePod``
-carves a new block out of the free CPUs without giving back the old one. The model follows
-the kubelet, leak included.
+The second admission asks the CPU manager for hints from what each container already holds
+(``getTopologyHintsForAdd``, ``getPodTopologyHintsForAdd``): a container holding another
+number of CPUs than it asks for gets none, and CPUs that are no preferred mask any more fail
+``restricted`` and ``single-numa-node``. Then each container's ``Allocate`` finds it in the
+state and keeps its CPUs (1.35 and 1.36 check ``full-pcpus-only`` first), while a pod-scope
+pod with pod-level resources goes through ``AllocatePod`` again, which carves a new block
+out of the free CPUs without giving back the old one. The model follows the kubelet, leak
+included. This module is the model's own restart path and works on ``NodeModel``'s state.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.allocator.model import NodeModel
+from reconciler.allocator.hints import Hint, HintError, merge
+from reconciler.allocator.model import (
+    NodeModel,
+    _container_cpus,
+    _eligible_init,
+    _in_start_order,
+    _Refused,
+    _Work,
+    pod_guaranteed_cpus,
+    smt_alignment_error,
+)
+from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.start import validate_state
+
+_POD_LEVEL_REFUSAL = ("TopologyAffinityError: pod with pod-level resources failed admission "
+                      "under pod-scope topology manager")
+_REFUSAL = "TopologyAffinityError: Resources cannot be allocated with Topology locality"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,20 +51,18 @@ class RestartResult:
     readmitted: tuple[Readmission, ...] = ()
 
 
-def restart(model: NodeModel, kubelet: str = "1.37") -> RestartResult:
-    """Restart the kubelet (minor version ``kubelet``) on ``model``'s state, changing the
-    model as the kubelet would."""
+def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
+    """Restart the kubelet (minor version ``kubelet``, by default the model's) on
+    ``model``'s state, changing the model as the kubelet would."""
     error = start_error(model)
     if error is not None:
         return RestartResult(error)
-    smt_first = kubelet in ("1.35", "1.36")
+    version = kubelet or model.config.kubelet_version
     out: list[Readmission] = []
     for key, placement in list(model.pods.items()):
-        reason = None
-        if placement.path == "pod" and placement.block and not model.memory_enabled:
-            reason = model.readmit_pod_block(key)
-        elif smt_first:
-            reason = model.recheck_smt(key)
+        reason = _readmit(model, placement, smt_first=version in ("1.35", "1.36"))
+        if reason is not None:
+            model.release(*key)
         out.append(Readmission(placement.uid, reason is None, reason or ""))
     return RestartResult(None, tuple(out))
 
@@ -66,6 +81,105 @@ def start_error(model: NodeModel) -> str | None:
     _, error = validate_state(model.topo, model.reserved, model.default_set, assignments,
                               strict=strict, pod_sets=model.orphan_blocks.values())
     return None if error is None else f"cpu manager start: {error}"
+
+
+# ---- one pod admitted again -------------------------------------------------------------
+
+
+def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
+    """``None`` when the pod is admitted again (the model updated), else the refusal."""
+    if old.path == "none" or not model.config.static:
+        return None  # nothing pinned: no hints, nothing to allocate
+    pod = old.spec
+    wants = {c.name: _wants(old, c.name, init) for c, init in _in_start_order(pod)}
+    held = _entries(old)
+    policy = model.config.topology_policy
+    hint: frozenset[int] | None = None
+    if policy != "none" and model.config.scope == "pod":
+        requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
+        ok, hint = _pod_hint(model, requested, [(wants[n], held.get(n)) for n in wants])
+        if not ok:
+            return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
+    elif policy != "none":
+        for name, n in wants.items():
+            if n and not _merged(model, model.held_cpu_hints(n, held.get(name, frozenset())))[0]:
+                return _REFUSAL
+    if old.block:
+        return _allocate_pod_again(model, old, hint)
+    if smt_first:
+        return _smt_again(model, old, wants)
+    return None
+
+
+def _wants(placement: PodPlacement, name: str, ordinary_init: bool) -> int:
+    """The CPUs the static policy gives the container (``guaranteedCPUs``)."""
+    pod = placement.spec
+    spec = next(c for c in (*pod.init_containers, *pod.containers) if c.name == name)
+    eligible = _eligible_init(pod, spec) if ordinary_init else pod.eligible(spec)
+    return _container_cpus(pod, spec) if eligible else 0
+
+
+def _entries(placement: PodPlacement) -> dict[str, frozenset[int]]:
+    """Each container's CPUs in the CPU manager's state. A pod-level pod's containers are
+    all there, those without a slice with (a part of) its block."""
+    entries = {c.name: c.exclusive for c in placement.containers if c.exclusive}
+    entries.update(placement.init_slices)
+    if placement.block:
+        pool = placement.block.difference(*entries.values())
+        for c, _ in _in_start_order(placement.spec):
+            entries.setdefault(c.name, pool or placement.block)
+    return entries
+
+
+def _merged(model: NodeModel, hints: list[Hint]) -> tuple[bool, frozenset[int] | None]:
+    """The topology manager's merge of the CPU manager's hints: (admitted, affinity)."""
+    policy = model.config.topology_policy
+    if policy == "single-numa-node":
+        hints = [(m, p) for m, p in hints if len(m) == 1]
+    try:
+        return True, merge(policy, [hints], frozenset(model.topo.numa_nodes))
+    except HintError:
+        return False, None
+
+
+def _pod_hint(model: NodeModel, requested: int,
+              containers: list[tuple[int, frozenset[int] | None]]
+              ) -> tuple[bool, frozenset[int] | None]:
+    """The pod scope's merge from what the containers hold: (admitted, affinity)."""
+    if not requested:
+        return True, None
+    hints, assigned = model.held_pod_cpu_hints(requested, containers)
+    if hints is None:
+        hints = model.cpu_hints(requested, model.free | assigned, reusable=assigned)
+    return _merged(model, hints)
+
+
+def _allocate_pod_again(model: NodeModel, old: PodPlacement, hint: frozenset[int] | None
+                        ) -> str | None:
+    """``AllocatePod`` once more: a new block from the free CPUs; the old one leaks."""
+    work = _Work(free=set(model.free), mem_free=dict(model.mem_free))
+    try:
+        placement = model._pod_scope(old.spec, len(old.block), work, hint)
+    except _Refused as exc:
+        return f"UnexpectedAdmissionError: {exc}"
+    model.free = work.free
+    model.pods[old.key] = placement
+    model._unaccounted |= old.block
+    return None
+
+
+def _smt_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]) -> str | None:
+    """1.35 and 1.36 check ``full-pcpus-only`` before they find the container in their
+    state: refused when too few whole cores are free now."""
+    if "full-pcpus-only" not in model.config.options:
+        return None
+    tpc = model.topo.threads_per_core
+    physical = len(model.default_set - model._reserved_cores)
+    for n in wants.values():
+        if n and (n % tpc or n > physical):
+            return "SMTAlignmentError: " + smt_alignment_error(
+                n, tpc, None if n % tpc else physical)
+    return None
 
 
 __all__ = ["Readmission", "RestartResult", "restart", "start_error"]

@@ -392,3 +392,27 @@ def test_the_model_keeps_a_container_on_its_reusable_cpus_node() -> None:
     placed = model.admit(REUSABLE_HINT.ops[0][1])  # type: ignore[arg-type]
     assert isinstance(placed, PodPlacement)
     assert placed.containers[0].exclusive == {4}
+
+
+# Whole random cases whose disagreement was at a kubelet restart, kept as they were found
+# (python -m bench.reference seeds): hints from the CPUs held, init containers' slices still
+# in the state, legacy pods refused again, pod blocks moved (docs/design.md#allocator).
+RESTART_SEEDS = [
+    ("1.35", 31337094461), ("1.36", 31337094140), ("1.36", 31337094240),
+    ("1.36", 31337094484), ("1.36", 777002488), ("1.36", 9001027036),
+    ("1.37", 31337094077), ("1.37", 31337094119), ("1.37", 31337094436),
+    ("1.37", 31337094479), ("1.37", 555001708), ("1.37", 777002367),
+]
+
+
+@pytest.mark.parametrize(("version", "seed"), RESTART_SEEDS,
+                         ids=[f"{v}-{s}" for v, s in RESTART_SEEDS])
+def test_restarts_the_runner_found(version: str, seed: int,
+                                   need_reference: Callable[[str], None]) -> None:
+    from bench.reference import random_case
+    need_reference(version)
+    case = random_case(seed, version)
+    assert any(op == "restart" for op, _ in case.ops)
+    with Reference(version) as ref:
+        outcome = run_case(ref, case)
+    assert outcome.agrees, outcome.disagreements
