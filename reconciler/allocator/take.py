@@ -66,15 +66,18 @@ class _Acc:
         return sorted(present, key=key)
 
     def _inner(self, outer: Sequence[int], outer_units: dict[int, frozenset[int]],
-               units: dict[int, frozenset[int]], unit_of: Callable[[CPUInfo], int]
-               ) -> list[int]:
-        """Units of ``units`` grouped by the ``outer`` order, each group best-fit sorted."""
+               units: dict[int, frozenset[int]], unit_of: Callable[[CPUInfo], int],
+               *, once: bool = True) -> list[int]:
+        """Units of ``units`` grouped by the ``outer`` order, each group best-fit sorted; a
+        unit in two outer groups comes once, or (``once=False``) in each of them."""
         out: list[int] = []
         seen: set[int] = set()
         by_id = self.topo.by_id
         for o in outer:
-            members = {unit_of(by_id[c]) for c in outer_units[o] & self.free} - seen
-            seen |= members
+            members = {unit_of(by_id[c]) for c in outer_units[o] & self.free}
+            if once:
+                members -= seen
+                seen |= members
             out.extend(self._ordered(units, members))
         return out
 
@@ -112,10 +115,12 @@ class _Acc:
                 self.take((cpu,))
 
     def uncores(self) -> list[int]:
-        """Uncore caches grouped by the NUMA-node order, each group best-fit sorted."""
+        """Uncore caches grouped by the NUMA-node order, each group best-fit sorted; a cache
+        across two NUMA nodes comes in both groups, as ``sortAvailableUncoreCaches`` lists
+        it (docs/design.md#allocator)."""
         uncore_of = self.topo.uncore_of
         return self._inner(self.numas(), self.topo.numa_cpus, self.topo.uncore_cpus,
-                           lambda info: uncore_of[info.id])
+                           lambda info: uncore_of[info.id], once=False)
 
     def take_uncore(self) -> None:
         """``prefer-align-cpus-by-uncorecache``: whole free caches while a cache's worth is
@@ -127,12 +132,22 @@ class _Acc:
         per_cache = topo.cpus_per_uncore
         for cache in self.uncores():
             if not self.resize and self.need >= per_cache:
-                self.take_whole(self.uncores(), topo.uncore_cpus)
+                self._take_full_uncores()
             if self.need <= 0:
                 return
             self._take_partial_uncore(cache)
             if self.need <= 0:
                 return
+
+    def _take_full_uncores(self) -> None:
+        """``takeFullUncore``: the free caches are listed once and each is taken whole while
+        a cache's worth is needed, without looking again. A cache across two NUMA nodes is
+        listed twice, so it is counted twice and the kubelet hands out fewer CPUs than asked
+        (docs/design.md#allocator); the model does the same."""
+        caches = self.topo.uncore_cpus
+        for cache in [u for u in self.uncores() if caches[u] <= self.free]:
+            if self.need >= len(caches[cache]):
+                self.take(caches[cache])
 
     def _take_partial_uncore(self, cache: int) -> None:
         topo = self.topo

@@ -49,6 +49,7 @@ type node struct {
 	logger     klog.Logger
 	ctx        context.Context
 	server     *podResourcesServer
+	fakes      *fakes // the running managers' sources-ready and runtime stand-ins
 }
 
 func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
@@ -194,7 +195,11 @@ func (n *node) start() error {
 		return fmt.Errorf("memory manager: %w", err)
 	}
 	tm.AddHintProvider(n.logger, mem)
+	if n.fakes != nil {
+		n.fakes.retired.Store(true) // the managers being replaced sweep nothing any more
+	}
 	f := &fakes{n: n}
+	n.fakes = f
 	if err := cpu.Start(n.ctx, n.activePods, f, f, f, n.containers.Clone()); err != nil {
 		return fmt.Errorf("cpu manager start: %w", err)
 	}

@@ -394,25 +394,41 @@ def test_the_model_keeps_a_container_on_its_reusable_cpus_node() -> None:
     assert placed.containers[0].exclusive == {4}
 
 
-# Whole random cases whose disagreement was at a kubelet restart, kept as they were found
-# (python -m bench.reference seeds): hints from the CPUs held, init containers' slices still
-# in the state, legacy pods refused again, pod blocks moved (docs/design.md#allocator).
+# Whole random cases that disagreed once, kept as they were found (python -m bench.reference
+# seeds; docs/design.md#allocator). At a kubelet restart: hints from the CPUs held, init
+# containers' slices still in the state, legacy pods refused again, pod blocks moved.
 RESTART_SEEDS = [
     ("1.35", 31337094461), ("1.36", 31337094140), ("1.36", 31337094240),
     ("1.36", 31337094484), ("1.36", 777002488), ("1.36", 9001027036),
     ("1.37", 31337094077), ("1.37", 31337094119), ("1.37", 31337094436),
     ("1.37", 31337094479), ("1.37", 555001708), ("1.37", 777002367),
 ]
+# An uncore cache across two NUMA nodes, listed twice by sortAvailableUncoreCaches and taken
+# twice by takeFullUncore: the kubelet pins 2 CPUs for a 4-CPU request.
+UNCORE_SEEDS = [("1.35", 20261263785491), ("1.37", 20261263785523)]
+SEEDS = RESTART_SEEDS + UNCORE_SEEDS
 
 
-@pytest.mark.parametrize(("version", "seed"), RESTART_SEEDS,
-                         ids=[f"{v}-{s}" for v, s in RESTART_SEEDS])
-def test_restarts_the_runner_found(version: str, seed: int,
-                                   need_reference: Callable[[str], None]) -> None:
+@pytest.mark.parametrize(("version", "seed"), SEEDS, ids=[f"{v}-{s}" for v, s in SEEDS])
+def test_cases_the_runner_found(version: str, seed: int,
+                                need_reference: Callable[[str], None]) -> None:
     from bench.reference import random_case
     need_reference(version)
     case = random_case(seed, version)
-    assert any(op == "restart" for op, _ in case.ops)
     with Reference(version) as ref:
         outcome = run_case(ref, case)
     assert outcome.agrees, outcome.disagreements
+
+
+def test_a_cache_across_numa_nodes_is_counted_twice() -> None:
+    """The model's side of the uncore seeds, without Go: 4 CPUs asked, 2 pinned."""
+    from bench.reference import random_case
+    case = random_case(20261263785491, "1.35")
+    model = NodeModel(case.topo, case.config)
+    pod = case.ops[0][1]
+    assert pod is not None and pod.containers[0].resources.integer_cpus == 4
+    placed = model.admit(pod)
+    assert isinstance(placed, PodPlacement)
+    app = next(c for c in placed.containers if c.name == pod.containers[0].name)
+    (cache,) = {case.topo.uncore_of[c] for c in app.exclusive}
+    assert len(app.exclusive) == 2 and len(case.topo.numa_set(app.exclusive)) == 2, cache
