@@ -17,17 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.allocator.hints import Hint, HintError, merge
-from reconciler.allocator.model import (
-    NodeModel,
-    _container_cpus,
-    _eligible_init,
-    _in_start_order,
-    _Refused,
-    _Work,
+from reconciler.allocator.model import NodeModel
+from reconciler.allocator.placement import PodPlacement
+from reconciler.allocator.rules import (
+    Refused,
+    Work,
+    container_cpus,
+    eligible_init,
+    in_start_order,
     pod_guaranteed_cpus,
     smt_alignment_error,
 )
-from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.start import validate_state
 
 _POD_LEVEL_REFUSAL = ("TopologyAffinityError: pod with pod-level resources failed admission "
@@ -91,7 +91,7 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     if old.path == "none" or not model.config.static:
         return None  # nothing pinned: no hints, nothing to allocate
     pod = old.spec
-    wants = {c.name: _wants(old, c.name, init) for c, init in _in_start_order(pod)}
+    wants = {c.name: _wants(old, c.name, init) for c, init in in_start_order(pod)}
     held = _entries(old)
     policy = model.config.topology_policy
     hint: frozenset[int] | None = None
@@ -115,8 +115,8 @@ def _wants(placement: PodPlacement, name: str, ordinary_init: bool) -> int:
     """The CPUs the static policy gives the container (``guaranteedCPUs``)."""
     pod = placement.spec
     spec = next(c for c in (*pod.init_containers, *pod.containers) if c.name == name)
-    eligible = _eligible_init(pod, spec) if ordinary_init else pod.eligible(spec)
-    return _container_cpus(pod, spec) if eligible else 0
+    eligible = eligible_init(pod, spec) if ordinary_init else pod.eligible(spec)
+    return container_cpus(pod, spec) if eligible else 0
 
 
 def _entries(placement: PodPlacement) -> dict[str, frozenset[int]]:
@@ -126,7 +126,7 @@ def _entries(placement: PodPlacement) -> dict[str, frozenset[int]]:
     entries.update(placement.init_slices)
     if placement.block:
         pool = placement.block.difference(*entries.values())
-        for c, _ in _in_start_order(placement.spec):
+        for c, _ in in_start_order(placement.spec):
             entries.setdefault(c.name, pool or placement.block)
     return entries
 
@@ -157,10 +157,10 @@ def _pod_hint(model: NodeModel, requested: int,
 def _allocate_pod_again(model: NodeModel, old: PodPlacement, hint: frozenset[int] | None
                         ) -> str | None:
     """``AllocatePod`` once more: a new block from the free CPUs; the old one leaks."""
-    work = _Work(free=set(model.free), mem_free=dict(model.mem_free))
+    work = Work(free=set(model.free), mem_free=dict(model.mem_free))
     try:
         placement = model._pod_scope(old.spec, len(old.block), work, hint)
-    except _Refused as exc:
+    except Refused as exc:
         return f"UnexpectedAdmissionError: {exc}"
     model.free = work.free
     model.pods[old.key] = placement

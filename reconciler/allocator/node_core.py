@@ -1,0 +1,209 @@
+"""The model node's state and how CPUs and memory are taken from it (docs/design.md#allocator):
+the reserved and default sets, the free CPUs and memory, the pods placed, and the static
+policy's take (``allocateCPUs``, ``takeByTopology``, ``full-pcpus-only``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from reconciler.allocator.config import ModelConfig, ModelError
+from reconciler.allocator.devices import NodeDevices
+from reconciler.allocator.hints import HintRecord, MaskTable
+from reconciler.allocator.placement import PodPlacement
+from reconciler.allocator.rules import (
+    Refused,
+    Work,
+    not_enough_cpus,
+    smt_alignment_error,
+)
+from reconciler.allocator.take import (
+    policy_taker,
+    take_with_hint,
+)
+from reconciler.allocator.topology import CPUTopology
+from reconciler.cpuset import format_cpuset
+from reconciler.pools import CPU_POOLS as POOLS
+from reconciler.snapshot import MemoryBlock
+
+
+class NodeCore:
+    """One node's allocation state: reserved set, default set, per-pod assignments,
+    and the take that hands CPUs and memory out of it."""
+
+    def __init__(self, topo: CPUTopology, config: ModelConfig | None = None,
+                 devices: NodeDevices | None = None) -> None:
+        self.topo = topo
+        self.config = config or ModelConfig()
+        # Device-plugin devices (docs/design.md#devices-in-the-model): what is free, and
+        # what each pod holds.
+        self.devices = devices or NodeDevices()
+        self.dev_free: dict[str, set[str]] = self.devices.free()
+        self._dev_held: dict[tuple[str, str], dict[str, set[str]]] = {}
+        self.reserved: frozenset[int] = self._reserve()
+        online = topo.online
+        # CPUs that may be handed out exclusively: default set − reserved.
+        self.free: set[int] = set(online - self.reserved) if self.config.static else set()
+        self.memory_enabled = (self.config.memory_policy == "Static" and bool(topo.memory))
+        self.mem_free: dict[int, int] = {n: topo.memory_of(n) for n in topo.numa_nodes}
+        self.pods: dict[tuple[str, str], PodPlacement] = {}
+        self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
+        # Each node-exclusive container's CPUs as admitted: what a shrink keeps.
+        self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
+        # A checkpoint's exclusive sets, by (pod UID, container name); see from_checkpoint.
+        self.checkpointed: dict[tuple[str, str], frozenset[int]] = {}
+        # CPUs a checkpoint puts neither in its default set nor in any container, or that a
+        # kubelet restart leaks (docs/design.md#allocator).
+        self._unaccounted: frozenset[int] = frozenset()
+        # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
+        self.orphan_blocks: dict[str, frozenset[int]] = {}
+        self._masks = MaskTable(topo.numa_nodes)
+        self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
+        self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
+        self._widths: dict[tuple[str, int], int | None] = {}
+        self._numas_of_socket = {s: topo.numa_set(cpus) for s, cpus in topo.socket_cpus.items()}
+        self._mask_sockets: dict[frozenset[int], frozenset[int]] = {}
+        self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
+                                 for n, cpus in topo.numa_cpus.items()}
+        if "align-by-socket" in self.config.options \
+                and len(topo.socket_cpus) > len(topo.numa_cpus):
+            raise ModelError("align-by-socket is not compatible with hardware where number of "
+                             "sockets are more than number of NUMA nodes")
+        # full-pcpus-only never hands out a thread whose sibling is reserved.
+        self._reserved_cores = frozenset().union(
+            *(topo.core_cpus[topo.by_id[c].core] for c in self.reserved))
+        # Read-only hook for ``explain`` (docs/explain.md): told every merge the topology
+        # manager makes, with each provider's hints and the mask chosen (or the refusal).
+        self.on_hint: Callable[[HintRecord], None] | None = None
+
+    def _reserve(self) -> frozenset[int]:
+        online = self.topo.online
+        if self.config.reserved_cpus:
+            unknown = self.config.reserved_cpus - online
+            if unknown:
+                raise ModelError(f"reserved CPUs {format_cpuset(unknown)} are not online")
+            wanted = math.ceil(self.config.reserved_cpu_m / 1000)
+            if wanted and wanted != len(self.config.reserved_cpus):
+                # NewStaticPolicy's own check, with its words.
+                raise ModelError("[cpumanager] unable to reserve the required amount of CPUs "
+                                 f"(size of {format_cpuset(self.config.reserved_cpus)} did "
+                                 f"not equal {wanted})")
+            return frozenset(self.config.reserved_cpus)
+        if self.config.reserved_cpu_m > 0:
+            n = math.ceil(self.config.reserved_cpu_m / 1000)
+            got = policy_taker(self.topo, self.config.options,
+                                 self.config.kubelet_version)(self.topo, online, n)
+            if got is None:
+                raise ModelError(f"cannot reserve {n} CPUs on a {len(online)}-CPU node")
+            return got
+        return frozenset()
+
+    @property
+    def allocatable(self) -> frozenset[int]:
+        """What ``GetAllocatableResources`` reports: empty under the ``none`` policy."""
+        if not self.config.static:
+            return frozenset()
+        return self.topo.online - self.reserved
+
+    @property
+    def default_set(self) -> frozenset[int]:
+        """The shared pool the kubelet runs non-exclusive containers on."""
+        held: set[int] = set(self._unaccounted).union(*self.checkpointed.values(),
+                                                      *self.orphan_blocks.values())
+        for p in self.pods.values():
+            held |= p.held
+        base = self.topo.online
+        if "strict-cpu-reservation" in self.config.options:
+            base = base - self.reserved
+        return base - held
+
+    def pools(self, numa: int | None = None) -> dict[str, int]:
+        """Ground-truth CPU pools (docs/design.md#cpu-pools), optionally for one NUMA node.
+        CPUs held by finished init containers are in no listed container: the ledger counts
+        them as node shared."""
+        scope = self.topo.online if numa is None else self.topo.numa_cpus[numa]
+        owned: dict[int, str] = dict.fromkeys(
+            frozenset().union(*self.checkpointed.values()), "node_exclusive")
+        for p in self.pods.values():
+            for c in p.containers:
+                for cpu in c.exclusive:
+                    owned.setdefault(cpu, c.assignment)
+            rest = "pod_shared" if p.has_pod_shared else "pod_idle"
+            for cpu in p.shared_pool:
+                owned.setdefault(cpu, rest)
+        counts: dict[str, int] = dict.fromkeys(POOLS, 0)
+        for cpu in scope:
+            if cpu in owned:
+                counts[owned[cpu]] += 1
+            elif cpu in self.reserved:
+                counts["reserved"] += 1
+            else:
+                counts["node_shared"] += 1
+        return counts
+
+    def allocate_cpus(self, n: int, numa_hint: frozenset[int] | None,
+                      pool: Iterable[int] | None = None) -> frozenset[int]:
+        """The static policy's ``allocateCPUs``: ``n`` CPUs out of ``pool`` (the free CPUs
+        by default), the hinted NUMA nodes first. Raises :class:`ModelError` with the
+        kubelet's reason when it cannot."""
+        try:
+            return self._take(self.free if pool is None else pool, n, numa_hint, "request",
+                              default=self.free)
+        except Refused as exc:
+            raise ModelError(str(exc)) from None
+
+    def _check_smt(self, default: frozenset[int], n: int, what: str) -> None:
+        """``enforceSMTAlignment``: it counts the default set less the reserved cores, not
+        the pool the take chooses from, and holds without SMT too (a core of one CPU)."""
+        tpc = self.topo.threads_per_core
+        if "full-pcpus-only" not in self.config.options:
+            return
+        if n % tpc:
+            raise Refused(f"{what}: {smt_alignment_error(n, tpc)}")
+        physical = len(default - self._reserved_cores)
+        if n > physical:
+            raise Refused(f"{what}: {smt_alignment_error(n, tpc, physical)}")
+
+    def _take(self, pool: Iterable[int], n: int, hint: frozenset[int] | None,
+              what: str, *, smt: bool = True, default: Iterable[int] | None = None
+              ) -> frozenset[int]:
+        """``default``: the free CPUs full-pcpus-only counts (the pool when not given);
+        ``smt=False`` where the kubelet does not check (the slices of a pod-level block)."""
+        pool = frozenset(pool)
+        if smt:
+            self._check_smt(pool if default is None else frozenset(default), n, what)
+        if n > len(pool):
+            raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
+        if hint is not None and "align-by-socket" in self.config.options:
+            # The hinted NUMA nodes widen to their whole sockets.
+            hint = frozenset().union(*(self._numas_of_socket[s] for s in self._sockets_of(hint)))
+        got = take_with_hint(self.topo, pool, n, hint, taker)
+        if got is None:
+            raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        return got
+
+    def _take_memory(self, work: Work, size: int, hint: frozenset[int] | None,
+                     cpus: frozenset[int], what: str) -> tuple[MemoryBlock, ...]:
+        if size <= 0 or not self.memory_enabled:
+            return ()
+        nodes = sorted(hint) if hint else sorted(self.topo.numa_set(cpus))
+        if not nodes:
+            nodes = list(self.topo.numa_nodes)
+        if sum(work.mem_free.get(n, 0) for n in nodes) < size:
+            raise Refused(f"insufficient memory: {what} needs {size} bytes on NUMA node(s) "
+                           f"{','.join(map(str, nodes))}")
+        left = size
+        for n in nodes:
+            part = min(left, work.mem_free[n])
+            work.mem_free[n] -= part
+            work.mem_taken[n] = work.mem_taken.get(n, 0) + part
+            left -= part
+        return (MemoryBlock("memory", size, tuple(nodes)),)
+
+    def _sockets_of(self, mask: frozenset[int]) -> frozenset[int]:
+        got = self._mask_sockets.get(mask)
+        if got is None:
+            got = self._mask_sockets[mask] = frozenset().union(
+                *(self._sockets_of_numa[n] for n in mask))
+        return got

@@ -1,0 +1,138 @@
+"""The hint providers and the topology manager's merge on the model node
+(docs/design.md#allocator): the CPU manager's hints, the memory manager's, the device
+manager's, the regenerated hints of CPUs already held, and the merged affinity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from reconciler.allocator.hints import (
+    Hint,
+    HintError,
+    HintRecord,
+    kubelet_merge,
+    merge,
+)
+from reconciler.allocator.node_core import NodeCore
+from reconciler.allocator.rules import (
+    Refused,
+    shown_hints,
+)
+
+
+class NodeHints(NodeCore):
+    """The model node with its topology hints."""
+
+    def cpu_hints(self, n: int, available: Iterable[int],
+                  reusable: frozenset[int] = frozenset()) -> list[Hint]:
+        """The CPU manager's hints for ``n`` CPUs out of ``available``, every mask holding
+        the ``reusable`` CPUs' NUMA nodes. A mask's width is judged by all its CPUs, reserved
+        ones included, as the kubelet does."""
+        return self._cpu_hints(n, available, self._masks.every, reusable)
+
+    def held_cpu_hints(self, n: int, held: frozenset[int]) -> list[Hint]:
+        """Hints for a container already in the state (after a kubelet restart, or admitted
+        again): regenerated from the CPUs it holds, nothing else; none at all when it holds
+        another number than it asks for (``getTopologyHintsForAdd``)."""
+        return self.cpu_hints(n, held) if len(held) == n else []
+
+    def held_pod_cpu_hints(self, requested: int,
+                           containers: Iterable[tuple[int, frozenset[int] | None]]
+                           ) -> tuple[list[Hint] | None, frozenset[int]]:
+        """Pod scope: ``containers`` are (CPUs each asks, CPUs it holds or ``None``). When
+        one holds another number than it asks, no hint (``[]``); when those held add up to
+        the pod's request, hints regenerated from them; else ``None`` and the held CPUs,
+        which the kubelet then offers again beside the free ones
+        (``getPodTopologyHintsForAdd``)."""
+        assigned: set[int] = set()
+        for wants, held in containers:
+            if held is None:
+                continue
+            if len(held) != wants:
+                return [], frozenset()
+            assigned |= held
+        if len(assigned) == requested:
+            return self.cpu_hints(requested, assigned), frozenset(assigned)
+        return None, frozenset(assigned)
+
+    def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
+                   reusable: frozenset[int] = frozenset()) -> list[Hint]:
+        pool = available if isinstance(available, (set, frozenset)) else set(available)
+        free = {node: len(cpus & pool) for node, cpus in self.topo.numa_cpus.items()}
+        narrowest = self._narrowest("cpu", n)
+        hints = self._masks.hints(candidates, n, free, narrowest)
+        if reusable:
+            # generateCPUTopologyHints drops every mask missing a node of a reusable CPU.
+            nodes = self.topo.numa_set(reusable)
+            hints = [h for h in hints if nodes <= h[0]]
+        if "align-by-socket" not in self.config.options or narrowest is None:
+            return hints
+        # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
+        per_socket = len(self.topo.numa_cpus) // len(self.topo.socket_cpus)
+        min_sockets = -(-narrowest // per_socket)
+        return [(m, preferred or len(self._sockets_of(m)) == min_sockets)
+                for m, preferred in hints]
+
+    def _narrowest(self, resource: str, need: int) -> int | None:
+        key = (resource, need)
+        if key not in self._widths:
+            total = self._numa_size if resource == "cpu" else self._numa_memory
+            self._widths[key] = self._masks.narrowest(need, total)
+        return self._widths[key]
+
+    def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
+              what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None,
+              reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
+        """The topology manager's merged NUMA affinity for one request; ``devices`` are the
+        device manager's hints per resource asked (it is the first provider); ``reusable``
+        the CPUs the container may take back from init containers."""
+        policy = self.config.topology_policy
+        if policy == "none":
+            return None
+        if devices:
+            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices,
+                                     reusable)
+        providers: list[list[Hint]] = []
+        # Under single-numa-node only single-node masks can win the merge.
+        candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
+        if cpus > 0:
+            providers.append(self._cpu_hints(cpus, cpu_pool, candidates, reusable))
+        if memory > 0 and self.memory_enabled:
+            providers.append(self._masks.hints(candidates, memory, mem_free,
+                                               self._narrowest("memory", memory)))
+        try:
+            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes))
+        except HintError as exc:
+            if self.on_hint is not None:
+                self.on_hint(HintRecord(what, cpus, memory, tuple(providers), None, str(exc)))
+            raise Refused(str(exc)) from None
+        if self.on_hint is not None:
+            self.on_hint(HintRecord(what, cpus, memory, tuple(providers), chosen, None))
+        return chosen
+
+    def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
+                     mem_free: Mapping[int, int], what: str,
+                     devices: Mapping[str, list[Hint] | None],
+                     reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
+        """With devices asked, the topology manager's own merge (``kubelet_merge``): device
+        hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
+        every = self._masks.every
+        others: list[list[Hint]] = []
+        if cpus > 0:
+            others.append(self._cpu_hints(cpus, cpu_pool, every, reusable))
+        if memory > 0 and self.memory_enabled:
+            others.append(self._masks.hints(every, memory, mem_free,
+                                            self._narrowest("memory", memory)))
+        shown = tuple(devices.items())
+        try:
+            chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
+                                   frozenset(self.topo.numa_nodes))
+        except HintError as exc:
+            if self.on_hint is not None:
+                self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),
+                                        shown_hints(shown)))
+            raise Refused(str(exc)) from None
+        if self.on_hint is not None:
+            self.on_hint(HintRecord(what, cpus, memory, tuple(others), chosen, None,
+                                    shown_hints(shown)))
+        return chosen

@@ -1,0 +1,222 @@
+"""The paths a pod takes through the static policy on the model node
+(docs/design.md#allocator): legacy per-container allocation, the pod scope's block and its
+slices, the container scope and the none policy for pods with pod-level resources, and the
+device manager's take beside them."""
+
+from __future__ import annotations
+
+from reconciler.allocator.devices import DevicesUnavailable
+from reconciler.allocator.node_hints import NodeHints
+from reconciler.allocator.placement import ContainerTruth, PodPlacement
+from reconciler.allocator.rules import (
+    AUTO,
+    Auto,
+    Leaked,
+    Refused,
+    Slices,
+    Work,
+    all_shared,
+    container_cpus,
+    eligible_init,
+    in_start_order,
+    mem_limit,
+    pod_guaranteed_cpus,
+    pod_memory,
+    validate_pod_scope,
+    with_devices,
+)
+from reconciler.kube import ContainerSpec, PodSpec
+from reconciler.pools import Assignment
+from reconciler.snapshot import MemoryBlock
+
+
+class NodePaths(NodeHints):
+    """The model node with the static policy's placement paths."""
+
+    def _shared_devices(self, pod: PodSpec, work: Work, placement: PodPlacement
+                        ) -> PodPlacement:
+        """Devices for a pod given no exclusive CPUs: the device manager allocates them
+        all the same, aligned by its own hints alone."""
+        assert work.dev is not None
+        slices = Slices()
+        hint = None
+        if self.config.scope == "pod":
+            hint = self._hint(0, (), 0, {}, devices=work.dev.pod_hints(pod))
+        for c, ordinary_init in in_start_order(pod):
+            dev_hints = work.dev.container_hints(c)
+            if self.config.scope == "container" and dev_hints:
+                what = f"container {c.name}"
+                try:
+                    hint = self._hint(0, (), 0, {}, what, dev_hints)
+                except Refused as exc:
+                    raise Refused(f"{what}: {exc}") from None
+            self._take_devices(work, c, hint, ordinary_init, slices)
+        return with_devices(placement, slices.devices)
+
+    def _take_devices(self, work: Work, c: ContainerSpec, hint: frozenset[int] | None,
+                      ordinary_init: bool, slices: Slices) -> None:
+        if work.dev is None:
+            return
+        try:
+            got = work.dev.take(c, hint, ordinary_init)
+        except DevicesUnavailable as exc:
+            raise Refused(str(exc)) from None
+        if not ordinary_init:
+            slices.devices[c.name] = got
+
+    def _place(self, pod: PodSpec, work: Work) -> PodPlacement:
+        cfg = self.config
+        if not cfg.static:
+            return all_shared(pod, "the CPU manager policy is none")
+        pod_level = pod.resources is not None and pod.resources.is_set
+        if not pod_level:
+            return self._legacy(pod, work)
+        if not cfg.pod_level:
+            # The CPU and memory managers skip such a pod rather than pin its containers
+            # (docs/design.md#allocator).
+            return all_shared(pod, "pod-level resources without PodLevelResourceManagers: "
+                                    "no exclusive CPUs or memory")
+        if not pod.guaranteed:
+            return all_shared(pod, "not Guaranteed: no exclusive CPUs")
+        if cfg.scope == "container" or cfg.topology_policy == "none":
+            # Only the pod scope's admission allocates a pod block; the container scope and
+            # the none policy's admission pin each eligible container from the node pool,
+            # unbounded by the budget (docs/design.md#allocator).
+            placement = self._legacy(pod, work)
+            return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
+                                "container", frozenset(), (), placement.containers,
+                                placement.numa_hint, placement.note, placement.init_held,
+                                placement.init_slices)
+        budget = pod.budget_cpus
+        if budget is None:
+            return all_shared(pod, "fractional pod budget: no exclusive CPUs")
+        validate_pod_scope(pod)
+        return self._pod_scope(pod, budget, work)
+
+    def _legacy(self, pod: PodSpec, work: Work) -> PodPlacement:
+        """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
+        and those no later container reused stay held by the pod."""
+        hint: frozenset[int] | None = None
+        if self.config.scope == "pod":
+            hint = self._hint(pod_guaranteed_cpus(pod), work.free, pod_memory(pod),
+                              work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
+        slices = Slices()
+        for c, ordinary_init in in_start_order(pod):
+            hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices)
+        containers = []
+        for c in pod.long_running:
+            ex = slices.exclusive.get(c.name, frozenset())
+            blocks = slices.memory.get(c.name, ())
+            containers.append(ContainerTruth(
+                c.name, c.sidecar, bool(ex), "node_exclusive" if ex else "node_shared",
+                "node_exclusive" if blocks else "node_shared", ex, ex, blocks))
+        note = "" if any(c.exclusive for c in containers) else \
+            ("not Guaranteed: no exclusive CPUs" if not pod.guaranteed
+             else "no container asks for whole CPUs")
+        return with_devices(PodPlacement(
+            pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
+            tuple(containers), hint, note, frozenset(slices.reusable),
+            tuple(slices.init.items())), slices.devices)
+
+    def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
+                          hint: frozenset[int] | None, work: Work, slices: Slices
+                          ) -> frozenset[int] | None:
+        eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+        n = container_cpus(pod, c) if eligible else 0
+        # Init containers' memory is transient and reused: the model does not hold it.
+        mem = mem_limit(c) if pod.guaranteed and not ordinary_init else 0
+        what = f"container {c.name}"
+        dev_hints = work.dev.container_hints(c) if work.dev else None
+        if self.config.scope == "container" and (n or (mem and self.memory_enabled)
+                                                 or dev_hints):
+            try:
+                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
+                                  dev_hints, frozenset(slices.reusable) if n else frozenset())
+            except Refused as exc:
+                raise Refused(f"{what}: {exc}") from None
+        # The device manager is the topology manager's first provider: it allocates first.
+        self._take_devices(work, c, hint, ordinary_init, slices)
+        got = self._take(work.free | slices.reusable, n, hint, what,
+                         default=work.free) if n else frozenset()
+        slices.reusable -= got
+        work.free -= got
+        blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
+        if ordinary_init:
+            slices.reusable |= got
+            if got:
+                slices.init[c.name] = got
+        else:
+            slices.exclusive[c.name] = got
+            slices.memory[c.name] = blocks
+        return hint
+
+    def _pod_scope(self, pod: PodSpec, budget: int, work: Work,
+                   hint: frozenset[int] | Auto | None = AUTO) -> PodPlacement:
+        """One NUMA-aligned block of the budget; slices carved from it
+        (docs/design.md#allocator). ``hint`` is the topology manager's, when already known."""
+        pod_mem = (pod.resources.memory_limit if pod.resources else None) or 0
+        slice_mem = {c.name: mem_limit(c) for c in pod.long_running if pod.eligible(c)}
+        if self.memory_enabled and pod_mem and sum(slice_mem.values()) > pod_mem:
+            raise Refused("memory over budget: exclusive containers' memory exceeds the "
+                           "pod memory budget")
+        if isinstance(hint, Auto):
+            hint = self._hint(budget, work.free, pod_mem, work.mem_free,
+                              devices=work.dev.pod_hints(pod) if work.dev else None)
+        slices = Slices()
+        for c, ordinary_init in in_start_order(pod):
+            self._take_devices(work, c, hint, ordinary_init, slices)
+        block = self._take(work.free, budget, hint, "pod budget")
+        work.free -= block
+        block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
+        init_slices: dict[str, frozenset[int]] = {}
+        try:
+            exclusive = self._carve_slices(pod, block, init_slices)
+        except Refused as exc:
+            raise Leaked(str(exc), block) from None
+        shared_pool = block.difference(*exclusive.values())
+        mem_nodes = block_memory[0].numa_nodes if block_memory else ()
+        containers = []
+        for c in pod.long_running:
+            ex = exclusive.get(c.name, frozenset())
+            if not ex:
+                containers.append(ContainerTruth(
+                    c.name, c.sidecar, False, "pod_shared",
+                    "pod_shared" if block_memory else "node_shared", frozenset(),
+                    shared_pool, ()))
+                continue
+            blocks = (MemoryBlock("memory", slice_mem[c.name], mem_nodes),) \
+                if block_memory and slice_mem[c.name] else ()
+            mem_assign: Assignment = "node_shared"
+            if block_memory:
+                mem_assign = "pod_exclusive" if blocks else "pod_shared"
+            containers.append(ContainerTruth(
+                c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
+        return with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
+                                          block_memory, tuple(containers), hint,
+                                          init_slices=tuple(init_slices.items())),
+                             slices.devices)
+
+    def _carve_slices(self, pod: PodSpec, block: frozenset[int],
+                      init_slices: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+        """Exclusive slices out of the pod's block, in start order; ordinary init containers'
+        CPUs (recorded in ``init_slices``) are reused by the containers after them and fall
+        back to the block."""
+        inside = set(block)
+        reusable: set[int] = set()
+        exclusive: dict[str, frozenset[int]] = {}
+        for c, ordinary_init in in_start_order(pod):
+            eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
+            n = container_cpus(pod, c) if eligible else 0
+            if not n:
+                continue
+            # AllocatePod holds the block to full-pcpus-only, not the slices carved from it.
+            got = self._take(inside | reusable, n, None, f"container {c.name}", smt=False)
+            inside -= got
+            reusable -= got
+            if ordinary_init:
+                reusable |= got
+                init_slices[c.name] = got
+            else:
+                exclusive[c.name] = got
+        return exclusive
