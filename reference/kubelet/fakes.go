@@ -11,20 +11,21 @@ import (
 
 // fakes stands in for what the managers' Start needs from a running kubelet and is not
 // theirs to decide (docs/design.md#reference):
-//   - sources ready: always (so removeStaleState runs, as on a kubelet past its start-up),
-//     until a restart retires these managers: their reconcile goroutines cannot be stopped,
-//     and one that ran its stale-state sweep late would write its old state over the new
-//     managers' checkpoint (seen once in 6,000 workloads on a loaded machine);
+//   - sources ready: once the node has started and every pod is admitted again, as on a
+//     kubelet past its start-up (so removeStaleState runs then), and never again for managers
+//     a restart replaced. The managers' reconcile goroutines cannot be stopped, and one whose
+//     first stale-state sweep ran late, concurrently with a restart's re-admissions or after
+//     it, made the outcome depend on the scheduler (two workloads in 12,000, under load);
 //   - pod status provider: no status for any pod, so the CPU manager's reconcile loop skips
 //     every container (there is no runtime to push cpusets to);
 //   - container runtime: UpdateContainerResources accepts everything and does nothing.
 type fakes struct {
-	n       *node
-	retired atomic.Bool
+	n     *node
+	ready atomic.Bool
 }
 
 func (f *fakes) AddSource(string) {}
-func (f *fakes) AllReady() bool   { return !f.retired.Load() }
+func (f *fakes) AllReady() bool   { return f.ready.Load() }
 
 func (f *fakes) GetPodStatus(types.UID) (v1.PodStatus, bool) { return v1.PodStatus{}, false }
 

@@ -121,6 +121,7 @@ func newNode(cfg *setupRequest) (*node, error) {
 		n.close()
 		return nil, err
 	}
+	n.fakes.ready.Store(true)
 	return n, nil
 }
 
@@ -196,7 +197,7 @@ func (n *node) start() error {
 	}
 	tm.AddHintProvider(n.logger, mem)
 	if n.fakes != nil {
-		n.fakes.retired.Store(true) // the managers being replaced sweep nothing any more
+		n.fakes.ready.Store(false) // the managers being replaced sweep nothing any more
 	}
 	f := &fakes{n: n}
 	n.fakes = f
@@ -337,6 +338,7 @@ func (n *node) restart() ([]readmission, error) {
 			return out, err
 		}
 	}
+	n.fakes.ready.Store(true)
 	return out, nil
 }
 
