@@ -195,8 +195,6 @@ class Exporter:
         if reading is None:
             self.up = False
             return False
-        self.up = True
-        self.last_success = self.clock()
         ledger, changed = reading.ledger, reading.changed or self.published is None
         if report is not None:
             ledger = replace(ledger, anomalies=ledger.anomalies + report.anomalies)
@@ -206,6 +204,10 @@ class Exporter:
                           else report.enforced)
         if report is not None:
             self._publish_kernel(report)
+        # Up only once this poll's ledger is published: the render above yields to the loop,
+        # and a scrape in between must not pair podres_up 1 with the previous ledger.
+        self.up = True
+        self.last_success = self.clock()
         self._record_history(ledger, changed, reading.placement)
         if reading.changed:
             # A recompute freed the previous node's worth of objects: give the pages back

@@ -376,3 +376,43 @@ async def test_checkpoint_info_does_not_keep_a_corrupt_files_last_format(
     assert not series(broken, "podres_checkpoint_info")
     assert value(broken, "podres_checkpoint_downgrade_unsafe") is None
     assert up(broken) == 1.0 and ledger_series(broken)
+
+
+async def test_up_turns_1_only_with_the_ledger_of_that_poll(
+        start_sim: StartSim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The render runs in a thread and yields to the loop: a scrape taken meanwhile must
+    still say podres_up 0 (the ledger it shows is the one from before the outage), never
+    podres_up 1 beside the old ledger."""
+    directory = scenario_root() / SCENARIO
+    sim = await start_sim(directory)
+    reader = NodeReader(SourceOptions(socket=sim.socket_path, sysfs=None,
+                                      topology_file=str(directory / "topology.json")))
+    exporter = Exporter(reader)
+    try:
+        assert await exporter.poll_once()
+        sim.misbehaviour.unimplemented.add("List")
+        sim.set_state(without_pods(sim.state, ("batch", "worker")))
+        assert not await exporter.poll_once()
+        sim.misbehaviour.unimplemented.clear()
+
+        rendering, release = asyncio.Event(), asyncio.Event()
+        seen: list[tuple[bool, bool]] = []
+        publish = Exporter._publish
+
+        async def slow_publish(self: Exporter, *args: object, **kwargs: object) -> None:
+            rendering.set()
+            await release.wait()
+            await publish(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Exporter, "_publish", slow_publish)
+        task = asyncio.create_task(exporter.poll_once())
+        await rendering.wait()
+        body = exporter.metrics_body().decode()
+        seen.append(("podres_up 0" in body, 'pod="worker"' in body))
+        release.set()
+        assert await task
+        body = exporter.metrics_body().decode()
+        seen.append(("podres_up 1" in body, 'pod="worker"' in body))
+    finally:
+        await reader.close()
+    assert seen == [(True, True), (True, False)]
