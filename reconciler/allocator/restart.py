@@ -68,7 +68,8 @@ def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
 
 
 def start_error(model: NodeModel) -> str | None:
-    """``validateState`` of the static policy on the model's state, or ``None``."""
+    """``validateState`` of the static policy on the model's state, or ``None`` when it
+    passes, in which case the model takes the default set the kubelet starts with."""
     if not model.config.static:
         return None
     assignments: dict[str, dict[str, frozenset[int]]] = {}
@@ -78,8 +79,16 @@ def start_error(model: NodeModel) -> str | None:
     for (uid, name), cpus in model.checkpointed.items():
         assignments.setdefault(uid, {})[name] = cpus
     strict = "strict-cpu-reservation" in model.config.options
-    _, error = validate_state(model.topo, model.reserved, model.default_set, assignments,
-                              strict=strict, pod_sets=model.orphan_blocks.values())
+    default, error = validate_state(model.topo, model.reserved, model.default_set,
+                                    assignments, strict=strict,
+                                    pod_sets=model.orphan_blocks.values())
+    if error is None and default != model.default_set:
+        # An empty default set with no container entry reads as a fresh state, whatever
+        # pod-level blocks the checkpoint holds: leaked blocks are back in the default set
+        # (docs/design.md#allocator).
+        for block in model.orphan_blocks.values():
+            model.free |= block - model.reserved
+        model.orphan_blocks.clear()
     return None if error is None else f"cpu manager start: {error}"
 
 

@@ -69,6 +69,10 @@ ONE_CPU_SLICE_POD = PodSpec("ref", "slice", "uid-slice",
                             (ContainerSpec("app", _g(1000)), ContainerSpec("side")),
                             resources=_g(4000))
 STRICT = frozenset({"strict-cpu-reservation"})
+# Under strict reservation on four CPUs, a refused carving leaks the three unreserved ones:
+# the default set is empty and no container holds a CPU.
+LEAK_ALL_POD = PodSpec("ref", "leak-all", "uid-leak-all", (ContainerSpec("app"),),
+                       (ContainerSpec("init", _g(4000), init=True),), resources=_g(3000))
 FULL = frozenset({"full-pcpus-only"})
 
 
@@ -118,6 +122,15 @@ def _block_leaked(answers: list[dict[str, Any]], case: Case) -> None:
 def _cannot_start(answers: list[dict[str, Any]], case: Case) -> None:
     again = answers[-1]
     assert not again["ok"] and "default cpuset cannot be empty" in again["error"]
+
+
+def _fresh_after_leak(answers: list[dict[str, Any]], case: Case) -> None:
+    refused, again = answers
+    assert not refused["ok"] and parse_cpuset(refused["state"]["default"]) == frozenset()
+    # validateState sees an empty default set and no container entry: a fresh state, every
+    # unreserved CPU back in the default set, the leaked pod entry still in the file.
+    assert again["ok"] and parse_cpuset(again["state"]["default"]) == {1, 2, 3}
+    assert parse_cpuset(again["state"]["pods"][LEAK_ALL_POD.uid]) == {1, 2, 3}
 
 
 def _smt_at_restart(answers: list[dict[str, Any]], case: Case) -> None:
@@ -257,6 +270,13 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
      _block_leaked),
     ("refused-pod-level-leak", "1.36", _case("1.36", "pod", True, BIG_INIT_POD),
      _block_leaked),
+    # Found by the runner, 1.36 seed 777001 (case 777003331105).
+    ("leaked-blocks-only-restart-fresh", "1.36",
+     _case("1.36", "pod", True, LEAK_ALL_POD, restart=True, options=STRICT,
+           policy="restricted", topo=_topo(4)), _fresh_after_leak),
+    ("leaked-blocks-only-restart-fresh", "1.37",
+     _case("1.37", "pod", True, LEAK_ALL_POD, restart=True, options=STRICT,
+           policy="restricted", topo=_topo(4)), _fresh_after_leak),
     ("strict-reservation-full-node-cannot-restart", "1.37",
      _case("1.37", "container", False, TWO_CPU_POD, THREE_CPU_POD, restart=True,
            options=STRICT, policy="best-effort"), _cannot_start),
@@ -368,6 +388,16 @@ def test_the_strict_reservation_node_with_no_cpu_left_cannot_restart() -> None:
     assert restart(model).error is None
     assert isinstance(model.admit(THREE_CPU_POD), PodPlacement)
     assert restart(model).error == "cpu manager start: default cpuset cannot be empty"
+
+
+def test_a_restart_with_only_leaked_blocks_starts_fresh() -> None:
+    model = _model(policy="restricted", options=STRICT, topo=_topo(4))
+    refused = model.admit(LEAK_ALL_POD)
+    assert isinstance(refused, Rejection) and refused.leaked == {1, 2, 3}
+    assert model.default_set == frozenset()
+    assert restart(model).error is None
+    assert model.default_set == {1, 2, 3}
+    assert isinstance(model.admit(THREE_CPU_POD), PodPlacement)
 
 
 def test_full_pcpus_only_is_checked_again_at_restart_before_137() -> None:
