@@ -11,12 +11,24 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.reference import run
+from bench.reference import Outcome, Reference, run, run_case
 from tests.reference.known import KNOWN, classify
 
 CASES = int(os.environ.get("PODRES_REFERENCE_CASES", "40"))
 # CI runs 2,000 a version from a seed the model was never tuned on (.ci/run).
 SEED = int(os.environ.get("PODRES_REFERENCE_SEED", "20261202"))
+
+
+def _reproduces(version: str, outcome: Outcome) -> bool:
+    """Whether a disagreement comes back on a fresh reference process. The model is
+    deterministic; the reference runs the kubelet's goroutines, and on a loaded CI machine
+    one 1.36 restart in thousands has come out differently and never again alone (100 of 100
+    reruns agreed). Such a case is counted apart and bounded, never passed silently."""
+    for _ in range(2):
+        with Reference(version) as ref:
+            if not run_case(ref, outcome.case).agrees:
+                return True
+    return False
 
 
 @pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
@@ -26,6 +38,7 @@ def test_model_agrees_with_the_kubelet(version: str, need_reference: Callable[[s
     agree = skipped = 0
     known: Counter[str] = Counter()
     new: list[str] = []
+    unsteady: list[str] = []
     for outcome in run(version, SEED, CASES):
         if outcome.skipped:
             skipped += 1  # a setup both refuse
@@ -33,11 +46,15 @@ def test_model_agrees_with_the_kubelet(version: str, need_reference: Callable[[s
             agree += 1
         elif (kind := classify(outcome)) is not None:
             known[kind] += 1
-        else:
+        elif _reproduces(version, outcome):
             new.append(outcome.case.describe() + "\n  " + "\n  ".join(outcome.disagreements))
+        else:
+            unsteady.append(outcome.case.describe())
     assert not new, (f"{len(new)} of {CASES} workloads disagree with kubelet {version} "
                      "(shrink each into tests/reference/test_known.py and fix the model, or "
                      "list its kind in tests/reference/known.py):\n" + "\n".join(new[:3]))
+    # At most one workload in a thousand may fail to reproduce (the reference's own race).
+    assert len(unsteady) <= CASES // 1000, unsteady
     assert set(known) <= set(KNOWN)
     # The workloads must place pods, not only meet setups both sides refuse.
     assert agree >= CASES // 2, (agree, skipped, dict(known))
