@@ -138,6 +138,9 @@ class Site:
     def set_json(self, path: str, payload: Any, status: int = 200) -> None:
         self.routes[path] = (status, "application/json", json.dumps(payload).encode())
 
+    def set_text(self, path: str, text: str, content_type: str = "text/plain") -> None:
+        self.routes[path] = (200, content_type, text.encode())
+
 
 @pytest.fixture
 def site() -> Iterator[Site]:
@@ -218,7 +221,6 @@ def test_cpu_map_draws_every_cpu_in_chromium(site: Site, tmp_path: Path) -> None
     for cpu in cpumap["cpus"]:
         cell = by_id[cpu["id"]]
         assert cell["data-pool"] == cpu["pool"]
-        assert cell["tabindex"] == "0"
         if cpu["owner"]:
             assert cpu["owner"] in cell["title"]
             assert cpu["owner"] in cell["aria-label"]
@@ -226,6 +228,8 @@ def test_cpu_map_draws_every_cpu_in_chromium(site: Site, tmp_path: Path) -> None
             assert "no owner" in cell["aria-label"]
     # Grouped by NUMA node; every pool present is in the legend, once, in a fixed order.
     assert dom.numa_sections == ["0", "1"]
+    # The map is one Tab stop (a roving tabindex): the first CPU; the rest are -1.
+    assert [c["tabindex"] for c in dom.cpus] == ["0"] + ["-1"] * (len(dom.cpus) - 1)
     assert dom.legend_pools == ["reserved", "node_shared", "node_exclusive", "pod_exclusive",
                                 "pod_shared", "pod_idle"]
     assert {c["data-pool"] for c in dom.cpus} == set(POOL_COLOURS)

@@ -258,7 +258,7 @@ def _docs_dir() -> Path | None:
 
 def test_without_history_the_timeline_stays_hidden(site: Site) -> None:
     """History off (the assignments route answers 404): the live map alone, no slider, no
-    error, and the usage colouring disabled (no container carries its usage yet)."""
+    error, and the usage colouring not offered (no usage series: /metrics answers 404)."""
     site.set_json("/api/v1/cpumap", topology_node())
     site.set_json("/api/v1/ledger", ledger_for(topology_node()))
     html = dump_dom(site.url)
@@ -266,34 +266,14 @@ def test_without_history_the_timeline_stays_hidden(site: Site) -> None:
     assert len(dom.cpus) == 16 and "failed" not in dom.status.lower()
     assert re.search(r'<section[^>]*id="timeline"[^>]*hidden', html)
     assert "/api/v1/assignments" in site.hits
-    assert re.search(r'<option value="usage" disabled', html)
+    assert re.search(r'<option value="usage"[^>]*hidden', html)
 
 
-def test_devices_and_container_usage_when_the_ledger_carries_them(site: Site) -> None:
-    """The hooks for what the API does not offer yet: devices drawn under their NUMA nodes,
-    and colouring by the container's own usage enabled once a container carries it."""
-    ledger = ledger_for(topology_node())
-    ledger["devices"] = [{"resource": "nvidia.com/gpu", "id": "GPU-0", "numa_nodes": [1]},
-                         {"resource": "example.com/vf", "id": "vf-3", "numa_nodes": [0, 1]}]
-    ledger["containers"][0]["cpu_usage_cores"] = 1.5
-    site.set_json("/api/v1/cpumap", topology_node())
-    site.set_json("/api/v1/ledger", ledger)
-    html = dump_dom(site.url)
-    sections = re.findall(r'<section class="numa[^"]*" data-numa="(\d)".*?</section>', html,
-                          re.S)
-    assert sections == ["0", "1"]
-    by_numa = dict(re.findall(r'data-numa="(\d)".*?(<ul class="devices".*?</ul>|</section>)',
-                              html, re.S))
-    assert "vf-3" in by_numa["0"] and "GPU-0" not in by_numa["0"]
-    assert "vf-3" in by_numa["1"] and "GPU-0" in by_numa["1"]
-    assert re.search(r'<option value="usage">', html)  # enabled
-
-
-async def test_colour_by_busy_time_and_usage(site: Site) -> None:
+async def test_colour_by_busy_time(site: Site) -> None:
     """Choosing a colouring through the select (real keyboard input) gives each CPU its heat
-    in tenths: the busy share of the last poll, or its container's usage over its CPUs."""
+    in tenths: the busy share of the last poll. (The containers' own usage:
+    test_cpumap_moment.py.)"""
     ledger = ledger_for(topology_node())
-    ledger["containers"][0]["cpu_usage_cores"] = 1.5  # shop/web/app on CPUs 2,10
     site.set_json("/api/v1/cpumap", topology_node())
     site.set_json("/api/v1/ledger", ledger)
     site.set_json("/api/v1/cpuload", {"cpus": {"2": 0.75, "3": 0.31}})
@@ -309,9 +289,6 @@ async def test_colour_by_busy_time_and_usage(site: Site) -> None:
         await browser.press("ArrowDown", 40)  # pool -> busy time
         assert json.loads(await browser.wait_for(
             f"(h => h !== '{{}}' && h)({heat})")) == {"2": "8", "3": "3"}
-        await browser.press("ArrowDown", 40)  # busy time -> the container's usage
-        assert json.loads(await browser.wait_for(
-            f"(h => h.includes('\"10\"') && h)({heat})")) == {"2": "8", "10": "8"}
         assert await browser.evaluate(
             "document.getElementById('cpumap').classList.contains('by-heat')")
     finally:

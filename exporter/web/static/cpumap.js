@@ -7,6 +7,8 @@
  *                                                  "pool", "owner"}]}
  *       GET api/v1/ledger  the ledger JSON
  *       GET api/v1/cpuload {"cpus": {"<id>": busy share}} (optional: 404 without /proc/stat)
+ *       GET metrics  the exposition: podres_container_cpu_usage_seconds_total and
+ *           podres_last_success_timestamp_seconds, for the containers' own usage (optional)
  *       GET api/v1/assignments?node=&from=&to= / ?node=&at=  the history API (optional: 404
  *           with the history off): the change events, and the node at a past moment
  *           (docs/cpumap.md)
@@ -41,8 +43,15 @@
     events: [],  // [{t, label}] change events, oldest first
     selected: null,  // {kind: "pod"|"container", key: "ns/pod[/container]"}
     colourBy: "pool",
+    counts: {},  // CPUs per pool of the map drawn (the live node, or the past moment)
+    focusCpu: null,  // the map's one Tab stop (roving tabindex): a CPU id
+    usage: { seen: false, prev: null, cores: null },  // containers' own usage (/metrics)
     historySeq: 0
   };
+  var USAGE_METRIC = "podres_container_cpu_usage_seconds_total";
+  var POLL_METRIC = "podres_last_success_timestamp_seconds";
+  var USAGE_RETRY_MS = 5000;  // a second reading sooner than the next refresh
+  var DEVICE_CHIPS = 512;  // a bound on the chips drawn, whatever the ledger lists
 
   function $(id) { return document.getElementById(id); }
 
@@ -62,6 +71,21 @@
   function poolLabel(pool) { return POOL_LABEL[pool] || String(pool || "unknown"); }
 
   function isNum(v) { return typeof v === "number" && isFinite(v); }
+
+  /* RFC 3339 in UTC, as the CLI and the API write times (format_time in
+     exporter/history/timeutil.py): seconds, and a fraction only when there is one. */
+  function rfc3339(ms) {
+    if (!isNum(ms)) return "unknown time";
+    return new Date(ms).toISOString().replace(".000Z", "Z");
+  }
+
+  /* The Pods table's reclaimed cell, by the CLI's rule (reclaimed_cell in
+     exporter/render.py): a negative count is a budget that costs CPUs, "none (+N)". */
+  function reclaimedCell(n) {
+    if (!isNum(n)) return null;
+    return n < 0 ? "none (+" + (-n) + ")" : String(n);
+  }
+  var COSTS_MORE = "none (+N): the pod budget pins N CPU(s) more than the per-container model would";
 
   function byNumberNullLast(a, b) {
     if (a === b) return 0;
@@ -99,9 +123,32 @@
 
   /* ------------------------------------------------------------------ CPU map */
 
-  function renderLegend(counts) {
+  var NO_CPU = "No CPU selected.";
+
+  var HEAT_LEGEND = {
+    busy: "Busy share of each CPU in the last poll",
+    usage: "Its containers' own usage, in cores per CPU"
+  };
+
+  /* The legend says what the colours mean now: the pools, with the busy bar when the
+     cells carry one; or, coloured by busy time or usage, the ramp's tenths. */
+  function renderLegend(mode) {
     var legend = $("legend");
+    var counts = state.counts;
     clear(legend);
+    if (mode === "busy" || mode === "usage") {
+      legend.setAttribute("aria-label", "Legend: " + HEAT_LEGEND[mode]);
+      legend.appendChild(el("li", { "class": "legend-scale-title" }, HEAT_LEGEND[mode] + ":"));
+      for (var tenth = 0; tenth <= 10; tenth += 2) {
+        var step = el("li", { "class": "legend-heat", "data-heat": tenth });
+        step.appendChild(el("span", { "class": "swatch", "data-heat": tenth, "aria-hidden": "true" }));
+        step.appendChild(el("span", { "class": "legend-label" },
+          mode === "busy" ? tenth * 10 + "%" : (tenth / 10) + (tenth === 10 ? "+ cores" : "")));
+        legend.appendChild(step);
+      }
+      return;
+    }
+    legend.setAttribute("aria-label", "Legend: CPU pools on this node");
     orderedPools(counts).forEach(function (pool) {
       var item = el("li", { "class": "legend-item", "data-pool": pool });
       item.appendChild(el("span", { "class": "swatch", "data-pool": pool, "aria-hidden": "true" }));
@@ -110,6 +157,13 @@
       if (POOL_HELP[pool]) item.setAttribute("title", POOL_HELP[pool]);
       legend.appendChild(item);
     });
+    if (document.querySelector("#cpumap .cpu[data-busy]")) {
+      var bar = el("li", { "class": "legend-busy" });
+      bar.appendChild(el("span", { "class": "swatch swatch-busy", "aria-hidden": "true" }));
+      bar.appendChild(el("span", { "class": "legend-label" },
+        "Busy bar: the CPU's busy share in the last poll (full height 100%)"));
+      legend.appendChild(bar);
+    }
   }
 
   function groupCpus(cpus) {
@@ -140,7 +194,7 @@
   }
 
   function showDetail(cell) {
-    $("cpu-detail").textContent = cell ? cell.getAttribute("data-detail") : "No CPU selected.";
+    $("cpu-detail").textContent = cell ? cell.getAttribute("data-detail") : NO_CPU;
     var pod = cell ? cell.getAttribute("data-pod") : "";
     var cells = document.querySelectorAll("#cpumap .cpu");
     for (var i = 0; i < cells.length; i++) {
@@ -156,8 +210,8 @@
       document.activeElement.getAttribute("data-cpu") : null;
     clear(map);
     var cpus = Array.isArray(data.cpus) ? data.cpus.slice() : [];
-    var counts = countPools(cpus);
-    renderLegend(counts);
+    state.counts = countPools(cpus);
+    renderLegend(state.colourBy);
     if (!cpus.length) {
       map.appendChild(el("p", { "class": "empty" }, "The exporter reported no CPUs."));
       return;
@@ -192,7 +246,7 @@
             "data-pod": podOf(cpu.owner),
             "data-owner": cpu.owner || "",
             "data-detail": detail,
-            "tabindex": "0",
+            "tabindex": "-1",
             "title": detail,
             "aria-label": "CPU " + cpu.id + ", " + poolLabel(cpu.pool) +
               (cpu.owner ? ", owner " + cpu.owner : ", no owner")
@@ -213,8 +267,9 @@
     }
     if (focusedId !== null) {
       var again = map.querySelector('.cpu[data-cpu="' + focusedId.replace(/[^0-9]/g, "") + '"]');
-      if (again) { again.focus(); showDetail(again); }
+      if (again) { state.focusCpu = focusedId; rove(again); again.focus(); showDetail(again); }
     }
+    rove(null);
     renderDevices(state.ledger);
     applyColour();
     applySelection();
@@ -225,15 +280,35 @@
     if (cell) showDetail(cell);
   }
 
+  /* The map is one Tab stop (a roving tabindex): the CPU last focused, else the first,
+     has tabindex 0 and every other -1; the arrows, Home and End move within the map, and
+     Enter or Space lights the focused CPU's owner as a click does. */
+  function rove(cell) {
+    var cells = document.querySelectorAll("#cpumap .cpu");
+    if (!cell) {
+      cell = state.focusCpu === null ? null :
+        document.querySelector('#cpumap .cpu[data-cpu="' + String(state.focusCpu).replace(/[^0-9]/g, "") + '"]');
+      cell = cell || cells[0] || null;
+    }
+    for (var i = 0; i < cells.length; i++) cells[i].setAttribute("tabindex", cells[i] === cell ? "0" : "-1");
+    if (cell) state.focusCpu = cell.getAttribute("data-cpu");
+  }
+
   function onMapKey(event) {
     var cell = event.target && event.target.closest ? event.target.closest(".cpu") : null;
     if (!cell) return;
+    if (event.key === "Enter" || event.key === " ") {
+      selectOwner(cell);
+      event.preventDefault();
+      return;
+    }
     var step = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 }[event.key];
     if (event.key === "Home" || event.key === "End" || step) {
       var cells = Array.prototype.slice.call(document.querySelectorAll("#cpumap .cpu"));
       var index = cells.indexOf(cell);
       var next = event.key === "Home" ? 0 : event.key === "End" ? cells.length - 1 :
         Math.max(0, Math.min(cells.length - 1, index + step));
+      rove(cells[next]);
       cells[next].focus();
       event.preventDefault();
     }
@@ -302,6 +377,7 @@
       row.appendChild(td);
       body.appendChild(row);
     }
+    var costsMore = false;
     pods.forEach(function (held) {
       var pod = held.pod;
       var row = el("tr", { "data-pod": pod.namespace + "/" + pod.name, "data-cpus": held.cpus });
@@ -315,7 +391,11 @@
       cell(row, pod.pod_shared_cpus, "num");
       cell(row, pod.pod_idle_cpus, "num");
       cell(row, pod.node_exclusive_cpus, "num");
-      cell(row, pod.reclaimed_cpus, "num");
+      var reclaimed = cell(row, reclaimedCell(pod.reclaimed_cpus), "num");
+      if (isNum(pod.reclaimed_cpus) && pod.reclaimed_cpus < 0) {
+        reclaimed.setAttribute("title", COSTS_MORE);
+        costsMore = true;
+      }
       cell(row, pod.reclaimable_cpus, "num");
       cell(row, pod.estimate_basis);
       body.appendChild(row);
@@ -327,6 +407,11 @@
         others + (others === 1 ? " other pod runs" : " other pods run") +
         " on the node shared pool only."));
       body.appendChild(note);
+    }
+    if (costsMore) {
+      var why = el("tr", { "class": "costs-more" });
+      why.appendChild(el("td", { "colspan": "10", "class": "empty" }, COSTS_MORE + "."));
+      body.appendChild(why);
     }
 
     var cbody = $("containers").querySelector("tbody");
@@ -386,7 +471,16 @@
      others, marks the NUMA nodes it is on and says what memory it holds. */
   function select(kind, key) {
     state.selected = key ? { kind: kind, key: key } : null;
+    // Clearing undoes all the map shows of a choice: the lit CPUs, the same-owner frames
+    // and the detail line of the CPU clicked.
+    if (!key) showDetail(null);
     applySelection();
+  }
+
+  function selectOwner(cell) {
+    var pod = cell.getAttribute("data-pod");
+    showDetail(cell);
+    if (pod) select("pod", pod);
   }
 
   function memoryWords(key, kind) {
@@ -437,6 +531,10 @@
     Array.prototype.forEach.call(map.querySelectorAll("section.numa"), function (section) {
       section.classList.toggle("numa-lit", !!numas[section.getAttribute("data-numa")]);
     });
+    Array.prototype.forEach.call(map.querySelectorAll(".device[data-owner]"), function (chip) {
+      chip.classList.toggle("lit", !!sel && (sel.kind === "pod" ? chip.getAttribute("data-pod") === sel.key :
+        chip.getAttribute("data-owner") === sel.key));
+    });
     map.classList.toggle("has-selection", !!sel);
     Array.prototype.forEach.call(document.querySelectorAll("button.select"), function (b) {
       var pressed = !!sel && b.getAttribute("data-select") === sel.kind &&
@@ -463,35 +561,104 @@
   function onMapClick(event) {
     var cell = event.target && event.target.closest ? event.target.closest(".cpu") : null;
     if (!cell) return;
-    var pod = cell.getAttribute("data-pod");
-    if (pod) select("pod", pod);
+    rove(cell);
+    selectOwner(cell);
   }
 
   /* ------------------------------------------------------------------ colour */
 
   /* Colour by pool (default), by each CPU's busy share (api/v1/cpuload), or by the usage of
-     the container holding it: a container's CPU usage in cores (cpu_usage_cores in the
-     ledger's containers, from the kernel sources when they are on) spread over its CPUs.
-     Without the numbers the choice is disabled, and the map stays coloured by pool. */
+     the containers running on it: each container's own CPU usage in cores, the rate of
+     podres_container_cpu_usage_seconds_total between two polls of the exporter (told apart
+     by podres_last_success_timestamp_seconds, read from the same exposition), spread over
+     its CPUs and summed on a CPU that several containers share. Without that series (the
+     cgroup source off) the choice is not offered; until two polls were read it is
+     disabled. */
+  function unescapeLabel(v) {
+    return v.replace(/\\(["\\n])/g, function (m, c) { return c === "n" ? "\n" : c; });
+  }
+
+  function parseExposition(text) {
+    var out = { t: null, usage: {}, any: false };
+    var label = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+    String(text || "").split("\n").forEach(function (line) {
+      if (line.lastIndexOf(POLL_METRIC + " ", 0) === 0) {
+        out.t = Number(line.slice(POLL_METRIC.length + 1).trim().split(" ")[0]);
+      } else if (line.lastIndexOf(USAGE_METRIC + "{", 0) === 0) {
+        var close = line.lastIndexOf("}");
+        var value = Number(line.slice(close + 1).trim().split(" ")[0]);
+        var labels = {}, m;
+        var body = line.slice(USAGE_METRIC.length + 1, close);
+        label.lastIndex = 0;
+        while ((m = label.exec(body)) !== null) labels[m[1]] = unescapeLabel(m[2]);
+        if (!isNum(value)) return;
+        out.usage[labels.namespace + "/" + labels.pod + "/" + labels.container] = value;
+        out.any = true;
+      }
+    });
+    return out;
+  }
+
+  function applyUsageSample(text) {
+    var sample = parseExposition(text);
+    if (!sample.any || !isNum(sample.t)) {
+      state.usage = { seen: false, prev: null, cores: null };
+      return;
+    }
+    state.usage.seen = true;
+    var prev = state.usage.prev;
+    if (prev && sample.t > prev.t) {
+      var cores = {}, span = sample.t - prev.t;
+      Object.keys(sample.usage).forEach(function (who) {
+        var before = prev.usage[who];
+        // A counter that went back is a restarted container: no rate this time.
+        if (isNum(before) && sample.usage[who] >= before) cores[who] = (sample.usage[who] - before) / span;
+      });
+      state.usage.cores = cores;
+      state.usage.prev = sample;
+    } else if (!prev || sample.t < prev.t) {
+      state.usage.prev = sample;  // the first reading, or the exporter restarted
+    }
+  }
+
+  function refreshUsage() {
+    if (state.at !== null) return Promise.resolve();
+    return settle(fetchText("metrics", "text/plain")).then(function (result) {
+      applyUsageSample(result.ok ? result.value : "");
+      applyColour();
+      if (state.usage.seen && state.usage.cores === null && !state.usageRetry) {
+        state.usageRetry = window.setTimeout(function () {
+          state.usageRetry = null;
+          refreshUsage();
+        }, USAGE_RETRY_MS);
+      }
+    });
+  }
+
   function usageTenths() {
-    var out = {}, any = false;
+    var cores = state.usage.cores;
+    if (!cores) return null;
+    var perCpu = {};
     var containers = state.ledger && Array.isArray(state.ledger.containers) ? state.ledger.containers : [];
     containers.forEach(function (c) {
-      if (!isNum(c.cpu_usage_cores) || !c.cpus) return;
+      var used = cores[c.namespace + "/" + c.pod + "/" + c.name];
+      if (!isNum(used) || !c.cpus) return;
       var ids = parseCpuset(c.cpus);
-      if (!ids.length) return;
-      any = true;
-      var share = Math.min(1, Math.max(0, c.cpu_usage_cores / ids.length));
-      ids.forEach(function (id) { out[id] = Math.round(share * 10); });
+      ids.forEach(function (id) { perCpu[id] = (perCpu[id] || 0) + used / ids.length; });
     });
-    return any ? out : null;
+    var out = {};
+    Object.keys(perCpu).forEach(function (id) { out[id] = Math.round(Math.min(1, perCpu[id]) * 10); });
+    return out;
   }
 
   function applyColour() {
     var usage = usageTenths();
     var choice = $("colour-by");
     var usageOption = choice.querySelector('option[value="usage"]');
+    usageOption.hidden = !state.usage.seen;
     usageOption.disabled = usage === null || state.at !== null;
+    usageOption.textContent = "container's own usage" +
+      (state.usage.seen && usage === null ? " (measuring: needs two polls)" : "");
     var busyOption = choice.querySelector('option[value="busy"]');
     var anyBusy = !!document.querySelector("#cpumap .cpu[data-busy]");
     busyOption.disabled = !anyBusy || state.at !== null;
@@ -510,29 +677,78 @@
       if (heat === null) cell.removeAttribute("data-heat");
       else cell.setAttribute("data-heat", heat);
     });
+    renderLegend(mode);
   }
 
   /* ------------------------------------------------------------------ devices */
 
-  /* Devices on their NUMA nodes: drawn when the ledger carries them (a "devices" list of
-     {resource, id, numa_nodes}); the API offers none yet (issue 26, item 1). */
+  /* Devices on their NUMA nodes, from the ledger's "devices" object (docs/design.md#devices):
+     under each NUMA node, a chip per resource with its counts there (by_resource: held of
+     allocatable, free), and a chip per device a container holds, with its holder (lit with
+     the holder's selection). Devices without topology ("none", or a holder's report without
+     NUMA nodes) and NUMA nodes the map has no CPU on go under the map. The history store
+     keeps no devices, so a past moment draws none and says so. */
+  function deviceList(map, numaKey) {
+    var section = numaKey === "none" ? null :
+      map.querySelector('section.numa[data-numa="' + String(numaKey).replace(/[^0-9]/g, "") + '"]');
+    if (!section || !/^[0-9]+$/.test(String(numaKey))) {
+      section = $("devices-elsewhere");
+      if (!section) {
+        section = el("section", { "id": "devices-elsewhere", "class": "numa devices-elsewhere", "data-numa": "" });
+        section.appendChild(el("h3", null, "Devices without a NUMA node on this map"));
+        map.appendChild(section);
+      }
+    }
+    var list = section.querySelector("ul.devices");
+    if (!list) {
+      var label = numaKey === "none" || !section.classList.contains("numa") || section.id ?
+        "Devices without a NUMA node on this map" : "Devices on NUMA node " + numaKey;
+      list = el("ul", { "class": "devices", "aria-label": label });
+      section.appendChild(list);
+    }
+    return list;
+  }
+
   function renderDevices(ledger) {
     var map = $("cpumap");
     Array.prototype.forEach.call(map.querySelectorAll("ul.devices"), function (u) { u.parentNode.removeChild(u); });
-    var devices = ledger && Array.isArray(ledger.devices) ? ledger.devices : [];
-    devices.forEach(function (d) {
-      (Array.isArray(d.numa_nodes) ? d.numa_nodes : []).forEach(function (n) {
-        var section = map.querySelector('section.numa[data-numa="' + String(n).replace(/[^0-9]/g, "") + '"]');
-        if (!section) return;
-        var list = section.querySelector("ul.devices");
-        if (!list) {
-          list = el("ul", { "class": "devices", "aria-label": "Devices on NUMA node " + n });
-          section.appendChild(list);
-        }
-        list.appendChild(el("li", { "class": "device", "data-resource": d.resource,
-          "title": String(d.resource) + " " + String(d.id) }, String(d.resource) + " " + String(d.id)));
+    var elsewhere = $("devices-elsewhere");
+    if (elsewhere) elsewhere.parentNode.removeChild(elsewhere);
+    if (state.at !== null) return;
+    var devices = ledger && ledger.devices && typeof ledger.devices === "object" ? ledger.devices : {};
+    var byResource = devices.by_resource && typeof devices.by_resource === "object" ? devices.by_resource : {};
+    var holders = Array.isArray(devices.containers) ? devices.containers : [];
+    var drawn = 0;
+    Object.keys(byResource).sort().forEach(function (resource) {
+      var perNuma = byResource[resource] || {};
+      Object.keys(perNuma).forEach(function (numa) {
+        var c = perNuma[numa] || {};
+        if (drawn++ >= DEVICE_CHIPS) return;
+        var text = resource + ": " + (isNum(c.assigned) ? c.assigned : "?") + " of " +
+          (isNum(c.allocatable) ? c.allocatable : "?") + " held, " + (isNum(c.free) ? c.free : "?") + " free";
+        deviceList(map, numa).appendChild(el("li", { "class": "device device-count",
+          "data-resource": resource, "title": text }, text));
       });
     });
+    holders.forEach(function (h) {
+      var pod = h.namespace + "/" + h.pod, who = pod + "/" + h.container;
+      (Array.isArray(h.devices) ? h.devices : []).forEach(function (d) {
+        var nodes = Array.isArray(d.numa_nodes) && d.numa_nodes.length ? d.numa_nodes : ["none"];
+        nodes.forEach(function (n) {
+          (Array.isArray(d.device_ids) ? d.device_ids : []).forEach(function (id) {
+            if (drawn++ >= DEVICE_CHIPS) return;
+            var text = String(d.resource) + " " + String(id) + " · " + who;
+            deviceList(map, n).appendChild(el("li", { "class": "device device-held",
+              "data-resource": d.resource, "data-device": id, "data-pod": pod, "data-owner": who,
+              "title": text }, text));
+          });
+        });
+      });
+    });
+    if (drawn > DEVICE_CHIPS) {
+      deviceList(map, "none").appendChild(el("li", { "class": "device" },
+        (drawn - DEVICE_CHIPS) + " more device entries not drawn (see api/v1/devices)"));
+    }
   }
 
   /* ------------------------------------------------------------------ time */
@@ -607,14 +823,42 @@
     }
     state.events.forEach(function (e) {
       var item = el("li", { "class": "event", "data-t": e.t }, null);
-      item.appendChild(el("time", { "datetime": e.t }, new Date(e.ms).toLocaleTimeString()));
+      item.appendChild(el("time", { "datetime": e.t }, rfc3339(e.ms)));
       item.appendChild(el("span", null, " " + e.label));
       if (state.at !== null && e.t === state.at) item.classList.add("current");
       list.appendChild(item);
     });
-    $("time-label").textContent = state.at === null ? "now (live)" :
-      new Date(Date.parse(state.at)).toLocaleString();
+    $("time-label").textContent = state.at === null ? "now (live)" : rfc3339(Date.parse(state.at));
     $("time-live").hidden = state.at === null;
+    scrollToCurrent(list);
+  }
+
+  /* The highlighted events in view within the list (the list scrolls, not the page). */
+  function scrollToCurrent(list) {
+    var current = list.querySelectorAll(".event.current");
+    if (!current.length) return;
+    var first = current[0], last = current[current.length - 1];
+    var top = first.offsetTop, bottom = last.offsetTop + last.offsetHeight;
+    if (top < list.scrollTop || bottom > list.scrollTop + list.clientHeight) {
+      list.scrollTop = Math.max(0, top - Math.max(0, (list.clientHeight - (bottom - top)) / 2));
+    }
+  }
+
+  /* At a past moment the map, legend, selection and event list show that moment; what the
+     history store does not keep (the totals, the Pods and Containers tables, the anomalies,
+     the devices) stays live and says so, on each part. */
+  function markLive() {
+    var past = state.at !== null;
+    Array.prototype.forEach.call(document.querySelectorAll("[data-live-part]"), function (part) {
+      part.classList.toggle("live-while-past", past);
+      var note = part.querySelector(".live-note");
+      if (note) {
+        note.hidden = !past;
+        note.textContent = past ? "Live: " + part.getAttribute("data-live-part") +
+          " as of now" + (state.updated ? " (" + state.updated + ")" : "") +
+          ", not at the moment shown (" + rfc3339(Date.parse(state.at)) + ")." : "";
+      }
+    });
   }
 
   function pastMap(items) {
@@ -646,7 +890,7 @@
       renderTimeline();
       if (state.live) renderMap(state.live);
       setStatus();
-      return refreshLoad();
+      return Promise.all([refreshLoad(), refreshUsage()]);
     }
     var at = times[index].t;
     return settle(fetchPages(nodeQuery() + "&at=" + encodeURIComponent(at))).then(function (result) {
@@ -661,14 +905,16 @@
       renderTimeline();
       renderMap(pastMap(result.value));
       $("cpumap").classList.add("past");
-      $("status").textContent = "History: the node at " + new Date(Date.parse(at)).toLocaleString() +
-        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory).";
+      $("status").textContent = "History: the node at " + rfc3339(Date.parse(at)) +
+        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory; devices are not in the history store and are not drawn).";
       $("status").className = "past";
+      markLive();
     });
   }
 
   function setStatus() {
     var status = $("status");
+    markLive();
     $("cpumap").classList.remove("past");
     if (state.at !== null) return;
     status.textContent = "Live: refreshed every 15 s.";
@@ -677,8 +923,8 @@
 
   /* ------------------------------------------------------------------ refresh */
 
-  function fetchText(url) {
-    return fetch(url, { cache: "no-store", headers: { "Accept": "application/json" } })
+  function fetchText(url, accept) {
+    return fetch(url, { cache: "no-store", headers: { "Accept": accept || "application/json" } })
       .then(function (response) {
         if (!response.ok) throw new Error("HTTP " + response.status + " from " + url);
         return response.text();
@@ -758,12 +1004,12 @@
             (state.updated ? " — showing data from " + state.updated : "");
           status.className = "error";
         } else {
-          state.updated = new Date().toLocaleTimeString();
+          state.updated = rfc3339(Math.floor(Date.now() / 1000) * 1000);
           setStatus();
           $("updated").textContent = "updated " + state.updated;
         }
         applySelection();
-        return Promise.all([refreshLoad(), loadHistory()]);
+        return Promise.all([refreshLoad(), refreshUsage(), loadHistory()]);
       });
   }
 
