@@ -196,6 +196,23 @@ def _devices(n: NodeFacts) -> list[Sample]:
                                 strict=True)]
 
 
+def _container_devices(n: NodeFacts) -> list[Sample]:
+    """One series per device a container holds, labelled as dcgm-exporter's pod mapping
+    labels its GPU series (``namespace``, ``pod``, ``container``; the device id is what the
+    device plugin reported, the GPU UUID for NVIDIA's plugin), so a PromQL join reaches a
+    GPU's use from a container's CPU placement (docs/metrics.md#joining-device-metrics).
+    Only the resources ``podres_devices`` counts (at most 64 names an API server admits); a
+    device listed twice for one container is one series."""
+    counted = {c.resource for c in n.ledger.devices.counts}
+    seen: dict[tuple[str, ...], None] = {}
+    for h in n.ledger.devices.containers:
+        for d in h.devices:
+            if d.resource_name in counted:
+                seen.update(((h.namespace, h.pod, h.container, d.resource_name, i), None)
+                            for i in d.device_ids)
+    return [(key, 1.0) for key in seen]
+
+
 def _kubelet_info(n: NodeFacts) -> list[Sample] | None:
     kubelet = dict(n.ledger.kubelet)
     if "cpu_manager_policy" not in kubelet:
@@ -335,6 +352,13 @@ FAMILIES: tuple[Family[Any], ...] = (
                "topology) and state (allocatable, assigned, free); a device on several NUMA "
                "nodes counts on each. At most 64 resources." + _FROM_POLL,
                ("resource", "numa_node", "state"), "node", _devices),
+    NodeFamily("podres_container_device_info", "gauge",
+               "1 for each device-plugin device a container holds, by the device id its "
+               "plugin reported (for NVIDIA GPUs the UUID, dcgm-exporter's UUID label); "
+               "labels as dcgm-exporter's pod mapping, for joins. Within the per-pod series "
+               "cap." + _FROM_POLL,
+               ("namespace", "pod", "container", "resource", "device_id"), "pods",
+               _container_devices),
     NodeFamily("podres_device_resources_dropped", "gauge",
                "Device resource names left out of podres_devices: past the first 64, or not "
                "a resource name." + _FROM_POLL, (), "node",

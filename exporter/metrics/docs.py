@@ -29,6 +29,37 @@ GROUPS: tuple[tuple[Group, str, str], ...] = (
 )
 
 
+# A GPU's use beside its container's CPU placement: dcgm-exporter's series carry the
+# container's namespace, pod and container (its pod mapping) and the GPU's UUID, which is
+# the device id NVIDIA's device plugin reports. The fleet end-to-end test runs this query.
+DEVICE_JOIN = """label_replace(DCGM_FI_DEV_GPU_UTIL, "device_id", "$1", "UUID", "(.+)")
+  * on (namespace, pod, container, device_id) group_left (node, resource)
+    podres_container_device_info
+  * on (namespace, pod, container, node) group_left (assignment)
+    (podres_container_cpus * 0 + 1)"""
+
+JOINS = [
+    "## Joining device metrics",
+    "",
+    "`podres_container_device_info` has the labels dcgm-exporter's pod mapping puts on its "
+    "GPU series (`namespace`, `pod`, `container`), plus `resource` and `device_id`: the id "
+    "the device plugin reported, which for NVIDIA's plugin is the GPU UUID dcgm-exporter "
+    "publishes as `UUID`. A GPU's utilisation with the node, resource and CPU assignment of "
+    "the container that holds it:",
+    "",
+    "```promql",
+    DEVICE_JOIN,
+    "```",
+    "",
+    "dcgm-exporter's series must keep their own `namespace`, `pod` and `container` (scrape it "
+    "with `honor_labels`, the dcgm-exporter chart's `serviceMonitor.honorLabels`), else "
+    "they arrive as `exported_namespace`, `exported_pod`, `exported_container`. Across "
+    "clusters add `cluster` to each `on (…)`. With dcgm-exporter's `--kubernetes-gpu-id-type "
+    "device-name` the GPU is its `device` label (`nvidia0`) instead of `UUID`.",
+    "",
+]
+
+
 def _cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
@@ -62,7 +93,7 @@ def render_markdown() -> str:
                   "| metric | type | labels | description |", "|---|---|---|---|"]
         lines += [_row(f) for f in families]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + JOINS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -113,7 +113,8 @@ def _verbatim(text: str, lines: int, labels: int) -> bool:
 def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     """The ledger's families in catalogue order: the node-level ones and, unless
     ``pods_max_series`` is None (collector ``pods`` off), the per-pod and per-container
-    ones capped at that many series."""
+    ones capped at that many series. A node-level family of group ``pods`` (a series per
+    container, read from the ledger's other parts) takes what the per-pod ones left."""
     per_pod: Mapping[str, list[Sample] | str] = {}
     dropped = 0
     left = None
@@ -122,7 +123,13 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     out: list[str] = []
     for family in FAMILIES:
         rows: Iterable[Sample] | str | None = None
-        if isinstance(family, NodeFamily):
+        if isinstance(family, NodeFamily) and family.group == "pods":
+            if left is None:
+                continue
+            rows = list(family.samples(facts) or ())
+            dropped += max(0, len(rows) - left)
+            rows, left = rows[:left], max(0, left - len(rows))
+        elif isinstance(family, NodeFamily):
             rows = family.samples(facts)
         elif family.name in per_pod:
             rows = per_pod[family.name]

@@ -26,9 +26,10 @@ from exporter.metrics.catalogue import (
 from exporter.metrics.exposition import render_kernel, render_ledger, render_self
 from exporter.reader import NodeReader, SourceOptions
 from exporter.service import SOURCE_OPERATIONS, Exporter
-from reconciler.devices import DeviceCount, DeviceLedger
+from reconciler.devices import ContainerDevices, DeviceCount, DeviceLedger
 from reconciler.kubelet_topology import Divergence
 from reconciler.ledger import ANOMALY_KINDS
+from reconciler.snapshot import DeviceAlloc
 from tests.service.conftest import REPO, parse_exposition, scenario_root, series, value
 
 STATE = SelfState(
@@ -44,12 +45,25 @@ KERNEL = KernelFacts({"pod_shared": 1.5}, {("default", "a", "pod_shared"): 1.5,
                      {("default", "b", "main"): 1.25}, {("default", "b"): 1.5})
 
 
+# default/b/main holds GPU-1 (listed twice, as an init container's reused device is) and a
+# device of a resource podres_devices does not count (past the 64 names, or malformed).
+HOLDERS = (
+    ContainerDevices("default", "b", "main", (
+        DeviceAlloc("nvidia.com/gpu", ("GPU-1",), (1,)),
+        DeviceAlloc("nvidia.com/gpu", ("GPU-1",), (1,)),
+        DeviceAlloc("not counted", ("x",), ())), ()),
+    ContainerDevices("default", "c", "app", (DeviceAlloc("intel.com/sriov", ("vf-0", "vf-1"),
+                                                         ()),), ()),
+)
+
+
 def facts() -> NodeFacts:
     ledger = ledger_from_fixture(str(scenario_root() / "sidecar-hybrid"))
     # A topology read from sysfs where the kubelet drops CPU 3 (docs/design.md#topology).
     ledger = replace(ledger, topology_divergences=(
         Divergence("cpus_dropped", frozenset({3}), "dropped", "fix it"),),
-        devices=DeviceLedger(counts=(DeviceCount("nvidia.com/gpu", 1, 2, 1, 1),
+        devices=DeviceLedger(containers=HOLDERS,
+                             counts=(DeviceCount("nvidia.com/gpu", 1, 2, 1, 1),
                                      DeviceCount("intel.com/sriov", None, 4, 0, 4)),
                              dropped_resources=3))
     return NodeFacts(ledger, {"cpu_manager_state": "v3"}, downgrade_unsafe=True)
@@ -77,6 +91,22 @@ def test_every_family_is_produced_with_its_declared_labels() -> None:
     assert value(samples, "podres_devices", resource="intel.com/sriov", numa_node="",
                  state="allocatable") == 4.0
     assert value(samples, "podres_device_resources_dropped") == 3.0
+    assert value(samples, "podres_container_device_info", namespace="default", pod="b",
+                 container="main", resource="nvidia.com/gpu", device_id="GPU-1") == 1.0
+    assert len(series(samples, "podres_container_device_info")) == 3  # GPU-1, vf-0, vf-1
+
+
+def test_container_devices_are_per_pod_series() -> None:
+    """Within the per-pod cap (after the ledger's per-pod families), and off with the
+    collector: the cap's count says what was left out."""
+    full, dropped, left = render_ledger(facts(), pods_max_series=1000)
+    assert dropped == 0 and "podres_container_device_info{" in full
+    per_pod = 1000 - (left or 0) - 3
+    text, dropped, left = render_ledger(facts(), pods_max_series=per_pod + 1)
+    assert (dropped, left) == (2, 0)
+    assert text.count("podres_container_device_info{") == 1
+    assert "podres_container_device_info" not in render_ledger(
+        facts(), pods_max_series=None)[0]
 
 
 def test_families_render_in_catalogue_order() -> None:
