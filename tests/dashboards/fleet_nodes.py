@@ -7,7 +7,8 @@ cluster b on node-b1, with different CPU usage.
 
 - node-a1 (cluster a, pod-level managers on): shop/web with the app exclusive (2 CPUs) and
   two sidecars in a 1-CPU pod shared pool busy at 95 %; the app throttled in 20 % of its CFS
-  periods. Its exporter listens on ``[::1]``.
+  periods, and holding one of the node's two GPUs, whose use a dcgm-exporter stand-in
+  publishes (``dcgm_exposition``). Its exporter listens on ``[::1]``.
 - node-a2 (a): a db pod with a pod-level budget and a batch worker; its kubelet dies during
   the test.
 - node-a3 (a): anomalies: exclusive_overlap (batch/worker inside shop/cart's block) and
@@ -106,12 +107,13 @@ class Node:
     forbidden: set[str] = field(default_factory=set)
     listen_ipv6: bool = False
     exporter: bool = True                  # False: a scrape target nobody listens on
+    devices: list[dict[str, Any]] = field(default_factory=list)  # allocatable devices
 
     def write_fixture(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         files: dict[str, Any] = {
             "list.json": {"podResources": self.listing},
-            "allocatable.json": ALLOCATABLE,
+            "allocatable.json": {**ALLOCATABLE, "devices": self.devices},
             "configz.json": configz(self.pod_level),
             "topology.json": TOPOLOGY,
         }
@@ -124,6 +126,14 @@ class Node:
 
 SHOP_WEB = [pod_resources("shop", "web", [container("mesh-proxy"), container("log-shipper"),
                                           container("app", [2, 3])], block=[2, 3, 4])]
+# Two GPUs on NUMA node 0 (ids as NVIDIA's device plugin reports them: the UUIDs); the app
+# of node-a1's shop/web holds the first.
+GPUS = ["GPU-5fd4a1d2-0c1e-4f6a-9a8e-1b2c3d4e5f60", "GPU-77aa0b3c-2d4e-4a1b-8c9d-0e1f2a3b4c5d"]
+GPU_DEVICES = [{"resourceName": "nvidia.com/gpu", "deviceIds": [g],
+                "topology": {"nodes": [{"ID": "0"}]}} for g in GPUS]
+SHOP_WEB_GPU = [pod_resources("shop", "web", [
+    container("mesh-proxy"), container("log-shipper"),
+    {**container("app", [2, 3]), "devices": [GPU_DEVICES[0]]}], block=[2, 3, 4])]
 SHOP_WEB_SPEC = [spec("shop", "web", {"mesh-proxy": None, "log-shipper": None, "app": 2},
                       budget=3)]
 V3_CHECKPOINT = json.dumps({
@@ -134,7 +144,8 @@ V3_CHECKPOINT = json.dumps({
 
 def fleet() -> list[Node]:
     return [
-        Node("node-a1", "a", SHOP_WEB, SHOP_WEB_SPEC, listen_ipv6=True, usage=[
+        Node("node-a1", "a", SHOP_WEB_GPU, SHOP_WEB_SPEC, listen_ipv6=True,
+             devices=GPU_DEVICES, usage=[
             Usage("shop", "web", "mesh-proxy", 0.6, periods=10, throttled=0.5),
             Usage("shop", "web", "log-shipper", 0.35),
             Usage("shop", "web", "app", 1.9, periods=10, throttled=0.2)],
@@ -225,6 +236,28 @@ def cadvisor_exposition(node: Node, t0: float) -> str:
         out += ["# TYPE container_cpu_cfs_periods_total counter", *periods,
                 "# TYPE container_cpu_cfs_throttled_periods_total counter", *throttled]
     return _stamped(out, now)
+
+
+def dcgm_exposition(node: Node) -> str:
+    """GPU utilisation as dcgm-exporter publishes it with its pod mapping on (label names
+    from its internal/pkg/transformation/const.go and its default counters): the GPU a
+    container holds carries that container's namespace, pod and container; an idle GPU
+    carries none."""
+    held = {d: (pod["namespace"], pod["name"], c["name"])
+            for pod in node.listing for c in pod["containers"]
+            for dev in c.get("devices", ()) for d in dev["deviceIds"]}
+    lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+             "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+    for i, dev in enumerate(node.devices):
+        [uuid] = dev["deviceIds"]
+        labels = {"gpu": str(i), "UUID": uuid, "pci_bus_id": f"00000000:{0x17 + i:02X}:00.0",
+                  "device": f"nvidia{i}", "modelName": "NVIDIA A100-SXM4-40GB",
+                  "Hostname": node.name}
+        if uuid in held:
+            ns, pod, ctr = held[uuid]
+            labels.update(container=ctr, namespace=ns, pod=pod)
+        lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{_labels(labels)}}} {87 if uuid in held else 3}")
+    return "\n".join(lines) + "\n"
 
 
 def resource_exposition(node: Node, t0: float) -> str:

@@ -63,6 +63,7 @@ from fleet_nodes import (
     KernelFiles,
     Node,
     cadvisor_exposition,
+    dcgm_exposition,
     fleet,
     kubelet_exposition,
     resource_exposition,
@@ -106,7 +107,10 @@ class KubeletStandIn:
     def __init__(self, node: Node, t0: float) -> None:
         routes: dict[str, Callable[[Node, float], str]] = {
             "/metrics": kubelet_exposition, "/metrics/cadvisor": cadvisor_exposition,
-            "/metrics/resource": resource_exposition}
+            "/metrics/resource": resource_exposition,
+            # Not the kubelet's: dcgm-exporter's port on the node, served here to save one
+            # more server per node.
+            "/dcgm/metrics": lambda n, _: dcgm_exposition(n)}
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -280,7 +284,12 @@ def fleet_env() -> Iterator[Fleet]:
                 + scrape_configs(KUBELET_SERVICEMONITOR, KUBELET_SERVICE, kubelets))
         # Cluster a's own Prometheus: no cluster label inside its TSDB (the external label
         # only marks what leaves it), so the rules run on the single-cluster path.
-        a = PrometheusServer(per_cluster["a"], external_labels={"cluster": "a"})
+        # dcgm-exporter on the nodes with GPUs, scraped keeping its own namespace, pod and
+        # container labels (honor_labels, as its chart's serviceMonitor.honorLabels does).
+        dcgm = [{"job_name": "dcgm-exporter", "honor_labels": True, "metrics_path": "/dcgm/metrics",
+                 "static_configs": [{"targets": [standins[n.name].address]}
+                                    for n in nodes.values() if n.cluster == "a" and n.devices]}]
+        a = PrometheusServer(per_cluster["a"] + dcgm, external_labels={"cluster": "a"})
         servers.append(a)
         global_ = PrometheusServer(_in_cluster(per_cluster["a"], "a")
                                    + _in_cluster(per_cluster["b"], "b"))
@@ -330,7 +339,8 @@ NODE_EMPTY_ALWAYS = {
     "Devices by resource and NUMA node",
 }
 NODE_EMPTY = {
-    "node-a1": NODE_EMPTY_ALWAYS,
+    # its two GPUs
+    "node-a1": NODE_EMPTY_ALWAYS - {"Devices by resource and NUMA node"},
     # the kubelet died: ledger withdrawn, only self-metrics remain
     "node-a2": NODE_EMPTY_ALWAYS | {
         "Online CPUs", "Reclaimed cores", "Reclaimable cores", "Active anomalies",
@@ -429,6 +439,28 @@ def test_targets_carry_the_node_and_not_the_exporter_pods_labels(fleet_env: Flee
     [series] = fleet_env.clusters["a"].query('podres_reclaimed_cpus{node="node-a1"}')
     assert set(series["metric"]) == {"__name__", "endpoint", "instance", "job", "node",
                                      "service"}
+
+
+# --- device metrics joined with dcgm-exporter's ------------------------------------------
+
+def test_gpu_use_joins_the_containers_cpu_placement(fleet_env: Fleet) -> None:
+    """docs/metrics.md's join, as written there: dcgm-exporter's utilisation of the GPU
+    shop/web/app holds, with the node, resource and CPU assignment from the exporter. The
+    idle GPU (no pod labels) and every container without a GPU drop out."""
+    from exporter.metrics.docs import DEVICE_JOIN
+
+    prom = fleet_env.clusters["a"]
+    assert prom.wait_for("DCGM_FI_DEV_GPU_UTIL", timeout=15), prom.logs()
+    result = prom.query(DEVICE_JOIN)
+    assert len(result) == 1, result
+    [joined] = result
+    labels = joined["metric"]
+    assert (labels["namespace"], labels["pod"], labels["container"]) == ("shop", "web", "app")
+    assert labels["node"] == "node-a1" and labels["resource"] == "nvidia.com/gpu"
+    assert labels["assignment"] == "pod_exclusive"
+    assert labels["device_id"] == labels["UUID"] == fleet_env.nodes["node-a1"].devices[0][
+        "deviceIds"][0]
+    assert float(joined["value"][1]) == 87.0
 
 
 # --- every expression, every node ---------------------------------------------------------
