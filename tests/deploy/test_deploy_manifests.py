@@ -868,3 +868,49 @@ def test_helm_rule_copies_pass_promtool(tmp_path: Path) -> None:
             result = subprocess.run([tool, "test", "rules", str(copy_path)],
                                     capture_output=True, text=True, timeout=120)
             assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- dashboards
+
+DASHBOARDS = sorted((ROOT / "dashboards" / "grafana").glob("*.json"))
+# kubectl's client-side apply keeps the object in an annotation of at most 256 KiB.
+LAST_APPLIED_LIMIT = 262144
+
+
+def _dashboard_maps(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects
+            if o["kind"] == "ConfigMap" and "-dashboard-" in o["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("source", ["plain", "rendered"])
+def test_dashboards_ship_as_configmaps_the_grafana_sidecar_loads(source: str) -> None:
+    """One ConfigMap per dashboard, labelled grafana_dashboard: "1" (kube-prometheus-stack's
+    sidecar default), holding the dashboard's JSON unchanged under a prefixed file name."""
+    objects = plain_objects() if source == "plain" else rendered_objects()
+    maps = _dashboard_maps(objects)
+    assert sorted(maps) == [f"{RELEASE}-dashboard-{p.stem}" for p in DASHBOARDS]
+    for path in DASHBOARDS:
+        cm = maps[f"{RELEASE}-dashboard-{path.stem}"]
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["namespace"] == NAMESPACE
+        [(name, text)] = cm["data"].items()
+        assert name == f"podres-exporter-{path.stem}.json"
+        assert json.loads(text) == json.loads(path.read_text(encoding="utf-8"))
+        assert len(json.dumps(cm)) < LAST_APPLIED_LIMIT
+
+
+def test_dashboard_configmaps_follow_the_sidecar_values() -> None:
+    values = {"grafanaDashboards": {"label": "example.com/dashboard", "labelValue": "podres",
+                                    "namespace": "monitoring",
+                                    "annotations": {"grafana_folder": "podres-exporter"}}}
+    maps = _dashboard_maps(rendered_objects(values))
+    assert len(maps) == len(DASHBOARDS)
+    for cm in maps.values():
+        meta = cm["metadata"]
+        assert meta["namespace"] == "monitoring"
+        assert meta["labels"]["example.com/dashboard"] == "podres"
+        assert "grafana_dashboard" not in meta["labels"]
+        assert meta["annotations"] == {"grafana_folder": "podres-exporter"}
+    assert _dashboard_maps(rendered_objects({"grafanaDashboards": {"enabled": False}})) == {}
+    with pytest.raises(Exception, match=r"labelValue|pattern|schema"):
+        render({"grafanaDashboards": {"labelValue": "not a label value"}})
