@@ -108,3 +108,36 @@ def test_cpu_map_of_a_running_demo(demo_url: str, tmp_path: Path) -> None:
     assert hist.most_common(1)[0][1] < 0.97 * width * height
     for pool in pools:
         assert pixels_near(hist, POOL_COLOURS[pool]) > 300, f"{pool} not on the screenshot"
+
+
+async def test_own_usage_colouring_on_a_running_demo(demo_url: str) -> None:
+    """The demo's simulated cgroup tree gives /metrics the containers' own usage: after two
+    polls the page offers the colouring, and it heats exactly CPUs that containers of the
+    ledger run on."""
+    from cpumap_browser import DevTools
+
+    ledger = _get_json(demo_url + "api/v1/ledger")
+    held: set[int] = set()
+    for c in ledger["containers"]:
+        for part in filter(None, (c["cpus"] or "").split(",")):
+            lo, _, hi = part.partition("-")
+            held.update(range(int(lo), int(hi or lo) + 1))
+    browser = DevTools()
+    try:
+        await browser.start()
+        await browser.open(demo_url)
+        # The first poll's exposition may come before the kernel's: the next refresh (15 s).
+        await browser.wait_for("(o => o && !o.hidden)("
+                               "document.querySelector('option[value=usage]'))", timeout=35)
+        await browser.wait_for("!document.querySelector('option[value=usage]').disabled",
+                               timeout=25)
+        await browser.evaluate("(s => (s.value = 'usage', s.dispatchEvent("
+                               "new Event('change'))))(document.getElementById('colour-by'))")
+        heated = await browser.wait_for(
+            "(l => l.length && l)(Array.from(document.querySelectorAll("
+            "'#cpumap .cpu[data-heat]')).map(c => Number(c.dataset.cpu)))")
+        assert set(heated) <= held, (heated, held)
+        assert await browser.evaluate(
+            "document.querySelectorAll('#legend .legend-heat').length") == 6
+    finally:
+        await browser.close()
