@@ -85,7 +85,7 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
 
 
 def _publish(ledger: Any) -> tuple[float, float, int]:
-    """What ``serve`` does with a changed ledger, as ``Exporter._publish`` does it: the
+    """What ``serve`` does with a changed ledger, as ``PublishedState.publish`` does it: the
     exposition rendered (per-pod collector on, its default cap) and encoded, in ms; the
     gzip form made at the first compressed scrape, in ms; the body's size."""
     start = time.perf_counter()

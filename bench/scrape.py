@@ -304,11 +304,11 @@ async def measure_polls(sim: dict[str, str], *, rounds: int) -> dict[str, Any]:
                 start = time.perf_counter()
                 ok = await exporter.poll_once()
                 steady[name].append(time.perf_counter() - start)
-                assert ok, f"poll failed: {dict(exporter.errors_total)}"
+                assert ok, f"poll failed: {dict(exporter.state.errors_total)}"
         for exporter in exporters.values():
-            before = exporter.published
+            before = exporter.state.published
             await exporter.poll_once()
-            unchanged = unchanged and exporter.published is before
+            unchanged = unchanged and exporter.state.published is before
     finally:
         await client.close()
         for exporter in exporters.values():
