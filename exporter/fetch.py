@@ -20,7 +20,8 @@ from exporter.errors import SourceError
 from exporter.rawnode import RawNode
 from exporter.runtime import release_free_memory
 from exporter.sources.checkpoint import CheckpointFiles
-from exporter.sources.kubelet import KubeletClient, parse_feature_metrics
+from exporter.sources.kubelet import KubeletClient
+from exporter.sources.kubelet_bodies import feature_gates
 from exporter.sources.pod_list import reduce_pod_list
 from exporter.sources.podresources import DEFAULT_REPROBE, PodResourcesClient
 from exporter.sources.topology import TopologySource
@@ -133,7 +134,7 @@ class SourceFetcher:
             self._metrics = body
             # Only the feature gates reach the snapshot: the rest of the body (counters)
             # changes on every read and must not make an unchanged node look changed.
-            gates = parse_feature_metrics(body.decode("utf-8", "replace"))
+            gates = feature_gates(body)
             self.metrics_key = repr(sorted(gates.items())).encode()
         errors.update(fresh)
         return True

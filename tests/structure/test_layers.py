@@ -208,6 +208,49 @@ def test_the_forbidden_check_sees_an_indirect_import(tmp_path: Path) -> None:
     assert forbidden_imports(graph, ["exporter.sim"], ["exporter.web"]) == []
 
 
+def reached_twice(graph: Graph, module: str, within: str) -> list[str]:
+    """The modules under ``within`` that ``module`` imports itself and also reaches through
+    another of its imports under ``within``: a walk that comes back to a room it left."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    direct = sorted(t for t in graph[module] if t.startswith(within + "."))
+    return [f"{target} (also through {other})" for target in direct for other in direct
+            if other != target and target in reach(other)]
+
+
+def test_one_pass_from_raw_inputs_to_the_snapshot(graph: Graph) -> None:
+    """assemble.py only assembles (docs/design.md#data-path): each raw source is decoded by
+    its own source module, and assemble calls each decoder once; it never also reaches, by
+    itself, a module a decoder uses (as it once called sources/convert beside podresources,
+    which calls convert too)."""
+    assert reached_twice(graph, "exporter.assemble", "exporter.sources") == []
+    source = (REPO / "exporter" / "assemble.py").read_text(encoding="utf-8")
+    imported = {name for node in ast.walk(ast.parse(source))
+                for name in _imported(node, "exporter.assemble", False)}
+    decoding = {"json", "msgspec", "google.protobuf", "exporter.pb"}
+    assert imported & decoding == set(), "assemble.py decodes: move it to the source"
+
+
+def test_a_walk_back_into_a_module_is_seen(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "exporter/__init__.py": "",
+        "exporter/assemble.py": "from exporter.sources import convert, podresources\n",
+        "exporter/sources/__init__.py": "",
+        "exporter/sources/podresources.py": "from exporter.sources.convert import f\n",
+        "exporter/sources/convert.py": "def f():\n    return 1\n",
+    })
+    graph = import_graph(tmp_path)
+    assert reached_twice(graph, "exporter.assemble", "exporter.sources") == [
+        "exporter.sources.convert (also through exporter.sources.podresources)"]
+
+
 def test_no_import_cycles(graph: Graph) -> None:
     found = cycles(graph)
     assert found - KNOWN_CYCLES == set()
