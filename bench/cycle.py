@@ -66,7 +66,7 @@ from exporter.sim.server import SimKubelet
 from exporter.sources.kubelet import KubeletClient
 from exporter.sources.podresources import (
     PodResourcesClient,
-    decode_allocatable,
+    decode_allocatable_message,
     decode_list,
 )
 from exporter.sources.topology import topology_to_json
@@ -85,7 +85,7 @@ async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
 
 
 def _publish(ledger: Any) -> tuple[float, float, int]:
-    """What ``serve`` does with a changed ledger, as ``Exporter._publish`` does it: the
+    """What ``serve`` does with a changed ledger, as ``PublishedState.publish`` does it: the
     exposition rendered (per-pod collector on, its default cap) and encoded, in ms; the
     gzip form made at the first compressed scrape, in ms; the body's size."""
     start = time.perf_counter()
@@ -226,7 +226,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
             alloc_raw = await client.allocatable_raw()
             decode_list(list_raw)
             if alloc_raw is not None:
-                decode_allocatable(alloc_raw)
+                decode_allocatable_message(alloc_raw)
 
         async def kubelet_floor_once() -> None:
             assert kubelet_client is not None
@@ -235,7 +235,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
                 kubelet_client.fetch("/pods"), kubelet_client.fetch("/configz"))
             decode_list(list_raw)
             if alloc_raw is not None:
-                decode_allocatable(alloc_raw)
+                decode_allocatable_message(alloc_raw)
             json.loads(pods)
             json.loads(configz)
 

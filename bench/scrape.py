@@ -60,7 +60,11 @@ from exporter.metrics.compression import Encoding, gzip_bytes
 from exporter.reader import NodeReader, SourceOptions
 from exporter.service import Exporter, ServiceOptions
 from exporter.sim.server import SimKubelet
-from exporter.sources.podresources import PodResourcesClient, decode_allocatable, decode_list
+from exporter.sources.podresources import (
+    PodResourcesClient,
+    decode_allocatable_message,
+    decode_list,
+)
 from exporter.sources.topology import topology_to_json
 
 SCRAPE_TARGET = 1.2
@@ -273,7 +277,7 @@ async def measure_polls(sim: dict[str, str], *, rounds: int) -> dict[str, Any]:
         alloc_raw = await client.allocatable_raw()
         decode_list(list_raw)
         if alloc_raw is not None:
-            decode_allocatable(alloc_raw)
+            decode_allocatable_message(alloc_raw)
 
     async def timed_floor() -> float:
         start = time.perf_counter()
@@ -304,11 +308,11 @@ async def measure_polls(sim: dict[str, str], *, rounds: int) -> dict[str, Any]:
                 start = time.perf_counter()
                 ok = await exporter.poll_once()
                 steady[name].append(time.perf_counter() - start)
-                assert ok, f"poll failed: {dict(exporter.errors_total)}"
+                assert ok, f"poll failed: {dict(exporter.state.errors_total)}"
         for exporter in exporters.values():
-            before = exporter.published
+            before = exporter.state.published
             await exporter.poll_once()
-            unchanged = unchanged and exporter.published is before
+            unchanged = unchanged and exporter.state.published is before
     finally:
         await client.close()
         for exporter in exporters.values():

@@ -1,6 +1,11 @@
 """Raw inputs → snapshot: the one way from what the sources returned (a ``RawNode``) to the
 ``NodeSnapshot`` the reconciler is given (docs/design.md#data-path).
 
+One pass: each raw part is decoded once, by its source's decoder (``List`` and
+``GetAllocatableResources`` by ``sources.podresources``, the kubelet's bodies by
+``sources.kubelet_bodies``, the checkpoint files by ``sources.checkpoint``), and this
+module only puts the decoded parts together; it decodes nothing itself.
+
 PodResources ``List`` is required. Every other part is optional: one that is missing
 becomes ``None`` in the snapshot (the reconciler then leaves the spec-based fields null),
 and one that is malformed is reported as that source's error and treated as missing, so
@@ -11,36 +16,32 @@ file (fixtures).
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from exporter.errors import SourceError
-from exporter.pb import api_pb2
 from exporter.rawnode import RawNode
 from exporter.sources.checkpoint import checkpoint_facts
-from exporter.sources.convert import allocatable_from_proto, pods_from_proto
-from exporter.sources.kubelet import parse_feature_metrics
-from exporter.sources.pod_list import each_pod_item
+from exporter.sources.kubelet_bodies import (
+    GATE,
+    MALFORMED,
+    config_from_body,
+    feature_gates,
+    pod_specs_from_body,
+    reason,
+)
 from exporter.sources.podresources import decode_allocatable, decode_pods
 from reconciler.cpuset import MAX_CPU_ID
-from reconciler.kube import (
-    KubeletConfig,
-    PodSpec,
-    SpecError,
-    kubelet_config_from_json,
-    pod_list_from_json,
-    pod_specs_from_items,
+from reconciler.kube import KubeletConfig, PodSpec
+from reconciler.snapshot import (
+    Allocatable,
+    CheckpointFacts,
+    NodeSnapshot,
+    PodAlloc,
+    Topology,
 )
-from reconciler.snapshot import CheckpointFacts, NodeSnapshot, PodAlloc, Topology
-
-# What malformed input raises on its way through a parser: json's errors (numbers past
-# int's digit limit included), deep nesting, and values of the wrong type in an otherwise
-# valid document. Caught only around optional parts.
-MALFORMED = (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
 
 SourceKey = tuple[str, str]
 T = TypeVar("T")
@@ -54,57 +55,17 @@ class Assembled:
     errors: dict[SourceKey, SourceError] = field(default_factory=dict)
 
 
-def parse_pod_list(obj: dict[str, Any] | None) -> tuple[PodSpec, ...] | None:
-    return None if obj is None else pod_list_from_json(obj)
-
-
-def parse_configz(obj: dict[str, Any] | None) -> KubeletConfig | None:
-    return None if obj is None else kubelet_config_from_json(obj)
-
-
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    obj = json.loads(body)
-    if not isinstance(obj, dict):
-        raise SpecError("expected a JSON object")
-    return obj
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
-        return f"invalid JSON: {exc}"
-    if isinstance(exc, ValueError):  # SpecError, numbers past int's digit limit
-        return str(exc)[:300]
-    # A value of the wrong type where the document's schema wants another.
-    return f"malformed document: {type(exc).__name__}: {str(exc)[:300]}"
-
-
-def _optional(data: bytes | None, parse: Callable[[bytes], T], key: SourceKey,
+def _optional(data: bytes | None, decode: Callable[[bytes], T], key: SourceKey,
               errors: dict[SourceKey, SourceError]) -> T | None:
     if data is None:
         return None
     try:
-        return parse(data)
+        return decode(data)
     except SourceError as exc:
         errors[key] = exc
     except MALFORMED as exc:
-        errors[key] = SourceError(key[0], key[1], _reason(exc))
+        errors[key] = SourceError(key[0], key[1], reason(exc))
     return None
-
-
-def _pod_specs(body: bytes) -> tuple[PodSpec, ...]:
-    items = each_pod_item(body)
-    if items is not None:
-        # Pod by pod (see each_pod_item); on any error the whole body is parsed again, so
-        # that what is reported is exactly what the parse of the whole says.
-        with contextlib.suppress(*MALFORMED):
-            return pod_specs_from_items(items)
-    return pod_list_from_json(parse_json_object(body))
-
-
-def _config(body: bytes, max_cpu: int = MAX_CPU_ID) -> KubeletConfig:
-    return kubelet_config_from_json(parse_json_object(body), max_cpu=max_cpu)
 
 
 def kubelet_facts(raw: RawNode) -> dict[str, str]:
@@ -114,18 +75,18 @@ def kubelet_facts(raw: RawNode) -> dict[str, str]:
     if raw.unimplemented:
         info["rpcs_unimplemented"] = ",".join(sorted(raw.unimplemented))
     if raw.metrics is not None:
-        gates = parse_feature_metrics(raw.metrics.decode("utf-8", "replace"))
-        if "PodLevelResourceManagers" in gates:
-            info["feature_gate_metric"] = str(gates["PodLevelResourceManagers"])
+        gates = feature_gates(raw.metrics)
+        if GATE in gates:
+            info["feature_gate_metric"] = str(gates[GATE])
     return info
 
 
 @dataclass(frozen=True)
 class OptionalParts:
-    """The optional parts of a raw node, parsed; a malformed one is ``None`` here and an
+    """The optional parts of a raw node, decoded; a malformed one is ``None`` here and an
     entry in ``errors``."""
 
-    allocatable: api_pb2.AllocatableResourcesResponse | None
+    allocatable: Allocatable | None
     pod_specs: tuple[PodSpec, ...] | None
     config: KubeletConfig | None
     checkpoints: CheckpointFacts | None
@@ -141,9 +102,9 @@ def parse_optional(raw: RawNode, *, checkpoints: bool = False) -> OptionalParts:
     last = max(raw.topology.online, default=MAX_CPU_ID) if raw.topology else MAX_CPU_ID
     allocatable = _optional(raw.allocatable, decode_allocatable,
                             ("podresources", "GetAllocatableResources"), errors)
-    specs = _optional(raw.pods, _pod_specs, ("kubelet", "pods"), errors)
-    config = _optional(raw.configz, partial(_config, max_cpu=last), ("kubelet", "configz"),
-                       errors)
+    specs = _optional(raw.pods, pod_specs_from_body, ("kubelet", "pods"), errors)
+    config = _optional(raw.configz, partial(config_from_body, max_cpu=last),
+                       ("kubelet", "configz"), errors)
     facts = None
     if checkpoints:
         facts, problems = checkpoint_facts(raw.checkpoints, last)
@@ -167,9 +128,9 @@ def snapshot_from_raw(raw: RawNode, node_name: str = "", *,
 
 
 def assemble(
-    listing: api_pb2.ListPodResourcesResponse | tuple[PodAlloc, ...],
+    pods: tuple[PodAlloc, ...],
     *,
-    allocatable: api_pb2.AllocatableResourcesResponse | None = None,
+    allocatable: Allocatable | None = None,
     pod_specs: tuple[PodSpec, ...] | None = None,
     config: KubeletConfig | None = None,
     topology: Topology | None = None,
@@ -177,18 +138,15 @@ def assemble(
     kubelet_info: dict[str, str] | None = None,
     checkpoints: CheckpointFacts | None = None,
 ) -> NodeSnapshot:
-    """The snapshot of already-typed parts (``snapshot_from_raw`` after parsing; tests
-    and the model use it directly); ``listing`` is the ``List`` response or its pods."""
+    """The snapshot of already-decoded parts (``snapshot_from_raw`` after decoding; tests
+    and the model use it directly)."""
     return NodeSnapshot(
-        pods=listing if isinstance(listing, tuple) else pods_from_proto(listing),
+        pods=pods,
         node_name=node_name,
-        allocatable=allocatable_from_proto(allocatable) if allocatable is not None else None,
+        allocatable=allocatable,
         topology=topology,
         pod_specs=pod_specs,
         kubelet_config=config,
         kubelet_info=tuple(sorted((kubelet_info or {}).items())),
         checkpoints=checkpoints,
     )
-
-
-__all__ = ["SpecError", "assemble", "parse_configz", "parse_pod_list", "snapshot_from_raw"]

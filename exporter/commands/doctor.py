@@ -246,16 +246,14 @@ class _Facts:
 def facts_from_raw(raw: RawNode, origin: str, platform: str | None) -> _Facts:
     """The checklist's inputs from a node's raw inputs (a fixture directory or a live
     read); ``origin`` names where the configuration came from."""
-    from exporter.assemble import parse_json_object
     from exporter.sources.checkpoint import CheckpointError, parse_checkpoint
-    from exporter.sources.kubelet import parse_feature_metrics
+    from exporter.sources.kubelet_bodies import config_from_body, feature_gates
     from exporter.sources.podresources import decode_allocatable
-    from reconciler.kube import kubelet_config_from_json
 
     if raw.configz is None:
         raise UserError(f"cannot read the node: {origin} is missing")
     try:
-        config = kubelet_config_from_json(parse_json_object(raw.configz))
+        config = config_from_body(raw.configz)
     except (ValueError, RecursionError) as exc:  # json's errors and SpecError
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:300]
         if isinstance(exc, json.JSONDecodeError):
@@ -263,7 +261,7 @@ def facts_from_raw(raw: RawNode, origin: str, platform: str | None) -> _Facts:
         raise UserError(f"cannot read the node: {origin}: {reason}") from None
     facts = _Facts(config=config, platform=platform)
     if raw.metrics is not None:
-        facts.metrics = parse_feature_metrics(raw.metrics.decode("utf-8", "replace")) or None
+        facts.metrics = feature_gates(raw.metrics) or None
     checkpoints = []
     for name, data in raw.checkpoints:
         try:

@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +130,7 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     log.info("listening", extra={"url": listening.url, "socket": sources.socket})
     stop = stop or asyncio.Event()
     stop_on_signals(stop, on_hup=exporter.wake)
+    why = _name_stop_signals(stop)
     if history is not None:
         await history.writer.start()
     tune_gc()
@@ -135,14 +138,39 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
         on_ready(listening.url)
     try:
         await exporter.run(stop)
+    except BaseException as exc:
+        why.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        raise
     finally:
+        stopping = time.monotonic()
         if on_stop is not None:
             on_stop()
         await listening.close()
         await reader.close()
         if history is not None:
             await history.close()
+        # One line whatever ended it: what, and how long the stop took (the budget is
+        # SHUTDOWN_BUDGET; history's flush is most of it when the database is slow).
+        log.info("stopped", extra={"reason": why[-1] if why else "stop requested",
+                                   "seconds": round(time.monotonic() - stopping, 3)})
     return 0
+
+
+def _name_stop_signals(stop: asyncio.Event) -> list[str]:
+    """What stops ``serve``, for its last log line: SIGINT and SIGTERM set ``stop`` as
+    ``stop_on_signals`` has them do, and are named in the list returned (empty: ``stop``
+    was set by the caller)."""
+    why: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    def stop_by(name: str) -> None:
+        why.append(name)
+        stop.set()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop_by, signum.name)
+    return why
 
 
 def _history_routes(store: Any) -> Callable[[Any], None] | None:

@@ -29,10 +29,10 @@ import grpc.aio
 from aiohttp import web
 from google.protobuf.message import DecodeError
 
+from exporter.errors import UserError
 from exporter.pb import api_pb2
 from exporter.rawnode import KubeletState, RawNode
 from exporter.tlsutil import write_self_signed
-from exporter.web.lifecycle import start_site
 
 log = logging.getLogger("podres.sim")
 
@@ -205,11 +205,22 @@ class SimKubelet:
         app = web.Application()
         for path in ("/pods", "/configz", "/metrics"):
             app.router.add_get(path, self._http_get)
-        # A delayed (misbehaving) answer must not hold up stop() for a minute.
-        listening = await start_site(app, host.strip("[]") or "127.0.0.1", int(port),
-                                     ssl_context=context, shutdown_timeout=1.0)
-        self._http = listening.runner
-        self.http_port = listening.port
+        # A plain aiohttp site, not the exporter's own (exporter.web): a test tool stands
+        # below what it tests (docs/design.md#structure). A delayed (misbehaving) answer
+        # must not hold up stop() for a minute.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port),
+                           ssl_context=context)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise UserError(f"cannot listen on {self.http_listen}: {exc.strerror or exc}"
+                            ) from None
+        self._http = runner
+        self.http_port = int(runner.addresses[0][1])
 
     @property
     def http_url(self) -> str | None:

@@ -22,8 +22,8 @@ import grpc.aio
 
 from exporter.errors import SourceError
 from exporter.pb import api_pb2
-from exporter.sources.convert import pods_from_wire
-from reconciler.snapshot import PodAlloc
+from exporter.sources.convert import allocatable_from_proto, pods_from_wire
+from reconciler.snapshot import Allocatable, PodAlloc
 
 DEFAULT_SOCKET: Final = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT: Final = 5.0
@@ -182,7 +182,7 @@ class PodResourcesClient:
 
     async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None:
         raw = await self.allocatable_raw()
-        return None if raw is None else decode_allocatable(raw)
+        return None if raw is None else decode_allocatable_message(raw)
 
     async def get(self, namespace: str, name: str) -> api_pb2.PodResources | None:
         """One pod; ``None`` when unknown to the kubelet. Raises ``Unimplemented`` when the
@@ -214,9 +214,15 @@ def decode_pods(raw: bytes) -> tuple[PodAlloc, ...]:
         raise SourceError(SOURCE, "List", f"undecodable response: {exc}") from None
 
 
-def decode_allocatable(raw: bytes) -> api_pb2.AllocatableResourcesResponse:
+def decode_allocatable_message(raw: bytes) -> api_pb2.AllocatableResourcesResponse:
     try:
         return api_pb2.AllocatableResourcesResponse.FromString(raw)
     except Exception as exc:
         raise SourceError(SOURCE, "GetAllocatableResources",
                           f"undecodable response: {exc}") from None
+
+
+def decode_allocatable(raw: bytes) -> Allocatable:
+    """What a ``GetAllocatableResources`` answer lets the kubelet hand out, or its
+    ``SourceError``."""
+    return allocatable_from_proto(decode_allocatable_message(raw))

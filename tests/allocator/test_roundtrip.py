@@ -40,7 +40,9 @@ def _place(style: str, scope: str, seed: int, n_pods: int = N_PODS,
 async def _read_back(node: ModelDrivenNode, start_sim: Any, short_tmp: Path) -> Any:
     """List and GetAllocatableResources over the real socket; pod specs and config as the
     kubelet's JSON bodies (parsed by the exporter's own parsers); then reconcile."""
-    from exporter.assemble import assemble, parse_configz, parse_pod_list
+    from exporter.assemble import assemble
+    from exporter.sources.convert import allocatable_from_proto, pods_from_proto
+    from exporter.sources.kubelet_bodies import config_from_object, pod_list_from_object
     from exporter.sources.podresources import PodResourcesClient
     from reconciler.reconcile import reconcile
 
@@ -54,8 +56,10 @@ async def _read_back(node: ModelDrivenNode, start_sim: Any, short_tmp: Path) -> 
         await client.close()
     pod_list = json.loads(json.dumps(state.pod_list))
     configz = json.loads(json.dumps(state.configz))
-    snapshot = assemble(listing, allocatable=allocatable, pod_specs=parse_pod_list(pod_list),
-                        config=parse_configz(configz), topology=node.model.topo.to_snapshot())
+    snapshot = assemble(pods_from_proto(listing), allocatable=None if allocatable is None
+                        else allocatable_from_proto(allocatable),
+                        pod_specs=pod_list_from_object(pod_list),
+                        config=config_from_object(configz), topology=node.model.topo.to_snapshot())
     return reconcile(snapshot)
 
 

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from exporter.assemble import assemble, parse_configz, parse_pod_list
+from exporter.assemble import assemble
+from exporter.sources.convert import allocatable_from_proto, pods_from_proto
+from exporter.sources.kubelet_bodies import config_from_object, pod_list_from_object
 from foundation.helpers import REPO, check_invariants
 from reconciler.kube import compute_qos
 from reconciler.reconcile import reconcile
@@ -24,10 +26,12 @@ def test_synthetic_node_shape(pods: int, cpus: int) -> None:
     assert len(node.pods) == pods and node.containers == 4 * pods
     assert len(node.topology.cpus) == cpus
     assert sum(node.kinds.values()) == pods
-    ledger = reconcile(assemble(node.state.list_response, allocatable=node.state.allocatable,
+    assert node.state.allocatable is not None
+    ledger = reconcile(assemble(pods_from_proto(node.state.list_response),
+                                allocatable=allocatable_from_proto(node.state.allocatable),
                                 topology=node.topology,
-                                pod_specs=parse_pod_list(node.state.pod_list),
-                                config=parse_configz(node.state.configz)))
+                                pod_specs=pod_list_from_object(node.state.pod_list),
+                                config=config_from_object(node.state.configz)))
     check_invariants(ledger, node.topology)
     assert ledger.anomalies == ()  # a well-behaved kubelet
     assert ledger.cpu_pools.reserved == len(node.reserved)
@@ -42,7 +46,7 @@ def test_synthetic_pods_body_is_kubelet_like() -> None:
     assert node.state.pod_list is not None
     body = node.state.raw().pods
     assert body is not None and 8_000 <= len(body) / 100 <= 16_000  # per pod, as a kubelet
-    specs = {(p.namespace, p.name): p for p in parse_pod_list(node.state.pod_list) or ()}
+    specs = {(p.namespace, p.name): p for p in pod_list_from_object(node.state.pod_list) or ()}
     for item in node.state.pod_list["items"]:
         meta, spec, status = item["metadata"], item["spec"], item["status"]
         assert meta["labels"] and meta["annotations"] and meta["ownerReferences"]

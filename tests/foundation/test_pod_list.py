@@ -11,10 +11,10 @@ import tracemalloc
 import pytest
 
 from bench.synth import generate
-from exporter.assemble import parse_json_object
 from exporter.sim.cgroupfs import decorate_pod_list
 from exporter.sources import pod_list as pod_list_module
 from exporter.sources.cgroup import pod_refs_from_pod_list
+from exporter.sources.kubelet_bodies import parse_json_object
 from exporter.sources.pod_list import reduce_pod_list
 from reconciler.kube import SpecError, pod_list_from_json
 

@@ -22,7 +22,7 @@ from exporter.sources.podresources import (
     DEFAULT_MAX_RECV,
     PodResourcesClient,
     Unimplemented,
-    decode_allocatable,
+    decode_allocatable_message,
     decode_list,
 )
 from foundation.helpers import SCENARIOS, arun_cli, assert_one_clear_line
@@ -58,7 +58,7 @@ async def test_list_allocatable_and_get(start_sim: Any, client_for: Any) -> None
     alloc = await client.allocatable()
     assert alloc is not None and list(alloc.cpu_ids) == list(range(1, 8))
     raw = await client.allocatable_raw()
-    assert raw is not None and decode_allocatable(raw) == alloc
+    assert raw is not None and decode_allocatable_message(raw) == alloc
     pod = await client.get("shop", "web")
     assert pod is not None and pod.name == "web" and list(pod.cpu_ids) == [2, 3, 4]
     assert client.unimplemented == set()
@@ -269,7 +269,7 @@ async def test_undecodable_response_is_a_source_error() -> None:
     with pytest.raises(SourceError, match="undecodable"):
         decode_list(b"\xff\xff\xff")
     with pytest.raises(SourceError, match="undecodable"):
-        decode_allocatable(b"\x0a\xff")
+        decode_allocatable_message(b"\x0a\xff")
 
 
 # -- through the CLI ----------------------------------------------------------------------

@@ -26,14 +26,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter import assemble
-from exporter.assemble import MALFORMED, parse_json_object, snapshot_from_raw
+from exporter.assemble import snapshot_from_raw
 from exporter.cli import build_parser
 from exporter.errors import UserError
 from exporter.flags import parse_duration
 from exporter.options import PollOptions, WebOptions
+from exporter.sources import kubelet_bodies
 from exporter.sources.cgroup import pod_refs_from_body, pod_refs_from_pod_list
 from exporter.sources.checkpoint import CheckpointError, checkpoint_facts, parse_checkpoint
 from exporter.sources.fixture import load_fixture_dir
+from exporter.sources.kubelet_bodies import MALFORMED, parse_json_object
 from exporter.sources.pod_list import reduce_pod_list
 from exporter.web.webconfig import load_web_config
 from fuzz.budget import fuzz, ran, timeout
@@ -111,7 +113,7 @@ def test_the_reduced_pods_body_reads_as_the_original(data: st.DataObject) -> Non
 def _whole_pods(body: bytes) -> tuple[object, object]:
     """What ``/pods`` gives when it is parsed whole: the reference for the pod-by-pod
     readers."""
-    with mock.patch.object(assemble, "each_pod_item", lambda body: None):
+    with mock.patch.object(kubelet_bodies, "each_pod_item", lambda body: None):
         parts = assemble.parse_optional(dataclasses.replace(RAW, pods=body))
     try:
         refs = pod_refs_from_pod_list(json.loads(body))

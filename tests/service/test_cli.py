@@ -194,7 +194,8 @@ async def _scrape_until_shared_and_exclusive(
 async def test_serve_process_sighup_polls_now_and_sigterm_stops(
         start_sim: StartSim, short_tmp: Path) -> None:
     """A real ``serve`` process with an hour-long interval: SIGHUP makes it poll at once
-    (the deletion shows up), SIGTERM stops it with status 0; logs are JSON lines."""
+    (the deletion shows up), SIGTERM stops it with status 0 and one last line naming it;
+    logs are JSON lines."""
     directory = scenario_root() / "database-pod-scope"
     sim = await start_sim(directory, http=True, token=TOKEN)
     token_file = short_tmp / "token"
@@ -237,8 +238,11 @@ async def test_serve_process_sighup_polls_now_and_sigterm_stops(
         process.send_signal(signal.SIGTERM)
         _, err = await loop.run_in_executor(None, lambda: process.communicate(timeout=30))
         assert process.returncode == 0, err
-        for text in err.splitlines():
-            json.loads(text)  # every log line is one JSON object
+        records = [json.loads(text) for text in err.splitlines()]  # one JSON object each
+        # The last line says what stopped it and how long stopping took.
+        last = records[-1]
+        assert last["msg"] == "stopped" and last["reason"] == "SIGTERM", last
+        assert 0 <= last["seconds"] < 10, last
     finally:
         if process.poll() is None:
             process.kill()

@@ -30,12 +30,12 @@ def has_gone_pod(samples: Any) -> bool:
                 or series(samples, "podres_pod_cpus", namespace=GONE[0], pod=GONE[1]))
 
 
-@pytest.mark.parametrize("module, name", [("exporter.reader", "reconcile"),
-                                          ("exporter.service", "node_exposition")])
+@pytest.mark.parametrize("module, name", [("exporter.ledger_cache", "reconcile"),
+                                          ("exporter.published", "node_exposition")])
 async def test_scrape_is_answered_while_a_changed_node_is_processed(
         start_sim: StartSim, run_serve: RunServe, monkeypatch: pytest.MonkeyPatch,
         module: str, name: str) -> None:
-    monkeypatch.setattr("exporter.reader.INLINE_BYTES", 0)
+    monkeypatch.setattr("exporter.ledger_cache.INLINE_BYTES", 0)
     directory = scenario_root() / SCENARIO
     sim = await start_sim(directory, http=True)
     served = await run_serve(sim, "--topology", str(directory / "topology.json"),

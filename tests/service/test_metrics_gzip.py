@@ -9,14 +9,11 @@ import asyncio
 import gzip
 import os
 import zlib
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-from exporter.metrics.compression import Encoding, GzipPrefix, choose_encoding, gzip_bytes
-from exporter.reader import NodeReader, SourceOptions
-from exporter.service import Exporter
+from exporter.metrics.compression import GzipPrefix, choose_encoding, gzip_bytes
 from exporter.sim.server import SimKubelet
 from exporter.sources.fixture import load_fixture_dir
 from tests.conftest import StartSim
@@ -202,25 +199,3 @@ async def test_a_real_prometheus_scrapes_the_compressed_body(
         for r in result}
     assert scraped == exposed
     assert {name for name, _ in scraped} >= {"podres_cpus", "podres_build_info"}
-
-
-@pytest.mark.parametrize("encoding", ["identity", "gzip"])
-def test_a_cached_body_follows_the_self_metrics(short_tmp: Path, encoding: Encoding) -> None:
-    """Scrapes reuse the body while nothing changed, and only then: the exporter's
-    counters are updated in place."""
-    exporter = Exporter(NodeReader(SourceOptions(socket=str(short_tmp / "none.sock"),
-                                                 sysfs=None)))
-
-    def errors() -> float | None:
-        body = exporter.metrics_body(encoding)
-        text = (one_member(body) if encoding == "gzip" else body).decode()
-        return value(parse_exposition(text), "podres_source_errors_total",
-                     source="podresources", operation="List")
-
-    assert errors() == 0.0
-    first = exporter.metrics_body(encoding)
-    assert exporter.metrics_body(encoding) is first
-    exporter.errors_total[("podresources", "List")] += 1
-    assert errors() == 1.0
-    exporter.up = True
-    assert exporter.metrics_body(encoding) is not first

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.reader import NodeReader, Poll, SourceOptions
-from exporter.service import Exporter, ServiceOptions
+from exporter.reader import NodeReader, SourceOptions
+from exporter.service import Exporter
 from exporter.sim.server import Misbehaviour
 from exporter.sources.fixture import load_fixture_dir
 from tests.conftest import StartSim
@@ -308,7 +308,7 @@ async def test_recovery_is_logged_only_for_what_was_read_again(
         assert await exporter.poll_once()
         await sim.stop_grpc()
         assert not await exporter.poll_once()
-        assert exporter.source_up == {"kubelet": False, "podresources": False,
+        assert exporter.state.source_up == {"kubelet": False, "podresources": False,
                                       "topology": True}
     finally:
         await reader.close()
@@ -317,42 +317,7 @@ async def test_recovery_is_logged_only_for_what_was_read_again(
     assert recovered == []
     # Read once (its refresh was not due again, and List could not change): counted once,
     # and its failure stands.
-    assert exporter.errors_total[("kubelet", "pods")] == 1
-
-
-async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
-        start_sim: StartSim) -> None:
-    """When the poll itself breaks (a bug), no source outcome is known: podres_source_up
-    is absent, not the last poll's values."""
-    directory = scenario_root() / SCENARIO
-    sim = await start_sim(directory)
-
-    class Breaking(NodeReader):
-        broken = False
-
-        async def poll(self, now: float | None = None) -> Poll:
-            if self.broken:
-                raise RuntimeError("a bug")
-            return await super().poll(now)
-
-    reader = Breaking(SourceOptions(socket=sim.socket_path, sysfs=None,
-                                    topology_file=str(directory / "topology.json")))
-    exporter = Exporter(reader, ServiceOptions(poll_interval=0.01))
-    stop = asyncio.Event()
-    try:
-        assert await exporter.poll_once()
-        assert "podres_source_up{" in exporter.metrics_body().decode()
-        reader.broken = True
-        task = asyncio.create_task(exporter.run(stop))
-        while exporter.errors_total[("exporter", "poll")] < 1:
-            await asyncio.sleep(0.01)
-        stop.set()
-        await task
-    finally:
-        await reader.close()
-    assert exporter.source_up == {}
-    assert "podres_source_up{" not in exporter.metrics_body().decode()
-    assert not exporter.up
+    assert exporter.state.errors_total[("kubelet", "pods")] == 1
 
 
 async def test_checkpoint_info_does_not_keep_a_corrupt_files_last_format(
@@ -376,43 +341,3 @@ async def test_checkpoint_info_does_not_keep_a_corrupt_files_last_format(
     assert not series(broken, "podres_checkpoint_info")
     assert value(broken, "podres_checkpoint_downgrade_unsafe") is None
     assert up(broken) == 1.0 and ledger_series(broken)
-
-
-async def test_up_turns_1_only_with_the_ledger_of_that_poll(
-        start_sim: StartSim, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The render runs in a thread and yields to the loop: a scrape taken meanwhile must
-    still say podres_up 0 (the ledger it shows is the one from before the outage), never
-    podres_up 1 beside the old ledger."""
-    directory = scenario_root() / SCENARIO
-    sim = await start_sim(directory)
-    reader = NodeReader(SourceOptions(socket=sim.socket_path, sysfs=None,
-                                      topology_file=str(directory / "topology.json")))
-    exporter = Exporter(reader)
-    try:
-        assert await exporter.poll_once()
-        sim.misbehaviour.unimplemented.add("List")
-        sim.set_state(without_pods(sim.state, ("batch", "worker")))
-        assert not await exporter.poll_once()
-        sim.misbehaviour.unimplemented.clear()
-
-        rendering, release = asyncio.Event(), asyncio.Event()
-        seen: list[tuple[bool, bool]] = []
-        publish = Exporter._publish
-
-        async def slow_publish(self: Exporter, *args: object, **kwargs: object) -> None:
-            rendering.set()
-            await release.wait()
-            await publish(self, *args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(Exporter, "_publish", slow_publish)
-        task = asyncio.create_task(exporter.poll_once())
-        await rendering.wait()
-        body = exporter.metrics_body().decode()
-        seen.append(("podres_up 0" in body, 'pod="worker"' in body))
-        release.set()
-        assert await task
-        body = exporter.metrics_body().decode()
-        seen.append(("podres_up 1" in body, 'pod="worker"' in body))
-    finally:
-        await reader.close()
-    assert seen == [(True, True), (True, False)]

@@ -35,6 +35,40 @@ def read_layers(config: Path = REPO / ".importlinter") -> list[list[str]]:
             for line in section["layers"].strip().splitlines() if line.strip()]
 
 
+def read_forbidden(config: Path = REPO / ".importlinter"
+                   ) -> dict[str, tuple[list[str], list[str]]]:
+    """The forbidden contracts within ``exporter``: name → (sources, forbidden)."""
+    parser = configparser.ConfigParser()
+    parser.read(config, encoding="utf-8")
+    found = {}
+    for name in parser.sections():
+        section = parser[name]
+        if section.get("type") == "forbidden" and name != "importlinter:contract:reconciler-pure":
+            found[name.rpartition(":")[2]] = (section["source_modules"].split(),
+                                              section["forbidden_modules"].split())
+    return found
+
+
+def forbidden_imports(graph: Graph, sources: list[str], forbidden: list[str]) -> list[str]:
+    """Each module of ``sources`` (or under one) that reaches a module of ``forbidden`` (or
+    under one) through the graph, directly or not: the chain that does."""
+    def under(module: str, roots: list[str]) -> bool:
+        return any(module == r or module.startswith(r + ".") for r in roots)
+
+    found = []
+    for start in sorted(m for m in graph if under(m, sources)):
+        seen, paths = {start}, [[start]]
+        while paths:
+            path = paths.pop(0)
+            for nxt in sorted(graph.get(path[-1], ())):
+                if under(nxt, forbidden):
+                    found.append(" -> ".join([*path, nxt]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    paths.append([*path, nxt])
+    return found
+
+
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -144,6 +178,77 @@ def test_every_module_has_a_layer(graph: Graph) -> None:
 
 def test_no_import_runs_up_or_sideways(graph: Graph) -> None:
     assert violations(graph, read_layers()) == []
+
+
+def test_the_test_tools_and_the_serving_layer_stay_apart(graph: Graph) -> None:
+    """The simulated kubelet and the demo node (exporter/sim, exporter/demo) are below
+    nothing they test: the serving layer (web, the poll loop and its parts, ``serve``)
+    never loads them, and they never load it (they reach it over its socket and HTTP, as
+    any client does); .importlinter's forbidden contracts, checked here through
+    function-level imports too."""
+    contracts = read_forbidden()
+    assert set(contracts) >= {"serving-without-test-tools", "test-tools-without-serving"}
+    for name, (sources, forbidden) in sorted(contracts.items()):
+        assert forbidden_imports(graph, sources, forbidden) == [], name
+
+
+def test_the_forbidden_check_sees_an_indirect_import(tmp_path: Path) -> None:
+    """A serving module that reaches the simulator through a function-level import of a
+    module that imports it is caught, with the chain."""
+    _write(tmp_path, {
+        "exporter/__init__.py": "",
+        "exporter/web.py": "def f():\n    from exporter import helper\n",
+        "exporter/helper.py": "from exporter.sim.server import x\n",
+        "exporter/sim/__init__.py": "",
+        "exporter/sim/server.py": "x = 1\n",
+    })
+    graph = import_graph(tmp_path)
+    assert forbidden_imports(graph, ["exporter.web"], ["exporter.sim"]) == [
+        "exporter.web -> exporter.helper -> exporter.sim.server"]
+    assert forbidden_imports(graph, ["exporter.sim"], ["exporter.web"]) == []
+
+
+def reached_twice(graph: Graph, module: str, within: str) -> list[str]:
+    """The modules under ``within`` that ``module`` imports itself and also reaches through
+    another of its imports under ``within``: a walk that comes back to a room it left."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    direct = sorted(t for t in graph[module] if t.startswith(within + "."))
+    return [f"{target} (also through {other})" for target in direct for other in direct
+            if other != target and target in reach(other)]
+
+
+def test_one_pass_from_raw_inputs_to_the_snapshot(graph: Graph) -> None:
+    """assemble.py only assembles (docs/design.md#data-path): each raw source is decoded by
+    its own source module, and assemble calls each decoder once; it never also reaches, by
+    itself, a module a decoder uses (as it once called sources/convert beside podresources,
+    which calls convert too)."""
+    assert reached_twice(graph, "exporter.assemble", "exporter.sources") == []
+    source = (REPO / "exporter" / "assemble.py").read_text(encoding="utf-8")
+    imported = {name for node in ast.walk(ast.parse(source))
+                for name in _imported(node, "exporter.assemble", False)}
+    decoding = {"json", "msgspec", "google.protobuf", "exporter.pb"}
+    assert imported & decoding == set(), "assemble.py decodes: move it to the source"
+
+
+def test_a_walk_back_into_a_module_is_seen(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "exporter/__init__.py": "",
+        "exporter/assemble.py": "from exporter.sources import convert, podresources\n",
+        "exporter/sources/__init__.py": "",
+        "exporter/sources/podresources.py": "from exporter.sources.convert import f\n",
+        "exporter/sources/convert.py": "def f():\n    return 1\n",
+    })
+    graph = import_graph(tmp_path)
+    assert reached_twice(graph, "exporter.assemble", "exporter.sources") == [
+        "exporter.sources.convert (also through exporter.sources.podresources)"]
 
 
 def test_no_import_cycles(graph: Graph) -> None:
