@@ -204,6 +204,12 @@ class PodSpec:
     resources: Resources | None = None  # pod-level .spec.resources
     qos_class: str | None = None  # status.qosClass as reported
     phase: str | None = None
+    # Derived once: every container's eligibility asks for the pod's class, and deriving it
+    # reads every container, so asking each time made planning quadratic in containers.
+    _qos: str = field(default="", init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_qos", self.qos_class or compute_qos(self))
 
     @property
     def sidecars(self) -> tuple[ContainerSpec, ...]:
@@ -216,9 +222,7 @@ class PodSpec:
 
     @property
     def qos(self) -> str:
-        if self.qos_class:
-            return self.qos_class
-        return compute_qos(self)
+        return self._qos
 
     @property
     def guaranteed(self) -> bool:

@@ -136,6 +136,13 @@ class _WriteStatements(FleetStatements):
         super().__init__(insert(fleet_summaries))
 
 
+def _revision_on(conn: Connection) -> str | None:
+    if not inspect(conn).has_table(VERSION_TABLE):
+        return None
+    value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    return str(value) if value is not None else None
+
+
 class HistoryStore(WritePath[Connection]):
     """A history database. Thread-safe (one engine, pooled connections).
 
@@ -165,7 +172,15 @@ class HistoryStore(WritePath[Connection]):
     # -- lifecycle ---------------------------------------------------------------------
 
     def migrate(self, revision: str = "head") -> None:
-        """Bring the schema to ``revision`` (default the newest; Alembic, programmatically)."""
+        """Bring the schema to ``revision`` (default the newest; Alembic, programmatically).
+
+        Exporters of a fleet may start at the same instant on one new database: the whole
+        upgrade runs in one transaction that holds the database's migration lock (an
+        advisory lock on PostgreSQL, the write lock on SQLite) and reads the stored revision
+        only once it holds it, so one process migrates and the others find the schema
+        current. Alembic, handed a transaction already begun, runs every step inside it
+        (on SQLite it would otherwise commit after each step and let another process in
+        between two steps of this one, whose next step then made its tables again)."""
         if revision == "head" and self._stored_revision() == HEAD_REVISION:
             return
         if self._migrator is not None and revision == "head":
@@ -177,26 +192,20 @@ class HistoryStore(WritePath[Connection]):
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.connect() as conn:
-            conn.execution_options(podres_write=True)
-            if self.dialect == "postgresql":
-                # Many exporters of a fleet may start at once: one migrates, the others wait
-                # and then find the schema current. The lock ends with the transaction.
-                with conn.begin():
+            conn.execution_options(podres_write=True)  # SQLite: BEGIN IMMEDIATE
+            with conn.begin():
+                if self.dialect == "postgresql":
+                    # Ends with the transaction.
                     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
                                  {"k": _PG_MIGRATION_LOCK})
-                    cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, revision)
-            else:
+                if revision == "head" and _revision_on(conn) == HEAD_REVISION:
+                    return
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
-                conn.commit()
 
     def _stored_revision(self) -> str | None:
         with self.engine.connect() as conn:
-            if not inspect(conn).has_table(VERSION_TABLE):
-                return None
-            value = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
-            return str(value) if value is not None else None
+            return _revision_on(conn)
 
     def revision(self) -> str | None:
         from alembic.runtime.migration import MigrationContext
