@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="place the pods on every node of the history database (--history.url) "
              "as each was last recorded, and rank the nodes by fit (docs/plan.md#fleet)")
     HistoryOptions.add_flags(parser, only=("url",))
+    from exporter.commands.plan_fleet import add_flags
+
+    add_flags(parser)
 
 
 _SOURCE_FLAGS = ("socket", "timeout", "reprobe_interval", "max_receive_bytes", "kubelet_url",
@@ -386,7 +389,7 @@ def _fleet(args: argparse.Namespace, templates: list[Any]) -> int:
     from exporter.commands.plan_fleet import check_args, run_fleet
 
     options = ModelOptions.from_args(args)
-    check_args(args, options.shape, options.topology)
+    check_args(args, options)
     # A node whose /configz was not read is modelled with the policy flags.
     return run_fleet(args, templates, options.build()[1])
 
