@@ -270,21 +270,24 @@ def cause_of(reason: str) -> tuple[str, str]:
     return "other", reason
 
 
-def _with_cpus(pod: PodSpec, knob: str, n: int) -> PodSpec:
-    """``pod`` with the CPUs of ``knob`` ("" for the pod budget, else a container) set to
-    ``n`` whole CPUs, requests equal to limits."""
-    def set_cpu(r: Resources) -> Resources:
-        return replace(r, cpu_request_m=n * 1000, cpu_limit_m=n * 1000)
-
+def _with(pod: PodSpec, knob: str, change: Callable[[Resources], Resources]) -> PodSpec:
+    """``pod`` with ``change`` applied to the resources of ``knob`` ("" for the pod-level
+    budget, else a container); its QoS derived again."""
     if not knob:
         assert pod.resources is not None
-        return replace(pod, resources=set_cpu(pod.resources), qos_class=None)
+        return replace(pod, resources=change(pod.resources), qos_class=None)
 
     def one(c: ContainerSpec) -> ContainerSpec:
-        return replace(c, resources=set_cpu(c.resources)) if c.name == knob else c
+        return replace(c, resources=change(c.resources)) if c.name == knob else c
 
     return replace(pod, containers=tuple(one(c) for c in pod.containers),
                    init_containers=tuple(one(c) for c in pod.init_containers), qos_class=None)
+
+
+def _with_cpus(pod: PodSpec, knob: str, n: int) -> PodSpec:
+    """``pod`` with the CPUs of ``knob`` set to ``n`` whole CPUs, requests equal to
+    limits."""
+    return _with(pod, knob, lambda r: replace(r, cpu_request_m=n * 1000, cpu_limit_m=n * 1000))
 
 
 def _knob(pod: PodSpec, config: ModelConfig) -> tuple[str, int] | None:
@@ -561,20 +564,8 @@ def _budget_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
 
 
 def _with_memory(pod: PodSpec, knob: str, n: int) -> PodSpec:
-    """``pod`` with the memory of ``knob`` ("" for the pod budget, else a container) set to
-    ``n`` bytes, request equal to limit."""
-    def set_mem(r: Resources) -> Resources:
-        return replace(r, memory_request=n, memory_limit=n)
-
-    if not knob:
-        assert pod.resources is not None
-        return replace(pod, resources=set_mem(pod.resources), qos_class=None)
-
-    def one(c: ContainerSpec) -> ContainerSpec:
-        return replace(c, resources=set_mem(c.resources)) if c.name == knob else c
-
-    return replace(pod, containers=tuple(one(c) for c in pod.containers),
-                   init_containers=tuple(one(c) for c in pod.init_containers), qos_class=None)
+    """``pod`` with the memory of ``knob`` set to ``n`` bytes, request equal to limit."""
+    return _with(pod, knob, lambda r: replace(r, memory_request=n, memory_limit=n))
 
 
 def _memory_change(model: NodeModel, pod: PodSpec, knob: str, old: int, new: int,

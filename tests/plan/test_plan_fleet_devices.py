@@ -7,6 +7,7 @@ and ranked after the fresh ones; --devices beside --fleet is refused in one line
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,9 @@ from reconciler.snapshot import (
 )
 
 GPU = "nvidia.com/gpu"
-# 2 NUMA nodes of 4 CPUs (0-3, 4-7), 16 GiB of memory each; CPU 0 reserved.
+# 2 NUMA nodes of 4 CPUs (0-3, 4-7), 32 GiB of memory each; CPU 0 reserved.
 TOPO = Topology(tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)),
-                memory=((0, 16 << 30), (1, 16 << 30)))
+                memory=((0, 32 << 30), (1, 32 << 30)))
 CONFIG = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
                        topology_manager_scope="pod", reserved_system_cpus=frozenset({0}))
 NOW = datetime.now(UTC)
@@ -51,7 +52,8 @@ STATE = NodeState(TOPO, CONFIG, frozenset(range(1, 8)), ((0, 16 << 30), (1, 16 <
 
 
 async def _node(url: str, name: str, held: list[tuple[DeviceAlloc, ...]],
-                holding: tuple[DeviceAlloc, ...], last_seen: datetime) -> None:
+                holding: tuple[DeviceAlloc, ...], last_seen: datetime,
+                state: NodeState = STATE) -> None:
     """One node's history: each of ``held`` held by a pod and given back (a closed
     interval), then ``holding`` held now (open), the last write at ``last_seen``."""
     store = open_store(url)
@@ -59,10 +61,10 @@ async def _node(url: str, name: str, held: list[tuple[DeviceAlloc, ...]],
     await writer.start()
     at = last_seen - timedelta(seconds=10 * (2 * len(held) + 2))
     for devices in held:
-        writer.submit(_ledger(*devices), at, STATE)
-        writer.submit(_ledger(), at + timedelta(seconds=5), STATE)
+        writer.submit(_ledger(*devices), at, state)
+        writer.submit(_ledger(), at + timedelta(seconds=5), state)
         at += timedelta(seconds=10)
-    writer.submit(_ledger(*holding), last_seen, STATE)
+    writer.submit(_ledger(*holding), last_seen, state)
     await writer.close()
     store.close()
 
@@ -89,8 +91,8 @@ async def fleet(tmp_path: Path) -> str:
     return url
 
 
-def _manifest(tmp: Path, gpus: int) -> Path:
-    block: dict[str, Any] = {"cpu": "2", "memory": "1Gi"}
+def _manifest(tmp: Path, gpus: int, memory: str = "1Gi") -> Path:
+    block: dict[str, Any] = {"cpu": "2", "memory": memory}
     if gpus:
         block[GPU] = gpus
     path = tmp / f"pod-{gpus}.yaml"
@@ -157,6 +159,26 @@ def test_staleness_is_shown_and_ranked(fleet: str, tmp_path: Path,
                               "--fleet.stale-after", "2h", "-o", "json"))
     assert not any(n["stale"] for n in answer["nodes"])
     assert [n["node"] for n in answer["nodes"]] == sorted(names)
+
+
+async def test_memory_is_modelled_and_named(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Nodes under the Static memory manager with the free memory recorded: a 20 GiB pod
+    fits where a NUMA node has 24 GiB free, and the other node's cause names memory."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    static = replace(CONFIG, memory_manager_policy="Static")
+    fresh = NOW - timedelta(seconds=10)
+    for name, free in (("mem-big", 24 << 30), ("mem-small", 12 << 30)):
+        await _node(url, name, [], (), fresh, NodeState(
+            TOPO, static, frozenset(range(1, 8)), ((0, free), (1, free))))
+    answer = json.loads(_plan(capsys, "-f", str(_manifest(tmp_path, 0, "20Gi")),
+                              "--history.url", url, "-o", "json"))
+    big, small = answer["nodes"]
+    assert (big["node"], big["admitted"]) == ("mem-big", True)
+    assert big["pods"][0]["memory_numa_nodes"] == [0]
+    assert (small["node"], small["admitted"]) == ("mem-small", False)
+    assert small["cause"].startswith("memory: the pod asks 20 GiB of memory and the most one "
+                                     "NUMA node has free is 12 GiB")
 
 
 @pytest.mark.parametrize(("argv", "words"), [
