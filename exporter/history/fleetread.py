@@ -211,7 +211,8 @@ def answer_json(answer: FleetAnswer) -> dict[str, Any]:
             "rank": len(items) + 1, "node": f.node, "admitted": f.admitted, "reason": f.reason,
             "cause": refused.cause_words if refused is not None else None,
             "excluded": f.excluded, "numa_nodes": list(f.numa_nodes),
-            "cpus_left": f.cpus_left, "config": "recorded" if f.config_recorded else "assumed",
+            "cpus_left": None if f.excluded else f.cpus_left,
+            "config": "recorded" if f.config_recorded else "assumed",
             **_seen(answer, r), "devices": _known_devices(r.state),
             "pods": [_pod_json(p) for p in f.plans]})
     for r in answer.unknown:

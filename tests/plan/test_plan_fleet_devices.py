@@ -131,6 +131,7 @@ def test_only_nodes_with_the_devices_are_ranked(fleet: str, tmp_path: Path,
     assert by["gpu-split"]["cause"].startswith("devices: the pod asks 2 nvidia.com/gpu")
     assert by["cpu-only"]["reason"] == ("no nvidia.com/gpu (a pod asks 2) on this node: none "
                                         "in its device records")
+    assert by["cpu-only"]["cpus_left"] is None and by["cpu-only"]["pods"] == []
     table = _plan(capsys, "-f", str(_manifest(tmp_path, 2)), "--history.url", fleet)
     rows = {ln.split()[1]: ln for ln in table.splitlines()[1:6]}
     assert rows["cpu-only"].split()[2] == "out"
