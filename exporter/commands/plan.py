@@ -115,7 +115,7 @@ def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> 
             "admitted": p.admitted, "reason": p.reason, "cause": p.cause,
             "cause_words": p.cause_words, "replicas": t.replicas,
             "memory_bytes": p.memory_bytes or None,
-            "missing_devices": list(p.missing_devices),
+            "missing_devices": list(p.missing_devices), "api_refusal": p.api_refusal,
             "containers": [{"name": c.name, "sidecar": c.sidecar, "eligible": c.eligible,
                             "exclusive_cpus": c.exclusive_cpus, "cpus": _fmt_cpus(c.cpus),
                             "devices": _devices_json(c.devices)}
@@ -195,6 +195,9 @@ def _cause_lines(p: Any) -> list[str]:
         t = p.template
         lines.append(f"  the changes that fit: podres-exporter explain {t.namespace}/{t.name} "
                      "with the same flags")
+    if p.api_refusal:
+        lines.append(f"  the API server refuses this pod: {p.api_refusal} (pod-level requests "
+                     "must cover its containers' requests)")
     if p.missing_devices:
         lines.append(f"  not on this node: {', '.join(p.missing_devices)}: the kubelet admits "
                      "a pod whatever extended resources the node lacks, but the scheduler "
@@ -315,8 +318,10 @@ def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
 
 
 def refused(plans: list[Any]) -> list[str]:
-    """``namespace/name`` of every template whose pod the kubelet would refuse."""
-    return [f"{p.template.namespace}/{p.template.name}" for p in plans if not p.admitted]
+    """``namespace/name`` of every template whose pod the kubelet would refuse, or the API
+    server would (a budget smaller than its containers)."""
+    return [f"{p.template.namespace}/{p.template.name}" for p in plans
+            if not p.admitted or p.api_refusal]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -433,9 +433,9 @@ def diagnose(model: NodeModel, pod: PodSpec, reason: str) -> tuple[str, str]:
     code, words = cause_of(reason)
     if code == "duplicate":
         return code, words
-    short = _budget_short(pod)
+    short = budget_short(pod)
     if short is not None:
-        return short
+        return short[0], short[1] + _API_RULE
     if code == "topology":
         return _memory_cause(model, pod) or _device_cause(model, pod) or (code, words)
     return code, words
@@ -462,7 +462,7 @@ _API_RULE = ("; the API server refuses such a pod too: pod-level requests must c
              "containers' requests")
 
 
-def _budget_short(pod: PodSpec) -> tuple[str, str] | None:
+def budget_short(pod: PodSpec) -> tuple[str, str] | None:
     """A pod budget (CPU or memory) smaller than one container's request, or than its
     containers' requests together (k8s.io/kubernetes v1.37.2
     pkg/apis/core/validation/validation.go, validatePodResourceConsistency)."""
@@ -480,13 +480,12 @@ def _budget_short(pod: PodSpec) -> tuple[str, str] | None:
                                                            *pod.containers)), default=(0, ""))
         if asks > budget:
             return ("budget-container", f"the budget is smaller than container {name}: it "
-                    f"asks {show(asks)} {what}, the pod budget is {show(budget)} {what}"
-                    f"{_API_RULE}")
+                    f"asks {show(asks)} {what}, the pod budget is {show(budget)} {what}")
         total = _aggregate(pod, get)
         if total > budget:
             return ("budget-containers", f"the budget is smaller than its containers' "
                     f"requests together: they ask {show(total)} {what}, the pod budget is "
-                    f"{show(budget)} {what}{_API_RULE}")
+                    f"{show(budget)} {what}")
     return None
 
 

@@ -67,6 +67,9 @@ class PodPlan:
     # Extended resources the pod asks that the node has no device of: the kubelet ignores
     # them, the scheduler would not place the pod there.
     missing_devices: tuple[str, ...] = ()
+    # Why the API server refuses the pod whatever the kubelet would do with it (a pod budget
+    # smaller than its containers' requests), for a pod the kubelet would admit.
+    api_refusal: str | None = None
 
 
 def format_bytes(n: int) -> str:
@@ -220,7 +223,7 @@ def missing_devices(pod: PodSpec, model: NodeModel) -> tuple[str, ...]:
 
 def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfig,
               topology: CPUTopology | None, want_suggestion: bool) -> PodPlan:
-    from reconciler.allocator.explain import diagnose, pinned_memory
+    from reconciler.allocator.explain import budget_short, diagnose, pinned_memory
 
     result, admitted = _verdict(model, pod)
     pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
@@ -255,7 +258,14 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
         memory_bytes=pinned_memory(pod, config) if config.memory_policy == "Static" else 0,
         memory_numa=mem_numa, cause=cause[0] if cause else None,
         cause_words=cause[1] if cause else None,
-        missing_devices=missing_devices(pod, model) if topology is not None else ())
+        missing_devices=missing_devices(pod, model) if topology is not None else (),
+        api_refusal=_api_refusal(budget_short(pod)) if admitted else None)
+
+
+def _api_refusal(short: tuple[str, str] | None) -> str | None:
+    """The API server's rule (k8s.io/kubernetes v1.37.2 pkg/apis/core/validation,
+    validatePodResourceConsistency: pod-level requests cover the containers')."""
+    return None if short is None else short[1]
 
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,

@@ -111,3 +111,26 @@ def test_devices_the_node_lacks_are_said(tmp_path: Path,
     (p,) = json.loads(_out(capsys, "-f", str(pod), *SHAPE, "--devices",
                            "nvidia.com/gpu=0:2", "-o", "json"))["pods"]
     assert p["missing_devices"] == []
+
+
+def test_a_budget_the_api_server_refuses_is_a_refusal(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Under container scope the kubelet admits a 4-CPU container in a 2-CPU pod budget,
+    but the API server never creates such a pod: plan says so, and --fail-on-refusal
+    fails on it."""
+    path = tmp_path / "tight.yaml"
+    block = {"cpu": "4", "memory": "1Gi"}
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "namespace": "default", "name": "tight"}, "spec": {
+            "resources": {"requests": {"cpu": "2", "memory": "2Gi"},
+                          "limits": {"cpu": "2", "memory": "2Gi"}},
+            "containers": [{"name": "app", "image": "x", "resources": {
+                "requests": block, "limits": block}}]}}))
+    argv = ["-f", str(path), *SHAPE, "--scope", "container"]
+    text = _out(capsys, *argv)
+    assert "  the API server refuses this pod: the budget is smaller than container app: it " \
+        "asks 4 CPUs, the pod budget is 2 CPUs" in text
+    (p,) = json.loads(_out(capsys, *argv, "-o", "json"))["pods"]
+    assert p["admitted"] and p["api_refusal"].startswith("the budget is smaller")
+    assert main(["plan", *argv, "--fail-on-refusal"]) == 3
+    assert "refused: default/tight" in capsys.readouterr().err
