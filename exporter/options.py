@@ -358,6 +358,8 @@ class KernelSourcesOptions(FlagGroup):
 # ---- the modelled node (plan, sim) ----------------------------------------------------
 
 _SHAPE = re.compile(r"^\d+x\d+x\d+$")
+# What a modelled shape's NUMA node holds when --memory-per-numa is not given.
+DEFAULT_MEMORY_PER_NUMA = "64Gi"
 
 
 @dataclass(frozen=True)
@@ -374,6 +376,11 @@ class ModelOptions(FlagGroup):
     numa_per_socket: int = option(Flag(
         "--numa-per-socket", "NUMA nodes per socket of a modelled shape", metavar="N",
         type=positive_int), 1)
+    # None: the shape's default, named in the help; a --topology FILE has its own sizes.
+    memory_per_numa: str | None = option(Flag(
+        "--memory-per-numa", "memory of each NUMA node of a modelled shape, a Kubernetes "
+        f"quantity (default: {DEFAULT_MEMORY_PER_NUMA}; a --topology FILE gives its own)",
+        metavar="SIZE"), None)
     scope: str = option(Flag("--scope", "topology manager scope",
                              choices=("pod", "container")), "pod")
     topology_policy: str = option(Flag(
@@ -421,9 +428,13 @@ class ModelOptions(FlagGroup):
             warn_topology_shape(shape)
         if shape:
             try:
-                return from_spec(shape, numa_per_socket=self.numa_per_socket)
+                return from_spec(shape, numa_per_socket=self.numa_per_socket,
+                                 memory_per_numa=self.memory_bytes_per_numa)
             except TopologyError as exc:
                 raise UserError(str(exc)) from None
+        if self.memory_per_numa is not None:
+            raise UserError("--memory-per-numa sizes a modelled shape (--topology.shape): a "
+                            "--topology FILE gives each NUMA node's memory itself")
         if self.topology:
             from exporter.sources.topology import load_topology_file
 
@@ -433,6 +444,21 @@ class ModelOptions(FlagGroup):
 
             return from_snapshot(load_topology_file(self.topology))
         return None
+
+    @property
+    def memory_bytes_per_numa(self) -> int:
+        """Bytes of memory on each NUMA node of a modelled shape (``--memory-per-numa``)."""
+        from reconciler.kube import SpecError, memory_bytes
+
+        text = self.memory_per_numa or DEFAULT_MEMORY_PER_NUMA
+        try:
+            size = memory_bytes(text)
+        except SpecError:
+            size = 0
+        if size <= 0:
+            raise UserError(f"--memory-per-numa {text!r}: expected a positive size such as "
+                            f"{DEFAULT_MEMORY_PER_NUMA} or 512Gi")
+        return size
 
     def node_devices(self, topology: CPUTopology | None) -> NodeDevices:
         """The modelled node's ``--devices`` (docs/plan.md#devices); bad values are one-line

@@ -8,6 +8,9 @@ from reconciler.anomalies import INFORMATIONAL_KINDS
 from reconciler.cpuset import format_cpuset
 from reconciler.ledger import CPU_POOLS, Ledger
 
+# The one byte formatter (reconciler/units.py), re-exported for the exporter's tables.
+from reconciler.units import human_bytes as human_bytes
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
@@ -16,20 +19,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-_BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
-
-
-def human_bytes(n: int | None) -> str:
-    """Bytes in binary units for a table (6442450944 → ``6 GiB``, 1610612736 →
-    ``1.5 GiB``, to one decimal); JSON outputs keep bytes."""
-    if n is None:
-        return "-"
-    for unit, size in _BINARY_UNITS:
-        if abs(n) >= size:
-            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{n} B"
 
 
 # Reclaimed cores are signed (legacy cost - budget, docs/design.md#estimates): a budget

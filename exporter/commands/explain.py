@@ -23,11 +23,20 @@ if TYPE_CHECKING:
     from reconciler.kube import PodSpec
 
 HELP = "why the model places a pod where it does, or refuses it, and what change would fit"
+# ``explain -f`` without a node shape: each pod on a node of its own (plan's
+# ``_scratch_model``), not on the modelled-node defaults the flags list.
+SCRATCH = ("each pod on a scratch node of its own, not on the modelled-node defaults the "
+           "flags list: one NUMA node "
+           "with just enough CPUs, no reserved CPUs, no CPU manager policy options, memory "
+           "manager None, topology manager best-effort (none with --topology-policy none), "
+           "--scope as given; only the pod-budget rules can refuse there. Give "
+           "--topology.shape SxCxT (or --topology FILE) to model a node")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from exporter.commands.plan import _SOURCE_FLAGS
 
+    parser.epilog = f"Without --node or a node shape, -f explains {SCRATCH}."
     parser.add_argument("pod", nargs="?", default=None, metavar="[NAMESPACE/]NAME",
                         help="the pod to explain: with --node and no -f, a pod on the node; "
                         "with -f, one template of the manifests (default: every template)")
@@ -39,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_output_flag(parser)
     add_flag(parser, "--node", nargs="?", const="", default=None, metavar="NAME",
              help="explain on a live node as it stands now, read through the sources flags "
-             "or from --from DIR; NAME, when given, is the node's name as --node-name sets it")
+             "or from --from DIR: a pod it runs (explain --node [NAMESPACE/]NAME: without -f "
+             "the one value given is the pod) or the manifests' templates (explain --node "
+             "[NAME] -f FILE: NAME, when given, is the node's name as --node-name sets it)")
     add_flag(parser, "--from", dest="from_dir", default=None, metavar="DIR",
              help="with --node: read a fixture directory instead of a live node")
     SourcesOptions.add_flags(parser, only=_SOURCE_FLAGS)
@@ -125,7 +136,9 @@ def _pod_on_node(selector: str, specs: tuple[PodSpec, ...]) -> tuple[str, str]:
     return (found[0].namespace, selector) if found else ("default", selector)
 
 
-def _explanations(args: argparse.Namespace) -> list[Any]:
+def _explanations(args: argparse.Namespace) -> tuple[dict[str, Any] | None, list[Any]]:
+    """(the node the pods are explained on, as ``plan``'s ``modelled_node`` or the scratch
+    node; ``None`` for a live node), and each pod's explanation."""
     options = ModelOptions.from_args(args)
     if args.from_dir and args.node is None:
         raise UserError("--from DIR reads a node: it goes with --node")
@@ -136,31 +149,51 @@ def _explanations(args: argparse.Namespace) -> list[Any]:
     if args.node is None:
         from dataclasses import replace
 
+        from exporter.commands.plan import modelled_node
         from reconciler.allocator.model import NodeModel
 
         topology, config = options.build()
         if topology is None:
-            return _on_model(args, None, replace(config, reserved_cpus=None))
-        return _on_model(args, NodeModel(topology, config, options.node_devices(topology)),
-                         config)
+            return {"scratch": SCRATCH}, _on_model(args, None,
+                                                   replace(config, reserved_cpus=None))
+        devices = options.node_devices(topology)
+        return (modelled_node(options, topology, config, devices),
+                _on_model(args, NodeModel(topology, config, devices), config))
     config = options.build()[1]
     if options.devices:
         raise UserError("--devices describes a modelled node: with --node the node's own "
                         "devices (GetAllocatableResources) are used")
     if not args.files:
-        return _on_node_pod(args, config)
+        return None, _on_node_pod(args, config)
     from exporter.commands.plan import _live_node
 
     live, _ = _live_node(args, config)
-    return _on_model(args, live.model, config)
+    return None, _on_model(args, live.model, config)
+
+
+def _pod_after_node(args: argparse.Namespace) -> None:
+    """``explain --node POD``, as the docs write it: ``--node`` takes an optional node name
+    (as in ``plan``), so argparse gives it the pod. Without -f and without another
+    positional value, that value can only be the pod."""
+    if args.node and args.pod is None and not args.files:
+        args.pod, args.node = args.node, ""
 
 
 def run(args: argparse.Namespace) -> int:
-    found = _explanations(args)
+    from exporter.commands.plan import modelled_node_line
+
+    _pod_after_node(args)
+    node, found = _explanations(args)
     if args.output == "json":
-        print(json.dumps({"pods": [to_json(kind, e) for kind, e in found]}, indent=2))
-    else:
-        print("\n\n".join(render(kind, e) for kind, e in found))
+        out: dict[str, Any] = {"pods": [to_json(kind, e) for kind, e in found]}
+        if node is not None:
+            out["scratch_node" if "scratch" in node else "modelled_node"] = \
+                node.get("scratch", node)
+        print(json.dumps(out, indent=2))
+        return 0
+    if node is not None:
+        print(f"node: {node['scratch']}\n" if "scratch" in node else modelled_node_line(node))
+    print("\n\n".join(render(kind, e, node) for kind, e in found))
     return 0
 
 
@@ -207,7 +240,11 @@ def to_json(kind: str, e: Explanation) -> dict[str, Any]:
         "numa_nodes": list(e.numa_nodes) if e.numa_nodes is not None else None,
         "changes": [{"kind": ch.kind, "change": ch.change, "cpus": _cpus(ch.cpus),
                      "numa_nodes": list(ch.numa_nodes), "pod_cpus": ch.pod_cpus,
-                     "container_cpus": dict(ch.container_cpus), "kubelet": dict(ch.kubelet)}
+                     "container_cpus": dict(ch.container_cpus), "kubelet": dict(ch.kubelet),
+                     "pod_memory_bytes": dict(ch.memory).get(""),
+                     "container_memory_bytes": {k: v for k, v in ch.memory if k},
+                     "container_devices": [{"container": c, "resource_name": r, "count": n}
+                                           for c, r, n in ch.devices]}
                     for ch in e.changes],
     }
 
@@ -223,9 +260,9 @@ def _hint_words(hints: tuple[Hint, ...]) -> str:
 
 
 def _size(n: int | None) -> str:
-    from reconciler.allocator.plan import format_bytes
+    from exporter.render import human_bytes
 
-    return "-" if not n else format_bytes(n)
+    return "-" if not n else human_bytes(n)
 
 
 def _hint_lines(e: Explanation) -> list[str]:
@@ -242,7 +279,9 @@ def _hint_lines(e: Explanation) -> list[str]:
             lines.append(f"    device manager offers for {name} {_hint_words(hints)}")
         if h.cpus:
             lines.append(f"    CPU manager offers {_hint_words(h.cpu_hints)}")
-        if h.memory_hints or h.memory:
+        if e.config.memory_policy != "Static":
+            lines.append("    memory manager policy None: no memory hints")
+        elif h.memory_hints or h.memory:
             lines.append(f"    memory manager offers {_hint_words(h.memory_hints)}")
         chosen = _mask(h.chosen) if h.chosen is not None else h.refusal
         lines.append(f"    chosen: {chosen}")
@@ -274,7 +313,18 @@ def _result_lines(e: Explanation) -> list[str]:
     return lines
 
 
-def render(kind: str, e: Explanation) -> str:
+def _memory_flag_line(e: Explanation, node: dict[str, Any] | None) -> list[str]:
+    """Where memory decided on a modelled shape: the flag that sizes its NUMA nodes."""
+    if e.cause != "memory-numa" or node is None or not node.get("memory_per_numa_flag"):
+        return []
+    from exporter.render import human_bytes
+
+    size = human_bytes(node["memory"][0]["bytes"])
+    return [f"the modelled node has {size} per NUMA node: --memory-per-numa SIZE models a "
+            "node with more"]
+
+
+def render(kind: str, e: Explanation, node: dict[str, Any] | None = None) -> str:
     c = e.config
     budget = f", pod budget {e.budget_cpus} CPUs" if e.budget_cpus is not None else ""
     options = ", ".join(sorted(c.options)) or "none"
@@ -286,4 +336,4 @@ def render(kind: str, e: Explanation) -> str:
     if e.options:
         lines.append("options:")
         lines += [f"  {o.name} ({o.meaning}): {o.effect}" for o in e.options]
-    return "\n".join(lines + _result_lines(e))
+    return "\n".join(lines + _result_lines(e) + _memory_flag_line(e, node))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from exporter.errors import UserError
 from exporter.flags import add_flag
 from exporter.options import HistoryOptions, ModelOptions, SourcesOptions, add_output_flag
-from exporter.render import COSTS_MORE, reclaimed_cell
+from exporter.render import COSTS_MORE, human_bytes, reclaimed_cell
 
 if TYPE_CHECKING:
     from reconciler.allocator.live import LiveNode
@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="place the pods on every node of the history database (--history.url) "
              "as each was last recorded, and rank the nodes by fit (docs/plan.md#fleet)")
     HistoryOptions.add_flags(parser, only=("url",))
+    from exporter.commands.plan_fleet import add_flags
+
+    add_flags(parser)
 
 
 _SOURCE_FLAGS = ("socket", "timeout", "reprobe_interval", "max_receive_bytes", "kubelet_url",
@@ -109,7 +112,10 @@ def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> 
             "kind": t.kind, "namespace": t.namespace, "name": t.name, "qos": p.qos,
             "budget_cpus": p.budget_cpus, "legacy_cpus": p.legacy_cpus,
             "pod_level_cpus": p.pod_level_cpus, "reclaimed_cpus": p.reclaimed_cpus,
-            "admitted": p.admitted, "reason": p.reason, "replicas": t.replicas,
+            "admitted": p.admitted, "reason": p.reason, "cause": p.cause,
+            "cause_words": p.cause_words, "replicas": t.replicas,
+            "memory_bytes": p.memory_bytes or None,
+            "missing_devices": list(p.missing_devices), "api_refusal": p.api_refusal,
             "containers": [{"name": c.name, "sidecar": c.sidecar, "eligible": c.eligible,
                             "exclusive_cpus": c.exclusive_cpus, "cpus": _fmt_cpus(c.cpus),
                             "devices": _devices_json(c.devices)}
@@ -118,6 +124,8 @@ def to_json(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> 
         if with_topology:
             entry["cpus"] = _fmt_cpus(p.cpus)
             entry["numa_nodes"] = list(p.numa_nodes) if p.numa_nodes is not None else None
+            entry["memory_numa_nodes"] = list(p.memory_numa) \
+                if p.memory_numa is not None else None
         if with_suggestion:
             entry["suggestion"] = _suggestion_json(p.suggestion)
         pods.append(entry)
@@ -154,10 +162,11 @@ def _pod_row(p: Any, with_topology: bool) -> list[str]:
     row = [t.kind, f"{t.namespace}/{t.name}", p.qos,
            "-" if p.budget_cpus is None else str(p.budget_cpus), str(p.legacy_cpus),
            str(p.pod_level_cpus), reclaimed_cell(p.reclaimed_cpus) if p.admitted else "-",
-           _yes(p.admitted)]
+           _yes(p.admitted), human_bytes(p.memory_bytes) if p.memory_bytes else "-"]
     if with_topology:
         row += [_fmt_cpus(p.cpus) or "-",
-                ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-"]
+                ",".join(map(str, p.numa_nodes)) if p.numa_nodes else "-",
+                ",".join(map(str, p.memory_numa)) if p.memory_numa else "-"]
     return [*row, p.reason or ""]
 
 
@@ -176,6 +185,24 @@ def _container_lines(p: Any, with_topology: bool, with_devices: bool = False) ->
             row.append(_devices_cell(c.devices))
         rows.append(row)
     return _table(rows)
+
+
+def _cause_lines(p: Any) -> list[str]:
+    lines = []
+    if p.cause_words and p.cause_words != p.reason:
+        lines.append(f"  cause: {p.cause_words}")
+    if p.cause_words and p.cause != "duplicate":
+        t = p.template
+        lines.append(f"  the changes that fit: podres-exporter explain {t.namespace}/{t.name} "
+                     "with the same flags")
+    if p.api_refusal:
+        lines.append(f"  the API server refuses this pod: {p.api_refusal} (pod-level requests "
+                     "must cover its containers' requests)")
+    if p.missing_devices:
+        lines.append(f"  not on this node: {', '.join(p.missing_devices)}: the kubelet admits "
+                     "a pod whatever extended resources the node lacks, but the scheduler "
+                     "would not place it here")
+    return lines
 
 
 def _suggestion_lines(p: Any) -> list[str]:
@@ -198,9 +225,10 @@ def _suggestion_lines(p: Any) -> list[str]:
 
 
 def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool) -> str:
-    head = ["KIND", "POD", "QOS", "BUDGET", "LEGACY", "POD-LEVEL", "RECLAIMED", "ADMITTED"]
+    head = ["KIND", "POD", "QOS", "BUDGET", "LEGACY", "POD-LEVEL", "RECLAIMED", "ADMITTED",
+            "MEMORY"]
     if with_topology:
-        head += ["CPUS", "NUMA"]
+        head += ["CPUS", "NUMA", "MEM-NUMA"]
     lines = _table([[*head, "REASON"], *(_pod_row(p, with_topology) for p in plans)])
     if any(p.admitted and p.reclaimed_cpus < 0 for p in plans):
         lines.append(COSTS_MORE)
@@ -209,6 +237,7 @@ def render_table(plans: list[Any], *, with_topology: bool, with_suggestion: bool
         t = p.template
         lines += ["", f"{t.kind} {t.namespace}/{t.name}:"]
         lines += _container_lines(p, with_topology, with_devices)
+        lines += _cause_lines(p)
         if with_suggestion:
             lines += _suggestion_lines(p)
     total = sum(p.reclaimed_cpus for p in plans if p.admitted)
@@ -236,6 +265,45 @@ def _read_node(args: argparse.Namespace) -> tuple[Any, Any]:
     return snapshot_from_raw(reading.raw, node_name).snapshot, reading.ledger
 
 
+def modelled_node(options: ModelOptions, topology: Any, config: Any, devices: Any
+                  ) -> dict[str, Any]:
+    """The modelled node ``plan`` and ``explain`` place pods on (``modelled_node`` in
+    their JSON): its shape or file, CPUs, memory and devices per NUMA node, and the kubelet
+    configuration of the model."""
+    return {
+        "modelled": options.describe(), "cpus": len(topology.online),
+        "memory": [{"numa_node": n, "bytes": topology.memory_of(n)}
+                   for n in topology.numa_nodes],
+        "memory_per_numa_flag": options.topology_file is None,
+        "devices": [{"resource_name": name, "device_id": d.id, "numa_nodes": list(d.numa)}
+                    for name, devs in devices.resources for d in devs],
+        "config": config.to_configz()["kubeletconfig"],
+    }
+
+
+def modelled_node_line(node: dict[str, Any]) -> str:
+    """One line for a table: what the modelled node has, and the flag that sets its memory
+    (a modelled shape's memory per NUMA node is --memory-per-numa, docs/plan.md)."""
+    sizes = {m["bytes"] for m in node["memory"]}
+    if len(sizes) == 1:
+        memory = f"{human_bytes(sizes.pop())} memory per NUMA node"
+    else:
+        memory = "memory " + ", ".join(f"NUMA {m['numa_node']}: {human_bytes(m['bytes'])}"
+                                       for m in node["memory"])
+    if node["memory_per_numa_flag"]:
+        memory += " (--memory-per-numa)"
+    counts: dict[str, int] = {}
+    for d in node["devices"]:
+        counts[d["resource_name"]] = counts.get(d["resource_name"], 0) + 1
+    devices = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no devices"
+    cfg = node["config"]
+    return (f"node: modelled {node['modelled']}: {node['cpus']} CPUs on "
+            f"{len(node['memory'])} NUMA node(s), {memory}, {devices}; memory manager "
+            f"{cfg['memoryManagerPolicy']}, topology manager {cfg['topologyManagerPolicy']} "
+            f"(scope {cfg['topologyManagerScope']}), reserved CPUs "
+            f"{cfg.get('reservedSystemCPUs', '-')}\n")
+
+
 def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
     from reconciler.allocator.live import LiveNodeError, live_config, live_node
     from reconciler.allocator.model import ModelError
@@ -250,8 +318,10 @@ def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
 
 
 def refused(plans: list[Any]) -> list[str]:
-    """``namespace/name`` of every template whose pod the kubelet would refuse."""
-    return [f"{p.template.namespace}/{p.template.name}" for p in plans if not p.admitted]
+    """``namespace/name`` of every template whose pod the kubelet would refuse, or the API
+    server would (a budget smaller than its containers)."""
+    return [f"{p.template.namespace}/{p.template.name}" for p in plans
+            if not p.admitted or p.api_refusal]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -280,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--devices describes a modelled node: with --node the node's own "
                         "devices (GetAllocatableResources) are used")
     devices = options.node_devices(topology)
-    live = None
+    live, name = None, ""
     if on_node:
         live, name = _live_node(args, config)
     elif topology is None:
@@ -291,16 +361,9 @@ def run(args: argparse.Namespace) -> int:
     plans = plan_templates(templates, config, topology=topology,
                            want_suggestion=args.suggest,
                            node=live.model if live is not None else None, devices=devices)
-    with_topology = topology is not None or live is not None
-    if args.output == "json":
-        out = to_json(plans, with_topology=with_topology, with_suggestion=args.suggest)
-        if live is not None:
-            out["node"] = node_json(live, name)
-        print(json.dumps(out, indent=2))
-    else:
-        if live is not None:
-            print(_node_line(live, name))
-        print(render_table(plans, with_topology=with_topology, with_suggestion=args.suggest))
+    modelled = modelled_node(options, topology, config, devices) \
+        if topology is not None else None
+    _print(args, plans, live, name, modelled)
     if args.fail_on_refusal:
         names = refused(plans)
         if names:
@@ -309,11 +372,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print(args: argparse.Namespace, plans: list[Any], live: LiveNode | None, name: str,
+           modelled: dict[str, Any] | None) -> None:
+    with_topology = modelled is not None or live is not None
+    if args.output == "json":
+        out = to_json(plans, with_topology=with_topology, with_suggestion=args.suggest)
+        if live is not None:
+            out["node"] = node_json(live, name)
+        if modelled is not None:
+            out["modelled_node"] = modelled
+        print(json.dumps(out, indent=2))
+        return
+    if live is not None:
+        print(_node_line(live, name))
+    if modelled is not None:
+        print(modelled_node_line(modelled))
+    print(render_table(plans, with_topology=with_topology, with_suggestion=args.suggest))
+
+
 def _fleet(args: argparse.Namespace, templates: list[Any]) -> int:
     from exporter.commands.plan_fleet import check_args, run_fleet
 
     options = ModelOptions.from_args(args)
-    check_args(args, options.shape, options.topology)
+    check_args(args, options)
     # A node whose /configz was not read is modelled with the policy flags.
     return run_fleet(args, templates, options.build()[1])
 

@@ -16,6 +16,11 @@ HOUR = 3600
 SUB_HOUR_STEPS = tuple(s for s in SERIES_STEPS if s < HOUR)  # each divides an hour
 HOUR_STEPS = tuple(s for s in SERIES_STEPS if s >= HOUR)  # each a whole number of hours
 FLEET_COLUMNS = ("cpus_pod_shared", "cpus_pod_exclusive")
+# plan --fleet's staleness bound (docs/plan.md#fleet): a running exporter writes at least one
+# summary per --history.summary-interval (60 s by default), which moves its node's
+# last_seen; five missed is an exporter stopped. Here, not in fleetread, so that the CLI's
+# parser can name it without importing SQLAlchemy.
+DEFAULT_STALE_AFTER = 300.0
 
 # ``read(statement, lo, hi)``: the node's ``(epoch, samples, *FLEET_COLUMNS sums)`` with
 # ``lo <= epoch < hi``, from its raw summaries (``fleet_raw``, one sample each) or its

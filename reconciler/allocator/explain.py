@@ -9,16 +9,19 @@ merges). The changes offered are only those a second run of the model admits.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from reconciler.allocator.config import ModelConfig, ModelError
+from reconciler.allocator.devices import pod_request
 from reconciler.allocator.hints import Hint, HintRecord
 from reconciler.allocator.live import LiveNodeError, _memory_in_use, live_node
 from reconciler.allocator.model import NodeModel, PodPlacement, Rejection
+from reconciler.allocator.rules import pod_memory
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.ledger import Ledger
 from reconciler.snapshot import NodeSnapshot
+from reconciler.units import human_bytes
 
 # What each static-policy option does to a take, in plain words (docs/design.md#allocator).
 OPTION_MEANING = {
@@ -109,6 +112,10 @@ class Change:
     pod_cpus: int | None = None
     container_cpus: tuple[tuple[str, int], ...] = ()
     kubelet: tuple[tuple[str, str], ...] = ()
+    # Memory in bytes ("" for the pod's memory budget, else a container) and device counts
+    # (container, resource, count).
+    memory: tuple[tuple[str, int], ...] = ()
+    devices: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,21 +270,24 @@ def cause_of(reason: str) -> tuple[str, str]:
     return "other", reason
 
 
-def _with_cpus(pod: PodSpec, knob: str, n: int) -> PodSpec:
-    """``pod`` with the CPUs of ``knob`` ("" for the pod budget, else a container) set to
-    ``n`` whole CPUs, requests equal to limits."""
-    def set_cpu(r: Resources) -> Resources:
-        return replace(r, cpu_request_m=n * 1000, cpu_limit_m=n * 1000)
-
+def _with(pod: PodSpec, knob: str, change: Callable[[Resources], Resources]) -> PodSpec:
+    """``pod`` with ``change`` applied to the resources of ``knob`` ("" for the pod-level
+    budget, else a container); its QoS derived again."""
     if not knob:
         assert pod.resources is not None
-        return replace(pod, resources=set_cpu(pod.resources), qos_class=None)
+        return replace(pod, resources=change(pod.resources), qos_class=None)
 
     def one(c: ContainerSpec) -> ContainerSpec:
-        return replace(c, resources=set_cpu(c.resources)) if c.name == knob else c
+        return replace(c, resources=change(c.resources)) if c.name == knob else c
 
     return replace(pod, containers=tuple(one(c) for c in pod.containers),
                    init_containers=tuple(one(c) for c in pod.init_containers), qos_class=None)
+
+
+def _with_cpus(pod: PodSpec, knob: str, n: int) -> PodSpec:
+    """``pod`` with the CPUs of ``knob`` set to ``n`` whole CPUs, requests equal to
+    limits."""
+    return _with(pod, knob, lambda r: replace(r, cpu_request_m=n * 1000, cpu_limit_m=n * 1000))
 
 
 def _knob(pod: PodSpec, config: ModelConfig) -> tuple[str, int] | None:
@@ -390,14 +400,230 @@ def _node_changes(model: NodeModel, pod: PodSpec, cause: str) -> Iterator[Change
             yield got
 
 
-def changes_that_fit(model: NodeModel, pod: PodSpec, reason: str) -> tuple[Change, ...]:
+def changes_that_fit(model: NodeModel, pod: PodSpec, reason: str,
+                     cause: str | None = None) -> tuple[Change, ...]:
     """The smallest changes to the pod (fewer CPUs, a multiple of the threads per core, a
-    larger budget) or to the node's configuration (a laxer topology policy, the other scope,
-    an option off) that the model, run again, admits."""
-    cause, _ = cause_of(reason)
+    larger budget, less memory, fewer devices) or to the node's configuration (a laxer
+    topology policy, the other scope, an option off) that the model, run again, admits;
+    those that act on the cause (:func:`diagnose`) first. A budget smaller than its
+    containers is fixed in the pod only: the API server refuses such a pod on any node."""
+    if cause is None:
+        cause = diagnose(model, pod, reason)[0]
     if cause == "duplicate":
         return ()
-    return (*_size_changes(model, pod, cause), *_node_changes(model, pod, cause))
+    if cause in ("budget-container", "budget-containers"):
+        return tuple(_budget_changes(model, pod))
+    first: tuple[Change, ...] = ()
+    if cause in ("memory", "memory-numa"):
+        first = tuple(_memory_changes(model, pod))
+    elif cause in ("devices", "devices-numa"):
+        first = tuple(_device_changes(model, pod))
+    return (*first, *_size_changes(model, pod, cause), *_node_changes(model, pod, cause))
+
+
+# ---- the cause, sharpened by what the pod asks ------------------------------------------------
+
+
+def diagnose(model: NodeModel, pod: PodSpec, reason: str) -> tuple[str, str]:
+    """(code, plain words) of a refusal of ``pod`` on ``model`` as it stands: the kubelet's
+    reason (:func:`cause_of`), named more closely where the pod itself says why. A pod
+    budget smaller than a container's request is that, whatever the CPU manager said; a
+    topology affinity error is memory's or the devices' when the model, run again without
+    pinning memory or without the device requests, admits the pod."""
+    code, words = cause_of(reason)
+    if code == "duplicate":
+        return code, words
+    short = budget_short(pod)
+    if short is not None:
+        return short[0], short[1] + _API_RULE
+    if code == "topology":
+        return _memory_cause(model, pod) or _device_cause(model, pod) or (code, words)
+    return code, words
+
+
+def _millis(m: int) -> str:
+    return str(m // 1000) if m % 1000 == 0 else f"{m}m"
+
+
+def _aggregate(pod: PodSpec, get: Callable[[ContainerSpec], int | None]) -> int:
+    """The API server's ``AggregateContainerRequests`` of one resource: the long-running
+    containers together, or an ordinary init container beside the sidecars started before
+    it, whichever is larger."""
+    sidecars = init_peak = 0
+    for c in pod.init_containers:
+        if c.sidecar:
+            sidecars += get(c) or 0
+        else:
+            init_peak = max(init_peak, sidecars + (get(c) or 0))
+    return max(init_peak, sidecars + sum(get(c) or 0 for c in pod.containers))
+
+
+_API_RULE = ("; the API server refuses such a pod too: pod-level requests must cover its "
+             "containers' requests")
+
+
+def budget_short(pod: PodSpec) -> tuple[str, str] | None:
+    """A pod budget (CPU or memory) smaller than one container's request, or than its
+    containers' requests together (k8s.io/kubernetes v1.37.2
+    pkg/apis/core/validation/validation.go, validatePodResourceConsistency)."""
+    r = pod.resources
+    if r is None:
+        return None
+    checks: tuple[tuple[str, int | None, Callable[[ContainerSpec], int | None],
+                        Callable[[int], str]], ...] = (
+        ("CPUs", r.cpu_request_m, lambda c: c.resources.cpu_request_m, _millis),
+        ("of memory", r.memory_request, lambda c: c.resources.memory_request, human_bytes))
+    for what, budget, get, show in checks:
+        if not budget:
+            continue
+        asks, name = max(((get(c) or 0, c.name) for c in (*pod.init_containers,
+                                                           *pod.containers)), default=(0, ""))
+        if asks > budget:
+            return ("budget-container", f"the budget is smaller than container {name}: it "
+                    f"asks {show(asks)} {what}, the pod budget is {show(budget)} {what}")
+        total = _aggregate(pod, get)
+        if total > budget:
+            return ("budget-containers", f"the budget is smaller than its containers' "
+                    f"requests together: they ask {show(total)} {what}, the pod budget is "
+                    f"{show(budget)} {what}")
+    return None
+
+
+def pinned_memory(pod: PodSpec, config: ModelConfig) -> int:
+    """The memory the Static memory manager pins for the pod: its memory budget on a
+    pod-level path, else what its containers' limits add up to."""
+    if _path(pod, config) in ("pod", "container") and pod.resources is not None \
+            and pod.resources.memory_limit:
+        return pod.resources.memory_limit
+    return pod_memory(pod)
+
+
+def _memory_cause(model: NodeModel, pod: PodSpec) -> tuple[str, str] | None:
+    need = pinned_memory(pod, model.config)
+    if not model.memory_enabled or not need:
+        return None
+    other = variant(model, memory_policy="None")
+    if other is None or _admitted(other, pod) is None:
+        return None
+    most = max(model.mem_free.values(), default=0)
+    free = ", ".join(f"NUMA {n}: {human_bytes(b)}" for n, b in sorted(model.mem_free.items()))
+    return ("memory-numa", f"memory: the pod asks {human_bytes(need)} of memory and the most "
+            f"one NUMA node has free is {human_bytes(most)} ({free}); the "
+            f"{model.config.topology_policy} topology policy accepts no NUMA placement that "
+            "holds its CPUs and its memory (without pinned memory it would be admitted)")
+
+
+def _without_devices(pod: PodSpec) -> PodSpec:
+    def bare(c: ContainerSpec) -> ContainerSpec:
+        return replace(c, resources=replace(c.resources, extended=()))
+
+    return replace(pod, containers=tuple(bare(c) for c in pod.containers),
+                   init_containers=tuple(bare(c) for c in pod.init_containers))
+
+
+def _device_cause(model: NodeModel, pod: PodSpec) -> tuple[str, str] | None:
+    asked = pod_request(pod, model.devices)
+    if not asked or _admitted(model, _without_devices(pod)) is None:
+        return None
+    by_name = model.devices.by_name
+    parts = []
+    for name, n in sorted(asked.items()):
+        per_numa: dict[str, int] = {}
+        for d in by_name[name]:
+            if d.id in model.dev_free.get(name, ()):
+                key = "+".join(map(str, d.numa)) or "no topology"
+                per_numa[key] = per_numa.get(key, 0) + 1
+        free = ", ".join(f"NUMA {k}: {v}" for k, v in sorted(per_numa.items())) or "none"
+        parts.append(f"{n} {name} (free: {free})")
+    return ("devices-numa", f"devices: the pod asks {'; '.join(parts)}; the "
+            f"{model.config.topology_policy} topology policy accepts no NUMA placement that "
+            "holds its devices with its CPUs and memory (without the devices it would be "
+            "admitted)")
+
+
+def _budget_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
+    """A budget that covers the containers (the nearest admitted), or the container
+    brought down to the budget."""
+    r = pod.resources
+    assert r is not None
+    if r.cpu_request_m and pod.budget_cpus is not None:
+        n = pod.budget_cpus
+        yield from _first(_change(model, pod, "budget", f"pod budget: cpu {n} -> {b}",
+                                  {"": b}) for b in range(n + 1, n + MAX_TRIES))
+        big = max(((c.resources.integer_cpus or 0, c.name) for c in pod.long_running),
+                  default=(0, ""))
+        if big[0] > n:
+            yield from _first(iter([_change(model, pod, "cpus", f"container {big[1]}: cpu "
+                                            f"{big[0]} -> {n}", {big[1]: n})]))
+    if r.memory_request and _aggregate(pod, lambda c: c.resources.memory_request) \
+            > r.memory_request:
+        total = _aggregate(pod, lambda c: c.resources.memory_request)
+        yield from _first(iter([_memory_change(model, pod, "", r.memory_request, total,
+                                               "pod memory budget")]))
+
+
+def _with_memory(pod: PodSpec, knob: str, n: int) -> PodSpec:
+    """``pod`` with the memory of ``knob`` set to ``n`` bytes, request equal to limit."""
+    return _with(pod, knob, lambda r: replace(r, memory_request=n, memory_limit=n))
+
+
+def _memory_change(model: NodeModel, pod: PodSpec, knob: str, old: int, new: int,
+                   label: str) -> Change | None:
+    got = _admitted(model, _with_memory(pod, knob, new))
+    if got is None:
+        return None
+    return Change("memory", f"{label}: memory {human_bytes(old)} -> {human_bytes(new)}",
+                  got.held, tuple(sorted(got.numa_nodes(model.topo))),
+                  memory=((knob, new),))
+
+
+def _memory_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
+    """Less memory: the pod's memory budget on a pod-level path, else the container with
+    the most, down to what the NUMA nodes have free (one node, then the two with the most,
+    ...), the nearest admitted."""
+    need = pinned_memory(pod, model.config)
+    r = pod.resources
+    if r is not None and r.memory_limit and need == r.memory_limit:
+        knob, label, own = "", "pod memory budget", need
+    else:
+        own, knob = max(((c.resources.memory_limit or 0, c.name) for c in pod.long_running),
+                        default=(0, ""))
+        label = f"container {knob}"
+    free = sorted(model.mem_free.values(), reverse=True)
+    fits = sorted({sum(free[:k]) for k in range(1, len(free) + 1)}, reverse=True)
+    yield from _first(_memory_change(model, pod, knob, own, own - (need - t), label)
+                      for t in fits if 0 < t < need and own - (need - t) > 0)
+
+
+def _with_device_count(pod: PodSpec, container: str, name: str, n: int) -> PodSpec:
+    def one(c: ContainerSpec) -> ContainerSpec:
+        if c.name != container:
+            return c
+        extended = tuple((k, n if k == name else v) for k, v in c.resources.extended)
+        return replace(c, resources=replace(c.resources, extended=extended))
+
+    return replace(pod, containers=tuple(one(c) for c in pod.containers),
+                   init_containers=tuple(one(c) for c in pod.init_containers))
+
+
+def _device_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
+    """Fewer devices: per resource asked, the container asking the most, one device fewer
+    at a time, the nearest admitted."""
+    for name in sorted(pod_request(pod, model.devices)):
+        n, container = max((c.resources.devices.get(name, 0), c.name)
+                           for c in (*pod.init_containers, *pod.containers))
+        yield from _first(_device_change(model, pod, container, name, n, m)
+                          for m in range(n - 1, 0, -1))
+
+
+def _device_change(model: NodeModel, pod: PodSpec, container: str, name: str, old: int,
+                   new: int) -> Change | None:
+    got = _admitted(model, _with_device_count(pod, container, name, new))
+    if got is None:
+        return None
+    return Change("devices", f"fewer devices: container {container}: {name} {old} -> {new}",
+                  got.held, tuple(sorted(got.numa_nodes(model.topo))),
+                  devices=((container, name, new),))
 
 
 # ---- the whole story ------------------------------------------------------------------------
@@ -409,7 +635,7 @@ def explain(model: NodeModel, pod: PodSpec) -> Explanation:
     result = _run(model, pod, records)
     placed = result if isinstance(result, PodPlacement) else None
     reason = result.reason if isinstance(result, Rejection) else (result.note or None)
-    cause = cause_of(result.reason) if isinstance(result, Rejection) else None
+    cause = diagnose(model, pod, result.reason) if isinstance(result, Rejection) else None
     return Explanation(
         namespace=pod.namespace, name=pod.name, qos=pod.qos, budget_cpus=pod.budget_cpus,
         config=model.config, reserved=model.reserved, path=_path(pod, model.config),
@@ -419,8 +645,8 @@ def explain(model: NodeModel, pod: PodSpec) -> Explanation:
         cause_words=cause[1] if cause else None,
         cpus=placed.held if placed is not None else None,
         numa_nodes=tuple(sorted(placed.numa_nodes(model.topo))) if placed else None,
-        changes=changes_that_fit(model, pod, result.reason)
-        if isinstance(result, Rejection) else ())
+        changes=changes_that_fit(model, pod, result.reason, cause[0])
+        if isinstance(result, Rejection) and cause else ())
 
 
 # ---- a pod already on a live node -------------------------------------------------------------

@@ -8,8 +8,8 @@ few machine types with a few states each."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.live import NodeState
@@ -33,12 +33,35 @@ class FleetFit:
     cpus_left: int
     config_recorded: bool  # False: the node's configuration was unknown, ``fallback`` used
     plans: tuple[PodPlan, ...]
+    # Not a candidate: the node has none of a device resource a pod asks for (the scheduler
+    # would not place the pod there; the kubelet itself ignores a resource it lacks).
+    excluded: bool = False
+    stale: bool = False  # its state is older than the caller's staleness bound
 
     def sort_key(self) -> tuple[int, int, int, str]:
-        """Admitted first; among them fewer NUMA nodes, then more CPUs left; then name."""
+        """Admitted first, fresh before stale; among them fewer NUMA nodes, then more CPUs
+        left; then name. Refused nodes next, then nodes without the devices asked."""
+        if self.excluded:
+            return (3, 0, 0, self.node)
         if not self.admitted:
-            return (1, 0, 0, self.node)
-        return (0, len(self.numa_nodes), -self.cpus_left, self.node)
+            return (2, 0, 0, self.node)
+        return (int(self.stale), len(self.numa_nodes), -self.cpus_left, self.node)
+
+
+def lacking_devices(templates: Sequence[PodTemplate], state: NodeState) -> str | None:
+    """Why the node cannot take the manifest's pods for their devices: a device resource
+    asked for and none of it known on the node; ``None`` when every resource is there."""
+    have = state.devices.by_name
+    asked: dict[str, int] = {}
+    for t in templates:
+        for c in (*t.pod.init_containers, *t.pod.containers):
+            for name, n in c.resources.extended:
+                asked[name] = max(asked.get(name, 0), n)
+    missing = sorted(name for name in asked if name not in have)
+    if not missing:
+        return None
+    return ("no " + ", ".join(f"{name} (a pod asks {asked[name]})" for name in missing)
+            + " on this node: none in its device records")
 
 
 def _fit(name: str, state: NodeState, templates: Sequence[PodTemplate],
@@ -50,11 +73,13 @@ def _fit(name: str, state: NodeState, templates: Sequence[PodTemplate],
         topo = topologies.get(id(state.topology))
         if topo is None:
             topo = topologies[id(state.topology)] = from_snapshot(state.topology)
-        model = NodeModel(topo, config)
+        model = NodeModel(topo, config, state.devices)
     except (ModelError, TopologyError) as exc:
         return FleetFit(name, False, f"the node cannot be modelled: {exc}", (), 0,
                         state.config is not None, ())
     model.seed(state.free_cpus, dict(state.free_memory))
+    if state.devices:
+        model.dev_free = {name: set(ids) for name, ids in state.free_devices}
     plans = tuple(plan_templates(templates, config, node=model))
     refused = next((p for p in plans if not p.admitted), None)
     # A pod without exclusive CPUs runs on the node's shared CPUs, which span every NUMA
@@ -67,21 +92,22 @@ def _fit(name: str, state: NodeState, templates: Sequence[PodTemplate],
 
 
 def plan_fleet(templates: Sequence[PodTemplate], nodes: Sequence[tuple[str, NodeState]],
-               fallback: ModelConfig) -> list[FleetFit]:
-    """The fit of ``templates`` on each named node, ranked (:meth:`FleetFit.sort_key`).
-    Each pod is placed on the node as recorded, in order, as ``plan --node`` does; nodes of
-    equal ``key`` (non-empty) are modelled once."""
+               fallback: ModelConfig, stale: Collection[str] = ()) -> list[FleetFit]:
+    """The fit of ``templates`` on each named node, ranked (:meth:`FleetFit.sort_key`;
+    the nodes named in ``stale`` after the fresh ones that fit). Each pod is placed on the
+    node as recorded, in order, as ``plan --node`` does; a node without a device resource a
+    pod asks for is excluded; nodes of equal ``key`` (non-empty) are modelled once."""
     done: dict[str, FleetFit] = {}
     topologies: dict[int, CPUTopology] = {}
     fits = []
     for name, state in nodes:
-        cached = done.get(state.key) if state.key else None
-        if cached is None:
-            fit = _fit(name, state, templates, fallback, topologies)
+        fit = done.get(state.key) if state.key else None
+        if fit is None:
+            lacking = lacking_devices(templates, state)
+            fit = _fit(name, state, templates, fallback, topologies) if lacking is None \
+                else FleetFit(name, False, lacking, (), 0, state.config is not None, (),
+                              excluded=True)
             if state.key:
                 done[state.key] = fit
-        else:
-            fit = FleetFit(name, cached.admitted, cached.reason, cached.numa_nodes,
-                           cached.cpus_left, cached.config_recorded, cached.plans)
-        fits.append(fit)
+        fits.append(replace(fit, node=name, stale=name in stale))
     return sorted(fits, key=FleetFit.sort_key)

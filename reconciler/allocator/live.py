@@ -15,6 +15,9 @@ from reconciler.kube import KubeletConfig
 from reconciler.ledger import Ledger
 from reconciler.snapshot import MemoryBlock, NodeSnapshot, Topology
 
+# A node without device-plugin devices (immutable, so one default for every state).
+NO_DEVICES = NodeDevices()
+
 
 class LiveNodeError(ValueError):
     """The live node lacks what the model needs (its CPU topology)."""
@@ -136,6 +139,10 @@ class NodeState:
     free_cpus: frozenset[int]
     free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes)
     key: str = ""
+    # The node's device-plugin devices as far as known (``plan --fleet``: those the history
+    # saw its containers hold) and, by resource, those no container holds now.
+    devices: NodeDevices = NO_DEVICES
+    free_devices: tuple[tuple[str, frozenset[str]], ...] = ()
 
 
 def node_state(snapshot: NodeSnapshot, ledger: Ledger) -> NodeState | None:

@@ -57,6 +57,19 @@ class PodPlan:
     cpus: frozenset[int] | None = None
     numa_nodes: tuple[int, ...] | None = None
     suggestion: Suggestion | None = None
+    # The memory the Static memory manager pins for the pod (0: none, not Guaranteed) and,
+    # when admitted on a node, the NUMA nodes it is pinned on (empty: not pinned).
+    memory_bytes: int = 0
+    memory_numa: tuple[int, ...] | None = None
+    # A refusal's cause in plain words, sharpened by what the pod asks (explain.diagnose).
+    cause: str | None = None
+    cause_words: str | None = None
+    # Extended resources the pod asks that the node has no device of: the kubelet ignores
+    # them, the scheduler would not place the pod there.
+    missing_devices: tuple[str, ...] = ()
+    # Why the API server refuses the pod whatever the kubelet would do with it (a pod budget
+    # smaller than its containers' requests), for a pod the kubelet would admit.
+    api_refusal: str | None = None
 
 
 def format_bytes(n: int) -> str:
@@ -192,14 +205,34 @@ def _unplaced(pod: PodSpec) -> tuple[ContainerPlan, ...]:
     return tuple(out)
 
 
+def _memory_numa(result: PodPlacement) -> tuple[int, ...]:
+    blocks = [*result.block_memory, *(b for c in result.containers for b in c.memory)]
+    return tuple(sorted({n for b in blocks if b.memory_type == "memory"
+                         for n in b.numa_nodes}))
+
+
+def missing_devices(pod: PodSpec, model: NodeModel) -> tuple[str, ...]:
+    """Extended resources ``pod`` asks that ``model``'s node has no device of: the
+    kubelet's admission drops them (``removeMissingExtendedResources``), so only the
+    scheduler keeps the pod off such a node."""
+    served = model.devices.by_name
+    asked = {name for c in (*pod.init_containers, *pod.containers)
+             for name, _ in c.resources.extended}
+    return tuple(sorted(asked - served.keys()))
+
+
 def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfig,
               topology: CPUTopology | None, want_suggestion: bool) -> PodPlan:
+    from reconciler.allocator.explain import budget_short, diagnose, pinned_memory
+
     result, admitted = _verdict(model, pod)
     pod_path = config.pod_level and pod.has_pod_cpu_budget and pod.guaranteed \
         and pod.budget_cpus is not None
     legacy = spec_legacy_cost(pod) if pod_path else _legacy_pinned(pod)
     cpus: frozenset[int] | None = None
     numa: tuple[int, ...] | None = None
+    cause: tuple[str, str] | None = None
+    mem_numa: tuple[int, ...] | None = None
     if isinstance(result, PodPlacement):
         pinned = len(result.held)
         reason = result.note or None
@@ -207,8 +240,12 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
         if topology is not None:
             cpus = result.held
             numa = tuple(sorted(result.numa_nodes(topology)))
+            mem_numa = _memory_numa(result)
     else:
         reason = result.reason
+        # A refusal that leaves CPUs behind carves a pod block, after every hint was merged:
+        # the causes that look at the node (memory, devices) are settled before that.
+        cause = diagnose(model, pod, result.reason)
         pinned = _legacy_pinned(pod)
         if pod_path and config.scope == "pod" and pod.budget_cpus is not None:
             pinned = pod.budget_cpus
@@ -217,7 +254,18 @@ def _plan_one(t: PodTemplate, pod: PodSpec, model: NodeModel, config: ModelConfi
         template=t, qos=pod.qos, budget_cpus=pod.budget_cpus, legacy_cpus=legacy,
         pod_level_cpus=pinned, reclaimed_cpus=legacy - pinned, admitted=admitted,
         reason=reason, containers=containers, cpus=cpus, numa_nodes=numa,
-        suggestion=suggest(pod, config, topology) if want_suggestion else None)
+        suggestion=suggest(pod, config, topology) if want_suggestion else None,
+        memory_bytes=pinned_memory(pod, config) if config.memory_policy == "Static" else 0,
+        memory_numa=mem_numa, cause=cause[0] if cause else None,
+        cause_words=cause[1] if cause else None,
+        missing_devices=missing_devices(pod, model) if topology is not None else (),
+        api_refusal=_api_refusal(budget_short(pod)) if admitted else None)
+
+
+def _api_refusal(short: tuple[str, str] | None) -> str | None:
+    """The API server's rule (k8s.io/kubernetes v1.37.2 pkg/apis/core/validation,
+    validatePodResourceConsistency: pod-level requests cover the containers')."""
+    return None if short is None else short[1]
 
 
 def plan_templates(templates: Sequence[PodTemplate], config: ModelConfig, *,

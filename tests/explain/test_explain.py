@@ -261,6 +261,6 @@ def test_a_pod_on_a_fixture_node_in_words(tmp_path: Path,
     from reconciler.cpuset import format_cpuset
 
     assert f"result: admitted, CPUs {format_cpuset(held)} (NUMA 0)" in out
-    assert "container app: 2 CPU(s), memory 1Gi" in out
+    assert "container app: 2 CPU(s), memory 1 GiB" in out
     assert "CPU manager offers NUMA 0 (preferred), NUMA 1 (preferred)" in out
     assert "chosen: NUMA 0" in out
