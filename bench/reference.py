@@ -64,16 +64,27 @@ class ReferenceUnavailable(RuntimeError):
 # ---- building ----------------------------------------------------------------------------
 
 
-def binary_path(version: str) -> Path:
-    return BUILD / f"kubelet-{version}"
+# The packages a coverage build counts (bench/reference_coverage.py): the kubelet's own, and
+# the main package, without which a Go coverage build writes no counters at all.
+KUBELET = "k8s.io/kubernetes/pkg/kubelet"
+COVERED = ("podres-exporter/reference/kubelet",
+           f"{KUBELET}/cm/cpumanager", f"{KUBELET}/cm/cpumanager/topology",
+           f"{KUBELET}/cm/cpumanager/state", f"{KUBELET}/cm/memorymanager",
+           f"{KUBELET}/cm/memorymanager/state", f"{KUBELET}/cm/topologymanager",
+           f"{KUBELET}/cm/topologymanager/bitmask", f"{KUBELET}/cm/devicemanager",
+           f"{KUBELET}/apis/podresources")
+
+
+def binary_path(version: str, *, cover: bool = False) -> Path:
+    return BUILD / f"kubelet-{version}{'-cover' if cover else ''}"
 
 
 def _sources() -> list[Path]:
     return sorted(p for p in SOURCE.iterdir() if p.suffix in (".go", ".mod", ".sum"))
 
 
-def stale(version: str) -> bool:
-    out = binary_path(version)
+def stale(version: str, *, cover: bool = False) -> bool:
+    out = binary_path(version, cover=cover)
     if not out.exists():
         return True
     built = out.stat().st_mtime
@@ -85,14 +96,15 @@ def go_binary() -> str | None:
         "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
 
 
-def build(version: str, *, quiet: bool = True) -> Path:
-    """The reference binary for ``version``, built if missing or older than its sources.
+def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
+    """The reference binary for ``version``, built if missing or older than its sources
+    (``cover``: counting statements of :data:`COVERED`, a binary of its own).
     Raises :class:`ReferenceUnavailable` with the reason when it cannot be built."""
     if version not in VERSIONS:
         raise ReferenceUnavailable(f"unknown kubelet version {version!r} "
                                    f"(one of {', '.join(VERSIONS)})")
-    out = binary_path(version)
-    if not stale(version):
+    out = binary_path(version, cover=cover)
+    if not stale(version, cover=cover):
         return out
     go = go_binary()
     if go is None:
@@ -101,6 +113,8 @@ def build(version: str, *, quiet: bool = True) -> Path:
     _, modfile, tag = VERSIONS[version]
     BUILD.mkdir(parents=True, exist_ok=True)
     cmd = [go, "build", f"-modfile={modfile}", "-o", str(out)]
+    if cover:
+        cmd += ["-cover", f"-coverpkg={','.join(COVERED)}"]
     if tag:
         cmd.append(f"-tags={tag}")
     cmd.append(".")
@@ -119,11 +133,15 @@ def build(version: str, *, quiet: bool = True) -> Path:
 class Reference:
     """One running reference process: a JSON request in, a JSON answer out."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, binary: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        """``binary`` replaces the built reference (the coverage build of
+        bench/reference_coverage.py), ``env`` its environment (``GOCOVERDIR``)."""
         self.version = version
         self.proc = subprocess.Popen(
-            [str(build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            [str(binary or build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+            env=None if env is None else {**os.environ, **env})
 
     def request(self, req: Mapping[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -442,7 +460,13 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
     return out or compare(model, answer["state"], live)
 
 
-def run(version: str, seed: int, count: int) -> Iterator[Outcome]:
+def run(version: str, seed: int, count: int, ref: Reference | None = None
+        ) -> Iterator[Outcome]:
+    """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one)."""
+    if ref is not None:
+        for i in range(count):
+            yield run_case(ref, random_case(seed * 1_000_003 + i, version))
+        return
     with Reference(version) as ref:
         for i in range(count):
             yield run_case(ref, random_case(seed * 1_000_003 + i, version))
