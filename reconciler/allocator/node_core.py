@@ -55,6 +55,9 @@ class NodeCore:
         # CPUs a checkpoint puts neither in its default set nor in any container, or that a
         # kubelet restart leaks (docs/design.md#allocator).
         self._unaccounted: frozenset[int] = frozenset()
+        # Reserved CPUs a restored default set holds under strict-cpu-reservation, which the
+        # kubelet then refuses to start with (from_checkpoint, start.py).
+        self._default_reserved: frozenset[int] = frozenset()
         # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
         self.orphan_blocks: dict[str, frozenset[int]] = {}
         self._masks = MaskTable(topo.numa_nodes)
@@ -114,7 +117,7 @@ class NodeCore:
             held |= p.held
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
-            base = base - self.reserved
+            base = (base - self.reserved) | self._default_reserved
         return base - held
 
     def pools(self, numa: int | None = None) -> dict[str, int]:
