@@ -99,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
     parser.add_argument("--count", type=int, default=1000,
                         help="random workloads (default 1000)")
+    parser.add_argument("--memory", action="store_true",
+                        help="run the workloads under the Static memory manager "
+                             "(python -m bench.reference --memory)")
     parser.add_argument("--functions", action="store_true",
                         help="also list the functions of FILES that are not fully covered")
     args = parser.parse_args(argv)
@@ -114,12 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         covdir = Path(tmp)
         agree = 0
         with Reference(args.version, binary, {"GOCOVERDIR": str(covdir)}) as ref:
-            for outcome in run(args.version, args.seed, args.count, ref):
+            for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory):
                 agree += outcome.agrees
         packages = package_percent(go, covdir)
         files = file_percent(go, covdir)
         print(f"kubelet {args.version}: statement coverage after {args.count} workloads "
-              f"from seed {args.seed}")
+              f"from seed {args.seed}{' (Static memory manager)' if args.memory else ''}")
         for pkg in COVERED[1:]:
             shown = f"{packages[pkg]:5.1f} %" if pkg in packages else "not linked"
             print(f"  {pkg.removeprefix(KUBELET + '/'):36} {shown}")

@@ -4,6 +4,7 @@ policy's take (``allocateCPUs``, ``takeByTopology``, ``full-pcpus-only``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -60,7 +61,8 @@ class NodeCore:
         self._default_reserved: frozenset[int] = frozenset()
         # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
         self.orphan_blocks: dict[str, frozenset[int]] = {}
-        self._masks = MaskTable(topo.numa_nodes)
+        self._masks = MaskTable(topo.numa_nodes, self.config.max_numa_nodes)
+        self._closest = self._topology_options()
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self._widths: dict[tuple[str, int], int | None] = {}
@@ -78,6 +80,21 @@ class NodeCore:
         # Read-only hook for ``explain`` (docs/explain.md): told every merge the topology
         # manager makes, with each provider's hints and the mask chosen (or the refusal).
         self.on_hint: Callable[[HintRecord], None] | None = None
+
+    def _topology_options(self) -> Callable[[frozenset[int]], float] | None:
+        """The topology manager's start-up checks of its options (``NewManager``,
+        ``NewNUMAInfo``), and the distance that prefer-closest-numa-nodes compares masks
+        by, when set."""
+        cfg, topo = self.config, self.topo
+        if cfg.topology_policy != "none" and len(topo.numa_nodes) > cfg.max_numa_nodes:
+            raise ModelError(f"unsupported on machines with more than {cfg.max_numa_nodes} "
+                             "NUMA Nodes")
+        if not cfg.prefer_closest_numa:
+            return None
+        rows = dict(topo.distances)
+        if any(len(rows.get(n, ())) != len(topo.numa_nodes) for n in topo.numa_nodes):
+            raise ModelError("error getting NUMA distances from cadvisor")
+        return functools.cache(topo.average_distance)
 
     def _reserve(self) -> frozenset[int]:
         online = self.topo.online

@@ -62,7 +62,8 @@ class NodeHints(NodeCore):
         if policy == "single-numa-node":
             hints = [(m, p) for m, p in hints if len(m) == 1]
         try:
-            return True, merge(policy, [hints], frozenset(self.topo.numa_nodes))
+            return True, merge(policy, [hints], frozenset(self.topo.numa_nodes),
+                               self._closest)
         except HintError:
             return False, None
 
@@ -124,7 +125,7 @@ class NodeHints(NodeCore):
             providers.append(self._masks.hints(candidates, memory, mem_free,
                                                self._narrowest("memory", memory)))
         try:
-            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes))
+            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes), self._closest)
         except HintError as exc:
             if self.on_hint is not None:
                 self.on_hint(HintRecord(what, cpus, memory, tuple(providers), None, str(exc)))
@@ -149,7 +150,7 @@ class NodeHints(NodeCore):
         shown = tuple(devices.items())
         try:
             chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
-                                   frozenset(self.topo.numa_nodes))
+                                   frozenset(self.topo.numa_nodes), self._closest)
         except HintError as exc:
             if self.on_hint is not None:
                 self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),

@@ -36,6 +36,9 @@ class CPUTopology:
     uncore: tuple[tuple[int, int], ...] = ()
     # The kubelet's NumCPUs, NumCores... where they are not what the rows add up to.
     counts: TopologyCounts | None = None
+    # NUMA distances as sysfs lists them (node, its distance to every node in node order);
+    # the topology manager's prefer-closest-numa-nodes reads them (docs/design.md#allocator).
+    distances: tuple[tuple[int, tuple[int, ...]], ...] = ()
     # Derived lookups (filled in __post_init__).
     by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
     core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
@@ -95,6 +98,16 @@ class CPUTopology:
         """The kubelet's ``CPUsPerUncore``: NumCPUs / NumUncoreCache."""
         counts = self.kubelet_counts
         return counts.cpus // counts.uncore_caches if counts.uncore_caches else 0
+
+    def average_distance(self, mask: frozenset[int]) -> float:
+        """``NUMADistances.CalculateAverageFor``: the mean distance over every ordered pair
+        of the mask's nodes, each node with itself included."""
+        if not mask:
+            return 0.0
+        # The kubelet indexes each node's row by node id (d[node1][node2]).
+        rows = dict(self.distances)
+        total = sum(rows[a][b] for a in mask for b in mask)
+        return total / (len(mask) ** 2)
 
     def memory_of(self, numa: int) -> int:
         for node, size in self.memory:

@@ -7,12 +7,13 @@ Kinds still open are in tests/reference/known.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from bench.reference import Case, Reference, run_case, setup_request
-from reconciler.allocator import CPUTopology, ModelConfig, NodeModel
+from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.report import pod_to_json
 from reconciler.allocator.restart import restart, start_error
@@ -235,6 +236,24 @@ SMT_DEFAULT_SET = _closed(
             init_containers=(ContainerSpec("init0", _g(3000), init=True),)))
 
 
+# prefer-closest-numa-nodes (issue 32): four NUMA nodes of two CPUs whose distances make
+# {0,2} and {1,3} the close pairs. Three CPUs need two nodes; of the equally wide masks the
+# kubelet picks the closest, {0,2} (ties to the smaller bitmask), where without the option
+# it picks {0,1}. CPU 0 is reserved.
+CLOSE_DISTANCES = ((0, (10, 21, 12, 30)), (1, (21, 10, 30, 12)), (2, (12, 30, 10, 21)),
+                   (3, (30, 12, 21, 10)))
+
+
+def _closest(version: str, closest: bool) -> Case:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 2) for i in range(8)),
+                       memory=tuple((n, GiB) for n in range(4)), distances=CLOSE_DISTANCES)
+    return _closed(version, topo,
+                   ModelConfig(topology_policy="best-effort", memory_policy="None",
+                               reserved_cpu_m=1000, prefer_closest_numa=closest,
+                               kubelet_version=version),
+                   PodSpec("ref", "close", "uid-close", (ContainerSpec("app", _g(3000)),)))
+
+
 def _aliased(version: str) -> Case:
     """The kubelet keeps its best NUMA-node combination as a Go slice that later
     combinations write into (iterateCombinations): of four one-CPU nodes balancing equally
@@ -324,6 +343,9 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
     ("aliased-combination", "1.35", _aliased("1.35"), _holds({3, 4, 5, 7})),
     ("aliased-combination", "1.36", _aliased("1.36"), _holds({3, 4, 5, 7})),
     ("aliased-combination", "1.37", _aliased("1.37"), _holds({3, 4, 5, 7})),
+    ("prefer-closest-numa-nodes", "1.35", _closest("1.35", True), _holds({1, 4, 5})),
+    ("prefer-closest-numa-nodes", "1.37", _closest("1.37", True), _holds({1, 4, 5})),
+    ("narrowest-without-prefer-closest", "1.37", _closest("1.37", False), _holds({1, 2, 3})),
     ("align-by-socket-distributed", "1.36", _align_by_socket("1.36"),
      _holds({1, 2, 5, 6, 9, 10})),
     ("align-by-socket-distributed", "1.37", _align_by_socket("1.37"),
@@ -473,7 +495,7 @@ def test_cases_the_runner_found(version: str, seed: int,
                                 need_reference: Callable[[str], None]) -> None:
     from bench.reference import random_case
     need_reference(version)
-    case = random_case(seed, version)
+    case = random_case(seed, version, topology_options=False)
     with Reference(version) as ref:
         outcome = run_case(ref, case)
     assert outcome.agrees, outcome.disagreements
@@ -482,7 +504,7 @@ def test_cases_the_runner_found(version: str, seed: int,
 def test_a_cache_across_numa_nodes_is_counted_twice() -> None:
     """The model's side of the uncore seeds, without Go: 4 CPUs asked, 2 pinned."""
     from bench.reference import random_case
-    case = random_case(20261263785491, "1.35")
+    case = random_case(20261263785491, "1.35", topology_options=False)
     model = NodeModel(case.topo, case.config)
     pod = case.ops[0][1]
     assert pod is not None and pod.containers[0].resources.integer_cpus == 4
@@ -593,3 +615,32 @@ def test_strict_reservation_names_the_reserved_cpus_in_the_checkpoint() -> None:
     model = NodeModel.from_checkpoint(_topo(6), {"uid-X": {"a": {1, 2}, "b": {3}}},
                                       {0, 4, 5}, _checkpoint_config("1.37", "none", STRICT))
     assert start_error(model) == STRICT_STATE_ERROR
+
+
+def test_prefer_closest_numa_nodes_picks_the_closest_of_equally_wide_masks() -> None:
+    """The model's side without Go; and a machine without distances cannot use the option,
+    as the kubelet cannot ("error getting NUMA distances from cadvisor")."""
+    for closest, want in ((True, {1, 4, 5}), (False, {1, 2, 3})):
+        case = _closest("1.37", closest)
+        placed = NodeModel(case.topo, case.config).admit(case.ops[0][1])  # type: ignore[arg-type]
+        assert isinstance(placed, PodPlacement) and placed.containers[0].exclusive == want
+    case = _closest("1.37", True)
+    bare = CPUTopology(cpus=case.topo.cpus, memory=case.topo.memory)
+    with pytest.raises(ModelError, match="NUMA distances"):
+        NodeModel(bare, case.config)
+
+
+def test_more_numa_nodes_than_the_limit_need_max_allowable_numa_nodes() -> None:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i) for i in range(9)),
+                       memory=tuple((n, GiB) for n in range(9)))
+    config = ModelConfig(topology_policy="best-effort", memory_policy="None",
+                         reserved_cpu_m=1000)
+    with pytest.raises(ModelError, match="more than 8 NUMA Nodes"):
+        NodeModel(topo, config)
+    NodeModel(topo, ModelConfig(memory_policy="None", reserved_cpu_m=1000))  # policy none
+    model = NodeModel(topo, replace(config, max_numa_nodes=9))
+    # Past the default limit every mask is a hint again: two CPUs fit nodes {1,2}.
+    placed = model.admit(TWO_CPU_POD)
+    assert isinstance(placed, PodPlacement) and placed.containers[0].exclusive == {1, 2}
+    with pytest.raises(ModelError, match="should not be less than 8"):
+        ModelConfig(max_numa_nodes=4)
