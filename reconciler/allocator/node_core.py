@@ -92,7 +92,8 @@ class NodeCore:
         if not cfg.prefer_closest_numa:
             return None
         rows = dict(topo.distances)
-        if any(len(rows.get(n, ())) != len(topo.numa_nodes) for n in topo.numa_nodes):
+        top = max(topo.numa_nodes)
+        if any(len(rows.get(n, ())) <= top for n in topo.numa_nodes):
             raise ModelError("error getting NUMA distances from cadvisor")
         return functools.cache(topo.average_distance)
 

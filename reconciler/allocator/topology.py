@@ -153,7 +153,7 @@ def from_snapshot(topology: Topology) -> CPUTopology:
     cpus = tuple(replace(c, uncore=None) for c in rows)
     uncore = tuple((c.id, uncore_of(c)) for c in rows)
     return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore,
-                       counts=topology.counts)
+                       counts=topology.counts, distances=topology.distances)
 
 
 def from_spec(spec: str, numa_per_socket: int = 1,
