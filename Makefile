@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
-.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean reference
+.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean reference \
+	reference-coverage
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -17,6 +18,8 @@ help:
 	@echo "make bench-quick  the same on a small node, in seconds"
 	@echo "make proto        regenerate exporter/pb from proto/"
 	@echo "make reference    build the kubelet reference (1.35, 1.36, 1.37; needs Go)"
+	@echo "make reference-coverage  statement coverage of the kubelet's managers reached by"
+	@echo "                  the random differential (COVERAGE_CASES workloads a version)"
 
 # The venv gets uv, which installs everything else: pip spends half a minute resolving the
 # runtime dependencies one index page after another (grpcio's alone is megabytes), uv a few
@@ -80,6 +83,15 @@ REFERENCE_VERSIONS ?= 1.35 1.36 1.37
 reference: $(STAMP)
 	@for v in $(REFERENCE_VERSIONS); do \
 	  $(BIN)/python -m bench.reference --build-only --version $$v || exit 1; done
+
+# Statement coverage of the kubelet's CPU, memory, topology and device managers reached by the
+# random differential (bench/reference_coverage.py; figures in docs/performance.md).
+COVERAGE_CASES ?= 1000
+COVERAGE_SEED ?= 1
+reference-coverage: $(STAMP)
+	@for v in $(REFERENCE_VERSIONS); do \
+	  nice -n 10 $(BIN)/python -m bench.reference_coverage --version $$v \
+	    --seed $(COVERAGE_SEED) --count $(COVERAGE_CASES) --functions || exit 1; done
 
 proto: $(STAMP)
 	$(BIN)/python -m exporter.pb.generate

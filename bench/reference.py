@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +64,27 @@ class ReferenceUnavailable(RuntimeError):
 # ---- building ----------------------------------------------------------------------------
 
 
-def binary_path(version: str) -> Path:
-    return BUILD / f"kubelet-{version}"
+# The packages a coverage build counts (bench/reference_coverage.py): the kubelet's own, and
+# the main package, without which a Go coverage build writes no counters at all.
+KUBELET = "k8s.io/kubernetes/pkg/kubelet"
+COVERED = ("podres-exporter/reference/kubelet",
+           f"{KUBELET}/cm/cpumanager", f"{KUBELET}/cm/cpumanager/topology",
+           f"{KUBELET}/cm/cpumanager/state", f"{KUBELET}/cm/memorymanager",
+           f"{KUBELET}/cm/memorymanager/state", f"{KUBELET}/cm/topologymanager",
+           f"{KUBELET}/cm/topologymanager/bitmask", f"{KUBELET}/cm/devicemanager",
+           f"{KUBELET}/apis/podresources")
+
+
+def binary_path(version: str, *, cover: bool = False) -> Path:
+    return BUILD / f"kubelet-{version}{'-cover' if cover else ''}"
 
 
 def _sources() -> list[Path]:
     return sorted(p for p in SOURCE.iterdir() if p.suffix in (".go", ".mod", ".sum"))
 
 
-def stale(version: str) -> bool:
-    out = binary_path(version)
+def stale(version: str, *, cover: bool = False) -> bool:
+    out = binary_path(version, cover=cover)
     if not out.exists():
         return True
     built = out.stat().st_mtime
@@ -85,14 +96,15 @@ def go_binary() -> str | None:
         "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
 
 
-def build(version: str, *, quiet: bool = True) -> Path:
-    """The reference binary for ``version``, built if missing or older than its sources.
+def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
+    """The reference binary for ``version``, built if missing or older than its sources
+    (``cover``: counting statements of :data:`COVERED`, a binary of its own).
     Raises :class:`ReferenceUnavailable` with the reason when it cannot be built."""
     if version not in VERSIONS:
         raise ReferenceUnavailable(f"unknown kubelet version {version!r} "
                                    f"(one of {', '.join(VERSIONS)})")
-    out = binary_path(version)
-    if not stale(version):
+    out = binary_path(version, cover=cover)
+    if not stale(version, cover=cover):
         return out
     go = go_binary()
     if go is None:
@@ -101,6 +113,8 @@ def build(version: str, *, quiet: bool = True) -> Path:
     _, modfile, tag = VERSIONS[version]
     BUILD.mkdir(parents=True, exist_ok=True)
     cmd = [go, "build", f"-modfile={modfile}", "-o", str(out)]
+    if cover:
+        cmd += ["-cover", f"-coverpkg={','.join(COVERED)}"]
     if tag:
         cmd.append(f"-tags={tag}")
     cmd.append(".")
@@ -119,11 +133,15 @@ def build(version: str, *, quiet: bool = True) -> Path:
 class Reference:
     """One running reference process: a JSON request in, a JSON answer out."""
 
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, binary: Path | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        """``binary`` replaces the built reference (the coverage build of
+        bench/reference_coverage.py), ``env`` its environment (``GOCOVERDIR``)."""
         self.version = version
         self.proc = subprocess.Popen(
-            [str(build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            [str(binary or build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+            env=None if env is None else {**os.environ, **env})
 
     def request(self, req: Mapping[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -164,13 +182,18 @@ class Case:
     config: ModelConfig
     gates: dict[str, bool]
     ops: list[tuple[str, PodSpec | None]] = field(default_factory=list)
+    # Memory the kubelet reserves per NUMA node (reservedMemory, memory manager Static): the
+    # model's topology holds what is left of each node, the reference its capacity.
+    reserved_memory: tuple[tuple[int, int], ...] = ()
 
     def describe(self) -> str:
         cores = len(self.topo.core_cpus)
         c = self.config
+        topo_options = ("prefer-closest," if c.prefer_closest_numa else "") + (
+            f"max-numa={c.max_numa_nodes}," if c.max_numa_nodes != 8 else "")
         return (f"seed {self.seed}: {len(self.topo.online)} CPUs, {cores} cores, "
                 f"{len(self.topo.numa_nodes)} NUMA, {len(self.topo.socket_cpus)} sockets; "
-                f"topology {c.topology_policy}/{c.scope}, options "
+                f"topology {c.topology_policy}/{c.scope} {topo_options or '-'}, options "
                 f"{','.join(sorted(c.options)) or '-'}, reserved "
                 f"{format_cpuset(c.reserved_cpus) if c.reserved_cpus else f'{c.reserved_cpu_m}m'}"
                 f", pod-level {'on' if c.pod_level else 'off'}")
@@ -259,7 +282,110 @@ def random_pod(rng: random.Random, index: int, budget: int) -> PodSpec:
     return PodSpec("ref", f"pod-{index:04d}", uid, apps, tuple(inits), resources)
 
 
-def random_case(seed: int, version: str, *, ops: int = 12) -> Case:
+def _with_memory(case: Case, version: str, seed: int) -> Case:
+    """The case under the Static memory manager: reserved memory per NUMA node and pods
+    asking real amounts of it, from a random stream of its own (so that the CPU-only cases
+    of every seed stay as they were)."""
+    rng = random.Random(f"{version}:{seed}:memory")
+    reserved = tuple((n, rng.choice((256, 512, 1024)) * MiB) for n, _ in case.topo.memory)
+    left = tuple((n, b - r) for (n, b), (_, r) in zip(case.topo.memory, reserved, strict=True))
+    sizes = (64 * MiB, 256 * MiB, 1 * GiB, 2 * GiB, 3 * GiB, 6 * GiB)
+
+    def sized(r: Resources) -> Resources:
+        if r.memory_limit is None and r.memory_request is None:
+            return r
+        size = rng.choice(sizes)
+        return Resources(r.cpu_request_m, r.cpu_limit_m, size,
+                         size if r.memory_limit is not None else None)
+
+    def pod(p: PodSpec) -> PodSpec:
+        apps = tuple(replace(c, resources=sized(c.resources)) for c in p.containers)
+        inits = tuple(replace(c, resources=sized(c.resources)) for c in p.init_containers)
+        res = p.resources
+        if res is not None and res.memory_limit is not None:
+            whole = sum(c.resources.memory_limit or 0 for c in (*apps, *inits) if not c.init)
+            size = max(whole, 64 * MiB) + rng.choice((0, 0, 256 * MiB, 1 * GiB))
+            res = Resources(res.cpu_request_m, res.cpu_limit_m, size,
+                            size if res.memory_limit is not None else None)
+        return replace(p, containers=apps, init_containers=inits, resources=res)
+
+    done: dict[str, PodSpec] = {}
+    ops: list[tuple[str, PodSpec | None]] = []
+    for op, p in case.ops:
+        if p is not None:
+            p = done.setdefault(p.uid, pod(p))
+        ops.append((op, p))
+    topo = replace(case.topo, memory=left, by_id={}, core_cpus={}, numa_cpus={},
+                   socket_cpus={}, uncore_cpus={}, uncore_of={})
+    return replace(case, topo=topo,
+                   config=replace(case.config, memory_policy="Static"), ops=ops,
+                   reserved_memory=reserved)
+
+
+def random_distances(rng: random.Random, topo: CPUTopology
+                     ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Uneven symmetric NUMA distances as sysfs gives them: 10 to itself, 11-21 within a
+    socket, 20-32 across sockets."""
+    nodes = topo.numa_nodes
+    socket = {n: topo.by_id[min(topo.numa_cpus[n])].socket for n in nodes}
+    d = {(n, n): 10 for n in nodes}
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1:]:
+            d[(a, b)] = d[(b, a)] = (rng.randint(11, 21) if socket[a] == socket[b]
+                                     else rng.randint(20, 32))
+    return tuple((a, tuple(d[(a, b)] for b in nodes)) for a in nodes)
+
+
+def _many_numa(rng: random.Random) -> CPUTopology:
+    """A machine past the topology manager's default limit: 9-12 NUMA nodes of 1-2 cores,
+    two sockets, SMT on or off."""
+    numas = rng.randint(9, 12)
+    cores, threads = rng.randint(1, 2), rng.choice((1, 2))
+    total = numas * cores
+    infos = tuple(sorted((CPUInfo(t * total + core, core, int(core // cores >= numas // 2),
+                                  core // cores)
+                          for core in range(total) for t in range(threads)),
+                         key=lambda c: c.id))
+    return CPUTopology(cpus=infos, memory=tuple((n, 8 * GiB) for n in range(numas)),
+                       uncore=tuple((c.id, c.numa_node) for c in infos))
+
+
+def _with_topology_options(case: Case, version: str, seed: int) -> Case:
+    """The topology manager's options, from a random stream of their own (the cases of
+    earlier seeds keep their machines and pods): NUMA distances on every machine,
+    prefer-closest-numa-nodes on some, and now and then a machine of more than 8 NUMA nodes
+    with or without max-allowable-numa-nodes."""
+    rng = random.Random(f"{version}:{seed}:topology-options")
+    topo = case.topo
+    if rng.random() < 0.08:
+        topo = _many_numa(rng)
+    topo = CPUTopology(topo.cpus, topo.memory, topo.uncore, topo.counts,
+                       random_distances(rng, topo))
+    numas = len(topo.numa_nodes)
+    max_numa = 8
+    if numas > 8:
+        max_numa = rng.choice((8, numas, 16))
+    elif rng.random() < 0.1:
+        max_numa = rng.choice((8, 12))
+    closest = rng.random() < 0.4
+    config = replace(case.config, prefer_closest_numa=closest, max_numa_nodes=max_numa)
+    if topo is not case.topo and config.reserved_cpus:
+        config = replace(config, reserved_cpus=None, reserved_cpu_m=1000)
+    return replace(case, topo=topo, config=config)
+
+
+def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
+                topology_options: bool = True) -> Case:
+    """``memory``: under the Static memory manager (:func:`_with_memory`);
+    ``topology_options``: with the topology manager's options and NUMA distances
+    (:func:`_with_topology_options`; off, the case of a seed as it was before them)."""
+    case = _random_case(seed, version, ops=ops)
+    if topology_options:
+        case = _with_topology_options(case, version, seed)
+    return _with_memory(case, version, seed) if memory else case
+
+
+def _random_case(seed: int, version: str, *, ops: int = 12) -> Case:
     rng = random.Random(f"{version}:{seed}")
     topo = random_topology(rng)
     topology_policy = rng.choice(("none", "best-effort", "restricted", "single-numa-node"))
@@ -305,8 +431,17 @@ def setup_request(case: Case) -> dict[str, Any]:
     cpus = [{"id": cpu.id, "core": cpu.core, "socket": cpu.socket, "numa": cpu.numa_node,
              "l3": case.topo.uncore_of[cpu.id] if case.topo.uncore else -1}
             for cpu in case.topo.cpus]
+    topology_options = {}
+    if c.prefer_closest_numa:
+        topology_options["prefer-closest-numa-nodes"] = "true"
+    if c.max_numa_nodes != 8:
+        topology_options["max-allowable-numa-nodes"] = str(c.max_numa_nodes)
     setup: dict[str, Any] = {
-        "cpus": cpus, "memory": {str(n): b for n, b in case.topo.memory},
+        "distances": {str(n): list(row) for n, row in case.topo.distances},
+        "topology_options": topology_options,
+        "cpus": cpus,
+        "memory": {str(n): b + dict(case.reserved_memory).get(n, 0) for n, b in case.topo.memory},
+        "reserved_memory": {str(n): b for n, b in case.reserved_memory},
         "cpu_policy": c.cpu_policy, "cpu_policy_options": {o: "true" for o in c.options},
         "topology_policy": c.topology_policy, "topology_scope": c.scope,
         "memory_policy": c.memory_policy, "feature_gates": case.gates,
@@ -354,10 +489,40 @@ def compare(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSp
         if want_pod != got_pod:
             out.append(f"{pod.name} pod-level: kubelet {format_cpuset(want_pod) or '-'}, "
                        f"model {format_cpuset(got_pod) or '-'}")
+    if model.memory_enabled:
+        out += compare_memory(model, state, live)
     want_default = parse_cpuset(state["default"])
     if want_default != model.default_set:
         out.append(f"default set: kubelet {format_cpuset(want_default) or '-'}, "
                    f"model {format_cpuset(model.default_set) or '-'}")
+    return out
+
+
+def _blocks(raw: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, int, tuple[int, ...]]]:
+    return sorted((b["type"], b["size"], tuple(sorted(b["numa"] or ()))) for b in raw or ())
+
+
+def compare_memory(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSpec]
+                   ) -> list[str]:
+    """Differences between the model's memory blocks and the memory manager's state: each
+    long-running container's blocks (type, size, NUMA nodes) and each pod-level set."""
+    out: list[str] = []
+    placed = {p.uid: p for p in model.pods.values()}
+    for uid, pod in live.items():
+        p = placed.get(uid)
+        ref = state["memory"].get(uid) or {}
+        for c in pod.long_running:
+            truth = next((t for t in p.containers if t.name == c.name), None) if p else None
+            got = sorted((b.memory_type, b.size, tuple(sorted(b.numa_nodes)))
+                         for b in (truth.memory if truth else ()))
+            want = _blocks(ref.get(c.name))
+            if want != got:
+                out.append(f"{pod.name}/{c.name} memory: kubelet {want}, model {got}")
+        want_pod = _blocks(state["pod_memory"].get(uid))
+        got_pod = sorted((b.memory_type, b.size, tuple(sorted(b.numa_nodes)))
+                         for b in (p.block_memory if p else ()))
+        if want_pod != got_pod:
+            out.append(f"{pod.name} pod-level memory: kubelet {want_pod}, model {got_pod}")
     return out
 
 
@@ -442,10 +607,16 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
     return out or compare(model, answer["state"], live)
 
 
-def run(version: str, seed: int, count: int) -> Iterator[Outcome]:
-    with Reference(version) as ref:
-        for i in range(count):
-            yield run_case(ref, random_case(seed * 1_000_003 + i, version))
+def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
+        memory: bool = False) -> Iterator[Outcome]:
+    """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one);
+    ``memory``: under the Static memory manager."""
+    if ref is None:
+        with Reference(version) as own:
+            yield from run(version, seed, count, own, memory=memory)
+        return
+    for i in range(count):
+        yield run_case(ref, random_case(seed * 1_000_003 + i, version, memory=memory))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -459,6 +630,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
     parser.add_argument("--count", type=int, default=100,
                         help="random workloads to run (default 100)")
+    parser.add_argument("--memory", action="store_true",
+                        help="run the workloads under the Static memory manager, with "
+                             "reserved memory per NUMA node, and compare memory blocks too")
     parser.add_argument("--build-only", action="store_true",
                         help="build the reference for --version if needed, and stop")
     parser.add_argument("--show", type=int, default=5,
@@ -479,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     agree = shown = skipped = 0
-    for outcome in run(args.version, args.seed, args.count):
+    for outcome in run(args.version, args.seed, args.count, memory=args.memory):
         if outcome.agrees:
             agree += 1
             skipped += bool(outcome.skipped)

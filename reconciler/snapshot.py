@@ -120,6 +120,8 @@ class Topology:
     memory: tuple[tuple[int, int], ...] = ()  # (numa_node, bytes)
     counts: TopologyCounts | None = None
     kernel: KernelTopology | None = None
+    # (node, its sysfs distance row), every node or none (prefer-closest-numa-nodes).
+    distances: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
     @property
     def online(self) -> frozenset[int]:

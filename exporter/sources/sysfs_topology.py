@@ -341,6 +341,21 @@ def _memory(node_dir: Path, node_ids: list[int]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _distances(node_dir: Path, node_ids: list[int]
+               ) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Each node's ``distance`` row as cAdvisor reads it (``Node.Distances``), for the
+    topology manager's prefer-closest-numa-nodes; a node without one leaves all out, as the
+    option then cannot be used (docs/design.md#allocator)."""
+    out = []
+    for node in node_ids:
+        try:
+            row = tuple(int(p) for p in _read(node_dir / f"node{node}" / "distance").split())
+        except (_Missing, ReadError, ValueError):
+            return ()
+        out.append((node, row))
+    return tuple(out)
+
+
 def read_kubelet_topology(root: str | Path, *, proc: str | Path | None = None,
                           goarch: str | None = None) -> Topology:
     """The kubelet's view of the machine under ``root`` (a sysfs mount), with what the
@@ -365,7 +380,7 @@ def read_kubelet_topology(root: str | Path, *, proc: str | Path | None = None,
     # Discover's rows are the kubelet's identity already; grouping them again would move
     # a CPU that two NUMA nodes list away from the core the kubelet gave it.
     return Topology(cpus, _memory(reader.node_dir, kernel_nodes), counts=counts,
-                    kernel=kernel)
+                    kernel=kernel, distances=_distances(reader.node_dir, kernel_nodes))
 
 
 def _goarch() -> str:

@@ -23,6 +23,10 @@ EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
 
+# The topology manager's policy options (topologymanager/policy_options.go), all GA by 1.35.
+TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
+DEFAULT_MAX_NUMA_NODES = 8  # defaultMaxAllowableNUMANodes
+
 # The kubelet minors whose placement the model knows; where they differ the model follows
 # ModelConfig.kubelet_version (docs/design.md#allocator).
 KUBELET_VERSIONS = ("1.35", "1.36", "1.37")
@@ -58,6 +62,10 @@ def parse_policy_options(options: Mapping[str, str] | Iterable[tuple[str, str]] 
     return frozenset(enabled)
 
 
+def _true(pairs: Iterable[tuple[str, str]], name: str) -> bool:
+    return any(key == name and value in _TRUE for key, value in pairs)
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     cpu_policy: str = "static"  # "static" | "none"
@@ -69,6 +77,10 @@ class ModelConfig:
     reserved_cpu_m: int = 0  # kubeReserved.cpu + systemReserved.cpu, when no explicit set
     pod_level: bool = True  # PodLevelResourceManagers (and PodLevelResources) on
     kubelet_version: str = "1.37"  # one of KUBELET_VERSIONS
+    # topologyManagerPolicyOptions: prefer-closest-numa-nodes (NUMA distances break ties
+    # between equally wide masks) and max-allowable-numa-nodes (the NUMA-node limit).
+    prefer_closest_numa: bool = False
+    max_numa_nodes: int = DEFAULT_MAX_NUMA_NODES
 
     def __post_init__(self) -> None:
         if self.cpu_policy not in ("static", "none"):
@@ -83,6 +95,9 @@ class ModelConfig:
         if self.kubelet_version not in KUBELET_VERSIONS:
             raise ModelError(f"kubelet version {self.kubelet_version!r} is not modelled "
                              f"(one of {', '.join(KUBELET_VERSIONS)})")
+        if self.max_numa_nodes < DEFAULT_MAX_NUMA_NODES:
+            raise ModelError(f'the minimum value of "max-allowable-numa-nodes" should not be '
+                             f"less than {DEFAULT_MAX_NUMA_NODES}")
         unknown = sorted(self.options - set(KNOWN_OPTIONS))
         if unknown:
             raise ModelError(f"unknown CPU manager policy option(s) {', '.join(unknown)}")
@@ -113,6 +128,9 @@ class ModelConfig:
             reserved_cpus=cfg.reserved_system_cpus,
             reserved_cpu_m=cfg.reserved_cpu_quantity_m(),
             pod_level=cfg.pod_level_resource_managers,
+            prefer_closest_numa=_true(cfg.topology_manager_policy_options,
+                                      "prefer-closest-numa-nodes"),
+            max_numa_nodes=cfg.max_numa_nodes() or DEFAULT_MAX_NUMA_NODES,
         )
 
     def to_configz(self) -> dict[str, object]:
@@ -126,6 +144,13 @@ class ModelConfig:
             "featureGates": {"PodLevelResources": True,
                              "PodLevelResourceManagers": self.pod_level},
         }
+        topology_options = {}
+        if self.prefer_closest_numa:
+            topology_options["prefer-closest-numa-nodes"] = "true"
+        if self.max_numa_nodes != DEFAULT_MAX_NUMA_NODES:
+            topology_options["max-allowable-numa-nodes"] = str(self.max_numa_nodes)
+        if topology_options:
+            cfg["topologyManagerPolicyOptions"] = topology_options
         if self.reserved_cpus:
             cfg["reservedSystemCPUs"] = format_cpuset(self.reserved_cpus)
         elif self.reserved_cpu_m:

@@ -4,7 +4,7 @@ merge of the CPU and memory providers' hints (docs/design.md#allocator)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 Hint = tuple[frozenset[int], bool]  # (NUMA-node mask, preferred)
@@ -37,8 +37,8 @@ class MaskTable:
     NUMA-node limit only single nodes and the whole machine), laid out so that per-mask sums
     are one pass: each mask is an earlier mask plus one node."""
 
-    def __init__(self, nodes: Sequence[int]) -> None:
-        if len(nodes) > MAX_HINT_NUMA_NODES:
+    def __init__(self, nodes: Sequence[int], limit: int = MAX_HINT_NUMA_NODES) -> None:
+        if len(nodes) > limit:
             combos = [(n,) for n in nodes] + [tuple(nodes)]
         else:
             combos = [c for k in range(1, len(nodes) + 1)
@@ -83,19 +83,26 @@ class MaskTable:
                 if sums[i] >= need]
 
 
-def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[int]
-          ) -> frozenset[int] | None:
+Distance = Callable[[frozenset[int]], float]  # a mask's average NUMA distance
+
+
+def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[int],
+          closest: Distance | None = None) -> frozenset[int] | None:
     """The merged NUMA affinity: a mask every provider offers, preferred when every
     provider prefers it; the best is preferred first, then the narrowest, then the smaller
-    bitmask. ``None`` when the policy does not align; :class:`HintError` when the policy
-    refuses the best there is."""
+    bitmask (with ``closest``, prefer-closest-numa-nodes: the shorter average distance
+    before the smaller bitmask, except under single-numa-node). ``None`` when the policy
+    does not align; :class:`HintError` when the policy refuses the best there is."""
     if policy == "none" or not providers:
         return None
     # Providers list masks narrowest first, the smaller bitmask first within a width.
+    first = providers[0]
+    if closest is not None and policy != "single-numa-node":
+        first = sorted(first, key=lambda h: (len(h[0]), closest(h[0]), _bits(h[0])))
     others = [dict(hints) for hints in providers[1:]]
     mask, preferred = everything, False
     fallback: frozenset[int] | None = None
-    for m, pref in providers[0]:
+    for m, pref in first:
         if not all(m in t for t in others):
             continue
         if pref and all(t[m] for t in others):
@@ -129,9 +136,19 @@ def _narrower(a: frozenset[int], b: frozenset[int]) -> bool:
     return len(a) < len(b) if len(a) != len(b) else _bits(a) < _bits(b)
 
 
-def _best(current: KHint | None, candidate: KHint, best_count: int) -> KHint | None:
-    """``HintMerger.compare`` (masks compared by ``Narrowest``: PreferClosestNUMA is not
-    modelled)."""
+def _closer(a: frozenset[int], b: frozenset[int], closest: Distance) -> bool:
+    """``NUMAInfo.Closest`` picks ``a`` over ``b``: the narrower, else the shorter average
+    distance, else the smaller bitmask."""
+    if len(a) != len(b):
+        return len(a) < len(b)
+    da, db = closest(a), closest(b)
+    return _bits(a) < _bits(b) if da == db else da < db
+
+
+def _best(current: KHint | None, candidate: KHint, best_count: int,
+          closest: Distance | None = None) -> KHint | None:
+    """``HintMerger.compare``; masks compared by ``Narrowest``, or by ``Closest`` under
+    prefer-closest-numa-nodes (``closest``)."""
     cmask, cpref = candidate
     assert cmask is not None
     if not cmask:
@@ -142,7 +159,10 @@ def _best(current: KHint | None, candidate: KHint, best_count: int) -> KHint | N
     assert mask is not None
 
     def narrowest() -> KHint:
-        return current if cmask == mask or not _narrower(cmask, mask) else candidate
+        if cmask == mask:
+            return current
+        fitter = _narrower(cmask, mask) if closest is None else _closer(cmask, mask, closest)
+        return candidate if fitter else current
 
     if pref != cpref:
         return candidate if cpref else current
@@ -212,7 +232,8 @@ def _merged_permutations(lists: list[list[KHint]]) -> dict[KHint, None]:
 
 
 def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
-                  everything: frozenset[int]) -> frozenset[int] | None:
+                  everything: frozenset[int], closest: Distance | None = None
+                  ) -> frozenset[int] | None:
     """The topology manager's merge as v1.37.2 ``policy.go`` has it (``filterProvidersHints``,
     ``mergePermutation``, ``HintMerger.Merge``, ``filterSingleNumaHints``): every
     permutation of one hint per resource, the masks ANDed, preferred only when every hint is
@@ -224,10 +245,12 @@ def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
         return None
     lists = _filtered(policy, providers)
     best_count = _max_of_narrowest(lists)
+    if policy == "single-numa-node":
+        closest = None
     best: KHint | None = None
     for mask, pref in _merged_permutations(lists):
         best = _best(best, (everything if mask is None else mask & everything, pref),
-                     best_count)
+                     best_count, closest)
     chosen, preferred = best if best is not None else (everything, False)
     assert chosen is not None
     if policy == "single-numa-node" and chosen == everything:

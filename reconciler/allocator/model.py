@@ -95,6 +95,8 @@ class NodeModel(NodePaths):
             raise ModelError(f"CPUs {format_cpuset(seen - topo.online)} are not online")
         if model.config.static:
             model.free = set(shared - model.reserved)
+        if "strict-cpu-reservation" in model.config.options:
+            model._default_reserved = shared & model.reserved
         model._unaccounted = topo.online - seen
         return model
 
@@ -121,6 +123,9 @@ class NodeModel(NodePaths):
                 self.orphan_blocks[pod.uid] = result.leaked
             return result
         placement, work = result
+        for (uid, name), cpus in list(self.checkpointed.items()):
+            if uid == pod.uid and cpus <= placement.held:
+                del self.checkpointed[(uid, name)]  # kept by the container (_legacy)
         self.free = work.free
         self.mem_free = work.mem_free
         self.pods[placement.key] = placement

@@ -4,6 +4,7 @@ policy's take (``allocateCPUs``, ``takeByTopology``, ``full-pcpus-only``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -55,9 +56,13 @@ class NodeCore:
         # CPUs a checkpoint puts neither in its default set nor in any container, or that a
         # kubelet restart leaks (docs/design.md#allocator).
         self._unaccounted: frozenset[int] = frozenset()
+        # Reserved CPUs a restored default set holds under strict-cpu-reservation, which the
+        # kubelet then refuses to start with (from_checkpoint, start.py).
+        self._default_reserved: frozenset[int] = frozenset()
         # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
         self.orphan_blocks: dict[str, frozenset[int]] = {}
-        self._masks = MaskTable(topo.numa_nodes)
+        self._masks = MaskTable(topo.numa_nodes, self.config.max_numa_nodes)
+        self._closest = self._topology_options()
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
         self._numa_memory = {n: topo.memory_of(n) for n in topo.numa_nodes}
         self._widths: dict[tuple[str, int], int | None] = {}
@@ -75,6 +80,22 @@ class NodeCore:
         # Read-only hook for ``explain`` (docs/explain.md): told every merge the topology
         # manager makes, with each provider's hints and the mask chosen (or the refusal).
         self.on_hint: Callable[[HintRecord], None] | None = None
+
+    def _topology_options(self) -> Callable[[frozenset[int]], float] | None:
+        """The topology manager's start-up checks of its options (``NewManager``,
+        ``NewNUMAInfo``), and the distance that prefer-closest-numa-nodes compares masks
+        by, when set."""
+        cfg, topo = self.config, self.topo
+        if cfg.topology_policy != "none" and len(topo.numa_nodes) > cfg.max_numa_nodes:
+            raise ModelError(f"unsupported on machines with more than {cfg.max_numa_nodes} "
+                             "NUMA Nodes")
+        if not cfg.prefer_closest_numa:
+            return None
+        rows = dict(topo.distances)
+        top = max(topo.numa_nodes)
+        if any(len(rows.get(n, ())) <= top for n in topo.numa_nodes):
+            raise ModelError("error getting NUMA distances from cadvisor")
+        return functools.cache(topo.average_distance)
 
     def _reserve(self) -> frozenset[int]:
         online = self.topo.online
@@ -114,7 +135,7 @@ class NodeCore:
             held |= p.held
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
-            base = base - self.reserved
+            base = (base - self.reserved) | self._default_reserved
         return base - held
 
     def pools(self, numa: int | None = None) -> dict[str, int]:

@@ -55,6 +55,30 @@ class NodeHints(NodeCore):
             return self.cpu_hints(requested, assigned), frozenset(assigned)
         return None, frozenset(assigned)
 
+    def merge_cpu_hints(self, hints: list[Hint]) -> tuple[bool, frozenset[int] | None]:
+        """The topology manager's merge of the CPU manager's hints alone: (admitted,
+        affinity)."""
+        policy = self.config.topology_policy
+        if policy == "single-numa-node":
+            hints = [(m, p) for m, p in hints if len(m) == 1]
+        try:
+            return True, merge(policy, [hints], frozenset(self.topo.numa_nodes),
+                               self._closest)
+        except HintError:
+            return False, None
+
+    def held_pod_hint(self, requested: int,
+                      containers: list[tuple[int, frozenset[int] | None]]
+                      ) -> tuple[bool, frozenset[int] | None]:
+        """The pod scope's merge when containers of the pod are already in the state
+        (``held_pod_cpu_hints``): (admitted, affinity)."""
+        if not requested:
+            return True, None
+        hints, assigned = self.held_pod_cpu_hints(requested, containers)
+        if hints is None:
+            hints = self.cpu_hints(requested, self.free | assigned, reusable=assigned)
+        return self.merge_cpu_hints(hints)
+
     def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
                    reusable: frozenset[int] = frozenset()) -> list[Hint]:
         pool = available if isinstance(available, (set, frozenset)) else set(available)
@@ -101,7 +125,7 @@ class NodeHints(NodeCore):
             providers.append(self._masks.hints(candidates, memory, mem_free,
                                                self._narrowest("memory", memory)))
         try:
-            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes))
+            chosen = merge(policy, providers, frozenset(self.topo.numa_nodes), self._closest)
         except HintError as exc:
             if self.on_hint is not None:
                 self.on_hint(HintRecord(what, cpus, memory, tuple(providers), None, str(exc)))
@@ -126,7 +150,7 @@ class NodeHints(NodeCore):
         shown = tuple(devices.items())
         try:
             chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
-                                   frozenset(self.topo.numa_nodes))
+                                   frozenset(self.topo.numa_nodes), self._closest)
         except HintError as exc:
             if self.on_hint is not None:
                 self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),

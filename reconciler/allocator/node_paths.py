@@ -29,6 +29,10 @@ from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.pools import Assignment
 from reconciler.snapshot import MemoryBlock
 
+# The topology manager's refusal when the hints regenerated from CPUs already held fit no
+# mask the policy accepts.
+_HELD_REFUSAL = "TopologyAffinityError: Resources cannot be allocated with Topology locality"
+
 
 class NodePaths(NodeHints):
     """The model node with the static policy's placement paths."""
@@ -97,13 +101,18 @@ class NodePaths(NodeHints):
         """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
         and those no later container reused stay held by the pod."""
         hint: frozenset[int] | None = None
-        if self.config.scope == "pod":
+        # Containers a checkpoint already assigns keep their CPUs (from_checkpoint).
+        held = {name: cpus for (uid, name), cpus in self.checkpointed.items() if uid == pod.uid}
+        if self.config.scope == "pod" and held and self.config.topology_policy != "none":
+            hint = self._held_pod_affinity(pod, held)
+        elif self.config.scope == "pod":
             hint = self._hint(pod_guaranteed_cpus(pod), work.free, pod_memory(pod),
                               work.mem_free,
                               devices=work.dev.pod_hints(pod) if work.dev else None)
         slices = Slices()
         for c, ordinary_init in in_start_order(pod):
-            hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices)
+            hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices,
+                                          held.get(c.name))
         containers = []
         for c in pod.long_running:
             ex = slices.exclusive.get(c.name, frozenset())
@@ -119,14 +128,43 @@ class NodePaths(NodeHints):
             tuple(containers), hint, note, frozenset(slices.reusable),
             tuple(slices.init.items())), slices.devices)
 
+    def _held_pod_affinity(self, pod: PodSpec, held: dict[str, frozenset[int]]
+                           ) -> frozenset[int] | None:
+        """The pod scope's affinity for a pod some of whose containers a checkpoint already
+        assigns: hints regenerated from them (``getPodTopologyHintsForAdd``)."""
+        wants = [(container_cpus(pod, c) if (eligible_init(pod, c) if init
+                                             else pod.eligible(c)) else 0, held.get(c.name))
+                 for c, init in in_start_order(pod)]
+        ok, hint = self.held_pod_hint(pod_guaranteed_cpus(pod), wants)
+        if not ok:
+            raise Refused(_HELD_REFUSAL)
+        return hint
+
+    def _keep_held(self, n: int, held: frozenset[int], hint: frozenset[int] | None,
+                   work: Work, what: str) -> frozenset[int] | None:
+        """A container the checkpoint already assigns keeps its CPUs (``Allocate``: "container
+        already present in state, skipping"); its hints are regenerated from them alone.
+        1.35 and 1.36 check ``full-pcpus-only`` before they look in the state."""
+        if self.config.scope == "container" and self.config.topology_policy != "none":
+            ok, hint = self.merge_cpu_hints(self.held_cpu_hints(n, held))
+            if not ok:
+                raise Refused(f"{what}: {_HELD_REFUSAL}")
+        if self.config.kubelet_version in ("1.35", "1.36"):
+            self._check_smt(frozenset(work.free), n, what)
+        return hint
+
     def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
-                          hint: frozenset[int] | None, work: Work, slices: Slices
-                          ) -> frozenset[int] | None:
+                          hint: frozenset[int] | None, work: Work, slices: Slices,
+                          held: frozenset[int] | None = None) -> frozenset[int] | None:
         eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
         n = container_cpus(pod, c) if eligible else 0
         # Init containers' memory is transient and reused: the model does not hold it.
         mem = mem_limit(c) if pod.guaranteed and not ordinary_init else 0
         what = f"container {c.name}"
+        if held is not None and n:
+            hint = self._keep_held(n, held, hint, work, what)
+            self._record(c, ordinary_init, held, (), slices)
+            return hint
         dev_hints = work.dev.container_hints(c) if work.dev else None
         if self.config.scope == "container" and (n or (mem and self.memory_enabled)
                                                  or dev_hints):
@@ -142,6 +180,12 @@ class NodePaths(NodeHints):
         slices.reusable -= got
         work.free -= got
         blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
+        self._record(c, ordinary_init, got, blocks, slices)
+        return hint
+
+    @staticmethod
+    def _record(c: ContainerSpec, ordinary_init: bool, got: frozenset[int],
+                blocks: tuple[MemoryBlock, ...], slices: Slices) -> None:
         if ordinary_init:
             slices.reusable |= got
             if got:
@@ -149,7 +193,6 @@ class NodePaths(NodeHints):
         else:
             slices.exclusive[c.name] = got
             slices.memory[c.name] = blocks
-        return hint
 
     def _pod_scope(self, pod: PodSpec, budget: int, work: Work,
                    hint: frozenset[int] | Auto | None = AUTO) -> PodPlacement:

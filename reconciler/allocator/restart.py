@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.allocator.hints import Hint, HintError, merge
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
@@ -84,11 +83,12 @@ def start_error(model: NodeModel) -> str | None:
                                     pod_sets=model.orphan_blocks.values())
     if error is None and default != model.default_set:
         # An empty default set with no container entry reads as a fresh state, whatever
-        # pod-level blocks the checkpoint holds: leaked blocks are back in the default set
-        # (docs/design.md#allocator).
-        for block in model.orphan_blocks.values():
+        # pod-level blocks the checkpoint holds: leaked blocks, and the CPUs an earlier
+        # restart leaked, are back in the default set (docs/design.md#allocator).
+        for block in (*model.orphan_blocks.values(), model._unaccounted):
             model.free |= block - model.reserved
         model.orphan_blocks.clear()
+        model._unaccounted = frozenset()
     return None if error is None else f"cpu manager start: {error}"
 
 
@@ -106,12 +106,13 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     hint: frozenset[int] | None = None
     if policy != "none" and model.config.scope == "pod":
         requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
-        ok, hint = _pod_hint(model, requested, [(wants[n], held.get(n)) for n in wants])
+        ok, hint = model.held_pod_hint(requested, [(wants[n], held.get(n)) for n in wants])
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
     elif policy != "none":
         for name, n in wants.items():
-            if n and not _merged(model, model.held_cpu_hints(n, held.get(name, frozenset())))[0]:
+            if n and not model.merge_cpu_hints(
+                    model.held_cpu_hints(n, held.get(name, frozenset())))[0]:
                 return _REFUSAL
     if old.block:
         return _allocate_pod_again(model, old, hint)
@@ -138,29 +139,6 @@ def _entries(placement: PodPlacement) -> dict[str, frozenset[int]]:
         for c, _ in in_start_order(placement.spec):
             entries.setdefault(c.name, pool or placement.block)
     return entries
-
-
-def _merged(model: NodeModel, hints: list[Hint]) -> tuple[bool, frozenset[int] | None]:
-    """The topology manager's merge of the CPU manager's hints: (admitted, affinity)."""
-    policy = model.config.topology_policy
-    if policy == "single-numa-node":
-        hints = [(m, p) for m, p in hints if len(m) == 1]
-    try:
-        return True, merge(policy, [hints], frozenset(model.topo.numa_nodes))
-    except HintError:
-        return False, None
-
-
-def _pod_hint(model: NodeModel, requested: int,
-              containers: list[tuple[int, frozenset[int] | None]]
-              ) -> tuple[bool, frozenset[int] | None]:
-    """The pod scope's merge from what the containers hold: (admitted, affinity)."""
-    if not requested:
-        return True, None
-    hints, assigned = model.held_pod_cpu_hints(requested, containers)
-    if hints is None:
-        hints = model.cpu_hints(requested, model.free | assigned, reusable=assigned)
-    return _merged(model, hints)
 
 
 def _allocate_pod_again(model: NodeModel, old: PodPlacement, hint: frozenset[int] | None

@@ -36,6 +36,9 @@ class CPUTopology:
     uncore: tuple[tuple[int, int], ...] = ()
     # The kubelet's NumCPUs, NumCores... where they are not what the rows add up to.
     counts: TopologyCounts | None = None
+    # NUMA distances as sysfs lists them (node, its distance to every node in node order);
+    # the topology manager's prefer-closest-numa-nodes reads them (docs/design.md#allocator).
+    distances: tuple[tuple[int, tuple[int, ...]], ...] = ()
     # Derived lookups (filled in __post_init__).
     by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
     core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
@@ -96,6 +99,16 @@ class CPUTopology:
         counts = self.kubelet_counts
         return counts.cpus // counts.uncore_caches if counts.uncore_caches else 0
 
+    def average_distance(self, mask: frozenset[int]) -> float:
+        """``NUMADistances.CalculateAverageFor``: the mean distance over every ordered pair
+        of the mask's nodes, each node with itself included."""
+        if not mask:
+            return 0.0
+        # The kubelet indexes each node's row by node id (d[node1][node2]).
+        rows = dict(self.distances)
+        total = sum(rows[a][b] for a in mask for b in mask)
+        return total / (len(mask) ** 2)
+
     def memory_of(self, numa: int) -> int:
         for node, size in self.memory:
             if node == numa:
@@ -140,7 +153,7 @@ def from_snapshot(topology: Topology) -> CPUTopology:
     cpus = tuple(replace(c, uncore=None) for c in rows)
     uncore = tuple((c.id, uncore_of(c)) for c in rows)
     return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore,
-                       counts=topology.counts)
+                       counts=topology.counts, distances=topology.distances)
 
 
 def from_spec(spec: str, numa_per_socket: int = 1,

@@ -46,20 +46,22 @@ type cpuInfo struct {
 }
 
 type setupRequest struct {
-	CPUs             []cpuInfo         `json:"cpus"`
-	Memory           map[string]uint64 `json:"memory"` // bytes per NUMA node id
-	CPUPolicy        string            `json:"cpu_policy"`
-	CPUPolicyOptions map[string]string `json:"cpu_policy_options"`
-	TopologyPolicy   string            `json:"topology_policy"`
-	TopologyScope    string            `json:"topology_scope"`
-	TopologyOptions  map[string]string `json:"topology_options"`
-	MemoryPolicy     string            `json:"memory_policy"`
-	ReservedCPUs     string            `json:"reserved_cpus"`   // reservedSystemCPUs
-	ReservedCPU      string            `json:"reserved_cpu"`    // kubeReserved+systemReserved cpu quantity
-	ReservedMemory   map[string]uint64 `json:"reserved_memory"` // reservedMemory per NUMA node
-	FeatureGates     map[string]bool   `json:"feature_gates"`
-	StateDir         string            `json:"state_dir"`
-	KeepStateDir     bool              `json:"keep_state_dir"`
+	CPUs   []cpuInfo         `json:"cpus"`
+	Memory map[string]uint64 `json:"memory"` // bytes per NUMA node id
+	// NUMA distances per node id, as sysfs nodeN/distance lists them (cAdvisor's Distances).
+	Distances        map[string][]uint64 `json:"distances"`
+	CPUPolicy        string              `json:"cpu_policy"`
+	CPUPolicyOptions map[string]string   `json:"cpu_policy_options"`
+	TopologyPolicy   string              `json:"topology_policy"`
+	TopologyScope    string              `json:"topology_scope"`
+	TopologyOptions  map[string]string   `json:"topology_options"`
+	MemoryPolicy     string              `json:"memory_policy"`
+	ReservedCPUs     string              `json:"reserved_cpus"`   // reservedSystemCPUs
+	ReservedCPU      string              `json:"reserved_cpu"`    // kubeReserved+systemReserved cpu quantity
+	ReservedMemory   map[string]uint64   `json:"reserved_memory"` // reservedMemory per NUMA node
+	FeatureGates     map[string]bool     `json:"feature_gates"`
+	StateDir         string              `json:"state_dir"`
+	KeepStateDir     bool                `json:"keep_state_dir"`
 }
 
 type response struct {

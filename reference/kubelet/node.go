@@ -70,7 +70,8 @@ func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
 		sockets[c.Socket] = true
 		if _, ok := nodes[c.NUMA]; !ok {
 			mem := cfg.Memory[strconv.Itoa(c.NUMA)]
-			nodes[c.NUMA] = &numaNodeT{Id: c.NUMA, Memory: mem}
+			nodes[c.NUMA] = &numaNodeT{Id: c.NUMA, Memory: mem,
+				Distances: cfg.Distances[strconv.Itoa(c.NUMA)]}
 		}
 		k := coreKey{c.NUMA, c.Socket, c.Core}
 		core, ok := cores[k]

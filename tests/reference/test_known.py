@@ -7,15 +7,16 @@ Kinds still open are in tests/reference/known.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from bench.reference import Case, Reference, run_case, setup_request
-from reconciler.allocator import CPUTopology, ModelConfig, NodeModel
+from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.report import pod_to_json
-from reconciler.allocator.restart import restart
+from reconciler.allocator.restart import restart, start_error
 from reconciler.cpuset import parse_cpuset
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import CPUInfo
@@ -133,6 +134,27 @@ def _fresh_after_leak(answers: list[dict[str, Any]], case: Case) -> None:
     assert parse_cpuset(again["state"]["pods"][LEAK_ALL_POD.uid]) == {1, 2, 3}
 
 
+def _fresh_after_restart_leak(answers: list[dict[str, Any]], case: Case) -> None:
+    moved, gone, refused, again = answers[1:]
+    # The first restart moves P's block (the old one leaks); once P is gone and Q's refused
+    # carving leaks the rest, the default set is empty with no container entry: the second
+    # restart starts fresh, the CPUs the first restart leaked included.
+    assert [r["admitted"] for r in moved["readmitted"]] == [True]
+    assert parse_cpuset(gone["state"]["default"]) == {3, 4}
+    assert not refused["ok"] and parse_cpuset(refused["state"]["default"]) == frozenset()
+    assert again["ok"] and parse_cpuset(again["state"]["default"]) == {1, 2, 3, 4}
+
+
+def _restart_leak_case(version: str) -> Case:
+    p = PodSpec("ref", "P", "uid-P", (ContainerSpec("c0", _g(2000)),), resources=_g(2000))
+    q = PodSpec("ref", "Q", "uid-Q", (ContainerSpec("c0", _g(2000)), ContainerSpec("c1", _g(1000))),
+                resources=_g(2000))
+    case = _case(version, "pod", True, p, restart=True, options=STRICT, policy="best-effort",
+                 topo=_topo(5))
+    case.ops += [("remove", p), ("admit", q), ("restart", None)]
+    return case
+
+
 def _smt_at_restart(answers: list[dict[str, Any]], case: Case) -> None:
     again = answers[-1]
     # The first pod holds two of the three free cores, the second the last: the reserved
@@ -214,6 +236,24 @@ SMT_DEFAULT_SET = _closed(
             init_containers=(ContainerSpec("init0", _g(3000), init=True),)))
 
 
+# prefer-closest-numa-nodes (issue 32): four NUMA nodes of two CPUs whose distances make
+# {0,2} and {1,3} the close pairs. Three CPUs need two nodes; of the equally wide masks the
+# kubelet picks the closest, {0,2} (ties to the smaller bitmask), where without the option
+# it picks {0,1}. CPU 0 is reserved.
+CLOSE_DISTANCES = ((0, (10, 21, 12, 30)), (1, (21, 10, 30, 12)), (2, (12, 30, 10, 21)),
+                   (3, (30, 12, 21, 10)))
+
+
+def _closest(version: str, closest: bool) -> Case:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 2) for i in range(8)),
+                       memory=tuple((n, GiB) for n in range(4)), distances=CLOSE_DISTANCES)
+    return _closed(version, topo,
+                   ModelConfig(topology_policy="best-effort", memory_policy="None",
+                               reserved_cpu_m=1000, prefer_closest_numa=closest,
+                               kubelet_version=version),
+                   PodSpec("ref", "close", "uid-close", (ContainerSpec("app", _g(3000)),)))
+
+
 def _aliased(version: str) -> Case:
     """The kubelet keeps its best NUMA-node combination as a Go slice that later
     combinations write into (iterateCombinations): of four one-CPU nodes balancing equally
@@ -277,6 +317,12 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
     ("leaked-blocks-only-restart-fresh", "1.37",
      _case("1.37", "pod", True, LEAK_ALL_POD, restart=True, options=STRICT,
            policy="restricted", topo=_topo(4)), _fresh_after_leak),
+    # Issue 32, M1 (a review's reproduction, on a node the kubelet starts with: one CPU
+    # reserved, strict-cpu-reservation, so the default set can empty).
+    ("restart-leak-then-fresh-start", "1.36", _restart_leak_case("1.36"),
+     _fresh_after_restart_leak),
+    ("restart-leak-then-fresh-start", "1.37", _restart_leak_case("1.37"),
+     _fresh_after_restart_leak),
     ("strict-reservation-full-node-cannot-restart", "1.37",
      _case("1.37", "container", False, TWO_CPU_POD, THREE_CPU_POD, restart=True,
            options=STRICT, policy="best-effort"), _cannot_start),
@@ -297,6 +343,9 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
     ("aliased-combination", "1.35", _aliased("1.35"), _holds({3, 4, 5, 7})),
     ("aliased-combination", "1.36", _aliased("1.36"), _holds({3, 4, 5, 7})),
     ("aliased-combination", "1.37", _aliased("1.37"), _holds({3, 4, 5, 7})),
+    ("prefer-closest-numa-nodes", "1.35", _closest("1.35", True), _holds({1, 4, 5})),
+    ("prefer-closest-numa-nodes", "1.37", _closest("1.37", True), _holds({1, 4, 5})),
+    ("narrowest-without-prefer-closest", "1.37", _closest("1.37", False), _holds({1, 2, 3})),
     ("align-by-socket-distributed", "1.36", _align_by_socket("1.36"),
      _holds({1, 2, 5, 6, 9, 10})),
     ("align-by-socket-distributed", "1.37", _align_by_socket("1.37"),
@@ -311,6 +360,8 @@ def _answers(ref: Reference, case: Case) -> list[dict[str, Any]]:
     for op, pod in case.ops:
         if op == "admit" and pod is not None:
             out.append(ref.request({"op": "admit", "pod": pod_to_json(pod)}))
+        elif op == "remove" and pod is not None:
+            out.append(ref.request({"op": "remove", "pod_uid": pod.uid}))
         else:
             out.append(ref.request({"op": "restart"}))
     return out
@@ -444,7 +495,7 @@ def test_cases_the_runner_found(version: str, seed: int,
                                 need_reference: Callable[[str], None]) -> None:
     from bench.reference import random_case
     need_reference(version)
-    case = random_case(seed, version)
+    case = random_case(seed, version, topology_options=False)
     with Reference(version) as ref:
         outcome = run_case(ref, case)
     assert outcome.agrees, outcome.disagreements
@@ -453,7 +504,7 @@ def test_cases_the_runner_found(version: str, seed: int,
 def test_a_cache_across_numa_nodes_is_counted_twice() -> None:
     """The model's side of the uncore seeds, without Go: 4 CPUs asked, 2 pinned."""
     from bench.reference import random_case
-    case = random_case(20261263785491, "1.35")
+    case = random_case(20261263785491, "1.35", topology_options=False)
     model = NodeModel(case.topo, case.config)
     pod = case.ops[0][1]
     assert pod is not None and pod.containers[0].resources.integer_cpus == 4
@@ -462,3 +513,134 @@ def test_a_cache_across_numa_nodes_is_counted_twice() -> None:
     app = next(c for c in placed.containers if c.name == pod.containers[0].name)
     (cache,) = {case.topo.uncore_of[c] for c in app.exclusive}
     assert len(app.exclusive) == 2 and len(case.topo.numa_set(app.exclusive)) == 2, cache
+
+
+# Issue 32, M1: the model's side without Go. The first restart moves P's block and leaks
+# the old one; the second, on an empty default set with no container entry, starts fresh.
+
+def test_a_fresh_start_gives_back_what_an_earlier_restart_leaked() -> None:
+    case = _restart_leak_case("1.37")
+    model = NodeModel(case.topo, case.config)
+    p, q = case.ops[0][1], case.ops[3][1]
+    assert p is not None and q is not None
+    assert isinstance(model.admit(p), PodPlacement)
+    assert [r.admitted for r in restart(model).readmitted] == [True]
+    model.release(p.namespace, p.name)
+    assert isinstance(model.admit(q), Rejection) and model.default_set == frozenset()
+    assert restart(model).error is None
+    assert model.default_set == {1, 2, 3, 4}
+
+
+# Issue 32, M2 and M3: a model started from the kubelet's checkpoint (from_checkpoint, as the
+# exporter starts it from a live node's state).
+CHECKPOINTED_POD = PodSpec("ref", "X", "uid-X",
+                           (ContainerSpec("a", _g(2000)), ContainerSpec("b", _g(1000))))
+CHECKPOINT_POLICIES = ("none", "best-effort", "single-numa-node")
+
+
+def _checkpoint_config(version: str, policy: str, options: frozenset[str] = frozenset()
+                       ) -> ModelConfig:
+    return ModelConfig(topology_policy=policy, scope="container", memory_policy="None",
+                       reserved_cpu_m=1000, pod_level=False, options=options,
+                       kubelet_version=version)
+
+
+def _from_state(state: dict[str, Any], config: ModelConfig) -> NodeModel:
+    assignments = {uid: {name: parse_cpuset(s) for name, s in byname.items()}
+                   for uid, byname in state["containers"].items()}
+    return NodeModel.from_checkpoint(_topo(6), assignments, parse_cpuset(state["default"]),
+                                     config)
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+@pytest.mark.parametrize("policy", CHECKPOINT_POLICIES)
+def test_a_checkpointed_container_keeps_its_cpus_when_admitted_again(
+        version: str, policy: str, need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    config = _checkpoint_config(version, policy)
+    with Reference(version) as ref:
+        assert ref.request(setup_request(Case(0, _topo(6), config, GATES)))["ok"]
+        first = ref.request({"op": "admit", "pod": pod_to_json(CHECKPOINTED_POD)})
+        again = ref.request({"op": "restart"})
+    assert first["ok"] and again["ok"]
+    assert [r["admitted"] for r in again["readmitted"]] == [True]
+    kept = again["state"]["containers"][CHECKPOINTED_POD.uid]
+    assert kept == first["state"]["containers"][CHECKPOINTED_POD.uid]
+    model = _from_state(first["state"], config)
+    placed = model.admit(CHECKPOINTED_POD)
+    assert isinstance(placed, PodPlacement), placed
+    assert {c.name: parse_cpuset(kept[c.name]) for c in placed.containers} == \
+        {c.name: c.exclusive for c in placed.containers}
+    assert model.default_set == parse_cpuset(again["state"]["default"])
+    assert not model.checkpointed  # the entries now belong to the placed pod
+    model.release(CHECKPOINTED_POD.namespace, CHECKPOINTED_POD.name)
+    assert model.default_set == model.topo.online
+
+
+def test_a_checkpointed_container_is_not_allocated_twice() -> None:
+    """The model's side of M2 without Go: the checkpoint the kubelet wrote above."""
+    for policy in CHECKPOINT_POLICIES:
+        model = NodeModel.from_checkpoint(_topo(6), {"uid-X": {"a": {1, 2}, "b": {3}}},
+                                          {0, 4, 5}, _checkpoint_config("1.37", policy))
+        placed = model.admit(CHECKPOINTED_POD)
+        assert isinstance(placed, PodPlacement), (policy, placed)
+        assert [c.exclusive for c in placed.containers] == [{1, 2}, {3}]
+        assert model.default_set == {0, 4, 5}
+
+
+STRICT_STATE_ERROR = ('cpu manager start: some of strictly reserved cpus: "0" are present in '
+                      'defaultCpuSet: "0,4-5"')
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_strict_reservation_on_a_checkpoint_holding_reserved_cpus(
+        version: str, need_reference: Callable[[str], None], tmp_path: Any) -> None:
+    need_reference(version)
+    before = _checkpoint_config(version, "none")
+    after = _checkpoint_config(version, "none", STRICT)
+    with Reference(version) as ref:
+        setup = setup_request(Case(0, _topo(6), before, GATES))
+        setup["setup"].update(state_dir=str(tmp_path), keep_state_dir=True)
+        assert ref.request(setup)["ok"]
+        first = ref.request({"op": "admit", "pod": pod_to_json(CHECKPOINTED_POD)})
+        setup = setup_request(Case(0, _topo(6), after, GATES))
+        setup["setup"].update(state_dir=str(tmp_path), keep_state_dir=True)
+        refused = ref.request(setup)
+    assert not refused["ok"] and refused["error"] == STRICT_STATE_ERROR
+    assert start_error(_from_state(first["state"], after)) == STRICT_STATE_ERROR
+
+
+def test_strict_reservation_names_the_reserved_cpus_in_the_checkpoint() -> None:
+    """The model's side of M3 without Go."""
+    model = NodeModel.from_checkpoint(_topo(6), {"uid-X": {"a": {1, 2}, "b": {3}}},
+                                      {0, 4, 5}, _checkpoint_config("1.37", "none", STRICT))
+    assert start_error(model) == STRICT_STATE_ERROR
+
+
+def test_prefer_closest_numa_nodes_picks_the_closest_of_equally_wide_masks() -> None:
+    """The model's side without Go; and a machine without distances cannot use the option,
+    as the kubelet cannot ("error getting NUMA distances from cadvisor")."""
+    for closest, want in ((True, {1, 4, 5}), (False, {1, 2, 3})):
+        case = _closest("1.37", closest)
+        placed = NodeModel(case.topo, case.config).admit(case.ops[0][1])  # type: ignore[arg-type]
+        assert isinstance(placed, PodPlacement) and placed.containers[0].exclusive == want
+    case = _closest("1.37", True)
+    bare = CPUTopology(cpus=case.topo.cpus, memory=case.topo.memory)
+    with pytest.raises(ModelError, match="NUMA distances"):
+        NodeModel(bare, case.config)
+
+
+def test_more_numa_nodes_than_the_limit_need_max_allowable_numa_nodes() -> None:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i) for i in range(9)),
+                       memory=tuple((n, GiB) for n in range(9)))
+    config = ModelConfig(topology_policy="best-effort", memory_policy="None",
+                         reserved_cpu_m=1000)
+    with pytest.raises(ModelError, match="more than 8 NUMA Nodes"):
+        NodeModel(topo, config)
+    NodeModel(topo, ModelConfig(memory_policy="None", reserved_cpu_m=1000))  # policy none
+    model = NodeModel(topo, replace(config, max_numa_nodes=9))
+    # Past the default limit every mask is a hint again: two CPUs fit nodes {1,2}.
+    placed = model.admit(TWO_CPU_POD)
+    assert isinstance(placed, PodPlacement) and placed.containers[0].exclusive == {1, 2}
+    with pytest.raises(ModelError, match="should not be less than 8"):
+        ModelConfig(max_numa_nodes=4)

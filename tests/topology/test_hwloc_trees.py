@@ -133,3 +133,40 @@ def test_a_damaged_tree_never_raises_anything_but_a_source_error(
             continue
         assert topo.kernel is not None
         assert all(c.core in topo.online for c in topo.cpus)
+
+
+def test_numa_distances_steer_prefer_closest_numa_nodes(trees: Path) -> None:
+    """sysfs nodeN/distance rows, as cAdvisor reads them, reach the model: on a 4-socket
+    AMD machine of 8 NUMA nodes (distances 16 and 22) the topology manager's
+    prefer-closest-numa-nodes picks the close pair where plain narrowest picks the lower
+    bitmask (docs/design.md#allocator)."""
+    from reconciler.allocator import ModelConfig, NodeModel
+    from reconciler.kube import ContainerSpec, PodSpec, Resources
+
+    tree = trees / "64amd64-4p2n4ca2co" / "sys"
+    topo = read_sysfs_topology(tree, goarch="amd64")
+    node_dir = tree / "devices" / "system" / "node"
+    assert topo.distances == tuple(
+        (n, tuple(int(d) for d in (node_dir / f"node{n}" / "distance").read_text().split()))
+        for n in range(8))
+    model_topo = from_snapshot(topo)
+
+    def pod(name: str, cpus: int) -> PodSpec:
+        r = Resources(cpus * 1000, cpus * 1000, 2**20, 2**20)
+        return PodSpec("d", name, name, (ContainerSpec("app", r),))
+
+    chosen = {}
+    for closest in (False, True):
+        model = NodeModel(model_topo, ModelConfig(
+            topology_policy="best-effort", memory_policy="None", reserved_cpu_m=1000,
+            prefer_closest_numa=closest))
+        for name in ("fill1", "fill2"):  # nodes 1 and 2 (node 0 has a reserved CPU)
+            model.admit(pod(name, 8))
+        placed = model.admit(pod("wide", 12))
+        assert not isinstance(placed, str) and placed.numa_hint is not None
+        chosen[closest] = placed.numa_hint
+    assert chosen == {False: {0, 3}, True: {0, 4}}
+    assert [model_topo.average_distance(m) for m in (chosen[False], chosen[True])] == [16, 13]
+    # A tree without distance files: the option cannot be used, as in the kubelet.
+    bare = read_sysfs_topology(trees / "4fake-4gr1nu1pu" / "sys", goarch="amd64")
+    assert bare.distances == ()

@@ -1,0 +1,142 @@
+"""How much of the kubelet's own code the random differential reaches, as statement coverage
+(docs/design.md#reference, figures in docs/performance.md).
+
+    python -m bench.reference_coverage --version 1.37 --seed 1 --count 1000
+
+builds the reference with Go coverage of the kubelet's CPU, memory, topology and device
+managers and the PodResources server (``go build -cover``, ``bench.reference.COVERED``), runs
+the random workloads through it and the model with ``GOCOVERDIR`` set, and prints the
+statement coverage per package (``go tool covdata percent``) and for the files named in
+FILES (``go tool covdata textfmt`` read by ``go tool cover -func``), then the agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.reference import (
+    COVERED,
+    KUBELET,
+    SOURCE,
+    VERSIONS,
+    Reference,
+    ReferenceUnavailable,
+    build,
+    go_binary,
+    run,
+)
+
+# Files whose own figure the issue's acceptance names, beside the packages.
+FILES = ("cm/memorymanager/policy_static.go", "cm/devicemanager/manager.go",
+         "cm/devicemanager/topology_hints.go", "cm/devicemanager/pod_devices.go")
+_PERCENT = re.compile(r"^\s*(\S+)\s+coverage:\s+([\d.]+)% of statements")
+
+
+def package_percent(go: str, covdir: Path) -> dict[str, float]:
+    """``go tool covdata percent``: statement coverage per package."""
+    out = subprocess.run([go, "tool", "covdata", "percent", f"-i={covdir}"],
+                         capture_output=True, text=True, check=True).stdout
+    got: dict[str, float] = {}
+    for line in out.splitlines():
+        m = _PERCENT.match(line)
+        if m:
+            got[m.group(1)] = float(m.group(2))
+    return got
+
+
+def file_percent(go: str, covdir: Path) -> dict[str, tuple[int, int]]:
+    """(covered, total) statements per source file, from the text profile: ``go tool cover
+    -func`` gives functions only, so the blocks are summed here, as it sums them."""
+    with tempfile.NamedTemporaryFile("w+", suffix=".out") as prof:
+        subprocess.run([go, "tool", "covdata", "textfmt", f"-i={covdir}", f"-o={prof.name}"],
+                       check=True)
+        prof.seek(0)
+        # A block may be listed once per counter file: keep the largest count of each.
+        blocks: dict[tuple[str, str], tuple[int, int]] = {}
+        for line in prof.read().splitlines()[1:]:
+            where, n, hits = line.rsplit(" ", 2)
+            name, span = where.split(":", 1)
+            old = blocks.get((name, span), (int(n), 0))
+            blocks[(name, span)] = (int(n), max(old[1], int(hits)))
+    totals: dict[str, tuple[int, int]] = {}
+    for (name, _), (stmts, count) in blocks.items():
+        covered, total = totals.get(name, (0, 0))
+        totals[name] = (covered + (stmts if count else 0), total + stmts)
+    return totals
+
+
+def uncovered_functions(go: str, covdir: Path, version: str, files: Sequence[str]
+                        ) -> list[str]:
+    """``go tool cover -func`` lines below 100 % for ``files`` (run in the reference's module,
+    with the version's go.mod, so that it finds the kubelet's sources)."""
+    _, modfile, _ = VERSIONS[version]
+    with tempfile.NamedTemporaryFile("w+", suffix=".out") as prof:
+        subprocess.run([go, "tool", "covdata", "textfmt", f"-i={covdir}", f"-o={prof.name}"],
+                       check=True)
+        done = subprocess.run([go, "tool", "cover", f"-func={prof.name}"], cwd=SOURCE,
+                              capture_output=True, text=True, check=False,
+                              env={**os.environ, "GOFLAGS": f"-modfile={modfile}"})
+    out = []
+    for line in done.stdout.splitlines():
+        if any(f in line for f in files) and not line.rstrip().endswith("100.0%"):
+            out.append(line.split("kubelet/", 1)[-1])
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reference_coverage",
+        description="Statement coverage of the kubelet's own managers reached by N random "
+                    "workloads of the differential (docs/design.md#reference).")
+    parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
+    parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
+    parser.add_argument("--count", type=int, default=1000,
+                        help="random workloads (default 1000)")
+    parser.add_argument("--memory", action="store_true",
+                        help="run the workloads under the Static memory manager "
+                             "(python -m bench.reference --memory)")
+    parser.add_argument("--functions", action="store_true",
+                        help="also list the functions of FILES that are not fully covered")
+    args = parser.parse_args(argv)
+    go = go_binary()
+    try:
+        binary = build(args.version, quiet=False, cover=True)
+        if go is None:
+            raise ReferenceUnavailable("no Go toolchain")
+    except ReferenceUnavailable as exc:
+        print(f"reference {args.version}: unavailable: {exc}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="podres-cover-") as tmp:
+        covdir = Path(tmp)
+        agree = 0
+        with Reference(args.version, binary, {"GOCOVERDIR": str(covdir)}) as ref:
+            for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory):
+                agree += outcome.agrees
+        packages = package_percent(go, covdir)
+        files = file_percent(go, covdir)
+        print(f"kubelet {args.version}: statement coverage after {args.count} workloads "
+              f"from seed {args.seed}{' (Static memory manager)' if args.memory else ''}")
+        for pkg in COVERED[1:]:
+            shown = f"{packages[pkg]:5.1f} %" if pkg in packages else "not linked"
+            print(f"  {pkg.removeprefix(KUBELET + '/'):36} {shown}")
+        for name in FILES:
+            covered, total = files.get(f"{KUBELET}/{name}", (0, 0))
+            shown = (f"{100 * covered / total:5.1f} %  ({covered}/{total} statements)"
+                     if total else "not linked")
+            print(f"  {name:36} {shown}")
+        if args.functions:
+            for line in uncovered_functions(go, covdir, args.version, FILES):
+                print(f"    {line}")
+    print(f"reference {args.version}: {agree}/{args.count} agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
