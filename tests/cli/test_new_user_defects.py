@@ -3,11 +3,17 @@ a subprocess."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from foundation.helpers import SCENARIOS, arun_cli, run_cli
+import pytest
+from foundation.helpers import CLI, SCENARIOS, arun_cli, cli_env, run_cli
+
+from exporter.cli import build_parser
 
 
 async def test_record_keeps_the_node_name_for_snapshot_from(start_sim: Any,
@@ -40,3 +46,37 @@ def test_fixture_node_file_that_is_not_a_name_is_one_line(short_tmp: Path) -> No
     run = run_cli("snapshot", "--from", str(fixture))
     assert run.code != 0 and "Traceback" not in run.err
     assert "node.json" in run.err and len(run.err.strip().splitlines()) == 1, run.err
+
+
+def _sim_flags(short_tmp: Path, *extra: str) -> argparse.Namespace:
+    """Start ``sim`` on a modelled node, read the exporter flags it prints, stop it; the
+    flags as ``serve`` parses them."""
+    proc = subprocess.Popen([CLI, "sim", "--topology.shape", "1x2x2", "--socket",
+                             str(short_tmp / "k.sock"), *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli_env(None))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("sim: exporter flags: "):
+                flags = line.removeprefix("sim: exporter flags: ")
+                break
+        else:
+            pytest.fail(f"sim printed no exporter flags: {proc.stderr.read()}")  # type: ignore[union-attr]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    return build_parser().parse_args(["serve", *shlex.split(flags)])
+
+
+def test_sim_flags_turn_this_hosts_kernel_sources_off(short_tmp: Path) -> None:
+    """Without simulated kernel files, ``serve`` with the printed flags must not read this
+    host's /proc/stat (its load would be drawn on the simulated CPUs) nor its cgroups."""
+    args = vars(_sim_flags(short_tmp))
+    assert args["proc.root"] == "" and args["cgroup.root"] == ""
+
+
+def test_sim_flags_name_the_simulated_kernel_files(short_tmp: Path) -> None:
+    args = vars(_sim_flags(short_tmp, "--cgroup-dir", str(short_tmp / "cg"), "--proc-dir",
+                           str(short_tmp / "proc")))
+    assert args["cgroup.root"] == str(short_tmp / "cg")
+    assert args["proc.root"] == str(short_tmp / "proc")
