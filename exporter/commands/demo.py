@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter.errors import UserError
 from exporter.flags import add_flag, duration
 from exporter.options import LogOptions, ModelOptions, PollOptions, WebOptions
 
@@ -125,6 +126,11 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
     try:
         await run_service(_serve_options(args, web, sim, workdir),
                           on_ready=_print_urls(description, drift_notes(sim)), stop=stop)
+    except UserError as exc:
+        if not str(exc).startswith("cannot listen on"):
+            raise
+        raise UserError(f"{exc}; --web.listen-address=127.0.0.1:0 picks a free port (with "
+                        "make: make demo ARGS=--web.listen-address=127.0.0.1:0)") from None
     finally:
         if timer is not None:
             timer.cancel()

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from foundation.helpers import CLI, SCENARIOS, arun_cli, cli_env, run_cli
+from foundation.helpers import CLI, REPO, SCENARIOS, arun_cli, cli_env, run_cli
 
 from exporter.cli import build_parser
 
@@ -80,3 +81,41 @@ def test_sim_flags_name_the_simulated_kernel_files(short_tmp: Path) -> None:
                            str(short_tmp / "proc")))
     assert args["cgroup.root"] == str(short_tmp / "cg")
     assert args["proc.root"] == str(short_tmp / "proc")
+
+
+def test_history_events_help_says_since_takes_durations() -> None:
+    group = run_cli("history", "--help")
+    events = run_cli("history", "events", "--help")
+    assert group.code == 0 and events.code == 0
+    summary = " ".join(group.out.split())
+    assert "events changes over the last hour, or since a duration or time" in summary
+    text = " ".join(events.out.split())
+    assert "duration back from now (30m, 2h, 7d, 1h30m)" in text
+    assert "--until DURATION|TIME" in text
+
+
+def test_history_events_until_takes_a_duration(short_tmp: Path) -> None:
+    from exporter.history import open_store
+
+    url = f"sqlite:///{short_tmp / 'h.db'}"
+    open_store(url).close()
+    ok = run_cli("history", "events", "--history.url", url, "--since", "2h", "--until",
+                 "30m", "-o", "json")
+    assert ok.code == 0, ok.err
+    body = json.loads(ok.out)
+    assert body["since"] < body["until"]
+
+
+def test_make_demo_on_a_busy_port_says_how_to_pick_another() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        run = subprocess.run(["make", "-s", "demo",
+                              f"ARGS=--web.listen-address=127.0.0.1:{port} --duration 5s"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env=cli_env(None), check=False)
+    assert run.returncode != 0
+    assert "Address already in use" in run.stderr, run.stderr
+    assert "make demo ARGS=--web.listen-address=127.0.0.1:0" in run.stderr
+    assert "Traceback" not in run.stderr
