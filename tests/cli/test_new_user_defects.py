@@ -8,6 +8,8 @@ import json
 import shlex
 import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import pytest
 from foundation.helpers import CLI, REPO, SCENARIOS, arun_cli, cli_env, run_cli
 
 from exporter.cli import build_parser
+from exporter.demo.node import FIRST_PODS
 
 
 async def test_record_keeps_the_node_name_for_snapshot_from(start_sim: Any,
@@ -119,3 +122,37 @@ def test_make_demo_on_a_busy_port_says_how_to_pick_another() -> None:
     assert "Address already in use" in run.stderr, run.stderr
     assert "make demo ARGS=--web.listen-address=127.0.0.1:0" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_default_demo_history_has_a_moment_per_arrival() -> None:
+    """The workload arrives a pod per poll, so the history (and the CPU map's slider) has
+    several moments, not the 19 assignments of one timestamp."""
+    proc = subprocess.Popen([CLI, "demo", "--web.listen-address", "127.0.0.1:0",
+                             "--poll.interval", "0.3s", "--duration", "60s"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(None))
+    try:
+        assert proc.stdout is not None
+        url = next(line.split()[-1].rstrip("/") for line in proc.stdout
+                   if "CPU map and links" in line)
+        starts: set[str] = set()
+        deadline = time.monotonic() + 45
+        pods: set[str] = set()
+        while time.monotonic() < deadline and len(pods) < 9:
+            time.sleep(0.5)
+            with urllib.request.urlopen(f"{url}/api/v1/assignments?node=demo-node") as resp:
+                items = json.load(resp)["items"]
+            pods = {i["pod"] for i in items}
+            starts = {i["valid_from"] for i in items}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert len(pods) == 9, pods
+    # One moment per arrival; a loaded machine may fold two arrivals into one poll.
+    assert len(starts) >= (9 - FIRST_PODS) // 2 + 1, sorted(starts)
+
+
+def test_readme_names_demo_churn_and_args() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert 'make demo ARGS="--churn"' in text
+    assert 'make demo ARGS="--web.listen-address=127.0.0.1:0"' in text
