@@ -156,3 +156,15 @@ def test_readme_names_demo_churn_and_args() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert 'make demo ARGS="--churn"' in text
     assert 'make demo ARGS="--web.listen-address=127.0.0.1:0"' in text
+
+
+def test_snapshot_containers_table_shows_memory_as_a_size() -> None:
+    """The ``memory`` column is the container's memory (its own, or its pod's pool) as a
+    size, not the assignment again; the CPU count's header says what it counts."""
+    run = run_cli("snapshot", "--from", str(SCENARIOS / "sidecar-hybrid"))
+    assert run.code == 0, run.err
+    lines = run.out.split("Containers\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = lines[0].split()
+    assert header[-3:] == ["cpus", "cpu_count", "memory"] and "n" not in header
+    rows = {r.split()[2]: r.split() for r in lines[2:]}
+    assert rows["app"][-2:] == ["4", "GiB"] and rows["mesh-proxy"][-2:] == ["2", "GiB"]
