@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from reconciler.anomalies import INFORMATIONAL_KINDS
 from reconciler.cpuset import format_cpuset
-from reconciler.ledger import CPU_POOLS, Ledger
+from reconciler.ledger import CPU_POOLS, ContainerEntry, Ledger
 
 # The one byte formatter (reconciler/units.py), re-exported for the exporter's tables.
 from reconciler.units import human_bytes as human_bytes
@@ -66,16 +66,31 @@ def render_ledger(ledger: Ledger) -> str:
     out += [f"  {_KUBELET_LABELS.get(key, key)}: {_kubelet_value(value)}"
             for key, value in ledger.kubelet if value not in ("", None)]
     out += ["", *_pools(ledger), *_pods(ledger)]
-    out += ["Containers", table(
-        ["namespace", "pod", "container", "sidecar", "assignment", "memory", "cpus", "n"],
-        [[c.namespace, c.pod, c.name, "yes" if c.sidecar else "", c.assignment,
-          c.memory_assignment, format_cpuset(c.cpus) or "-", c.cpu_count]
-         for c in ledger.containers]), ""]
+    out += ["Containers", _containers(ledger), ""]
     out += _devices(ledger)
     out.append(f"Reclaimed cores (net): {reclaimed_cell(ledger.reclaimed_cpus)}    "
                f"Reclaimable cores: {ledger.reclaimable_cpus}")
     out += _anomalies(ledger)
     return "\n".join(out) + "\n"
+
+
+def _containers(ledger: Ledger) -> str:
+    """CPU and memory per container: the CPU assignment and set, the memory as a size (the
+    container's own, or its pod's pool), with the memory's pool named where it is not the
+    CPU assignment's."""
+    return table(
+        ["namespace", "pod", "container", "sidecar", "assignment", "cpus", "cpu_count",
+         "memory"],
+        [[c.namespace, c.pod, c.name, "yes" if c.sidecar else "", c.assignment,
+          format_cpuset(c.cpus) or "-", c.cpu_count, _memory_cell(c)]
+         for c in ledger.containers])
+
+
+def _memory_cell(c: ContainerEntry) -> str:
+    if not c.memory_bytes:
+        return "-"
+    size = human_bytes(c.memory_bytes)
+    return size if c.memory_assignment == c.assignment else f"{size} ({c.memory_assignment})"
 
 
 def _pools(ledger: Ledger) -> list[str]:

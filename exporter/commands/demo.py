@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter.errors import UserError
 from exporter.flags import add_flag, duration
 from exporter.options import LogOptions, ModelOptions, PollOptions, WebOptions
 
@@ -81,8 +82,8 @@ def drift_notes(sim: DemoNode) -> list[str]:
     from reconciler.cpuset import format_cpuset
 
     notes = []
-    for (namespace, pod, container), cpus in sorted(demo_drift(sim.node).items()):
-        own = next(c.exclusive for p in sim.node.model.pods.values() for c in p.containers
+    for (namespace, pod, container), cpus in sorted(demo_drift(sim.final).items()):
+        own = next(c.exclusive for p in sim.final.model.pods.values() for c in p.containers
                    if (p.namespace, p.name, c.name) == (namespace, pod, container))
         notes.append(
             f"  note: {namespace}/{pod}/{container} drifts on purpose: it was given CPUs "
@@ -117,7 +118,7 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
     web = WebOptions.from_args(args)  # a bad address fails before anything starts
     sim, description = await start_demo_node(
         workdir, ns["topology.shape"], churn=ns["churn.interval"] if ns["churn"] else None,
-        policy_options=ns["cpu_policy_options"])
+        policy_options=ns["cpu_policy_options"], arrival=PollOptions.from_args(args).interval)
     stop = asyncio.Event()
     stop_on_signals(stop)
     timer = asyncio.get_running_loop().call_later(ns["duration"], stop.set) \
@@ -125,6 +126,11 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
     try:
         await run_service(_serve_options(args, web, sim, workdir),
                           on_ready=_print_urls(description, drift_notes(sim)), stop=stop)
+    except UserError as exc:
+        if not str(exc).startswith("cannot listen on"):
+            raise
+        raise UserError(f"{exc}; --web.listen-address=127.0.0.1:0 picks a free port (with "
+                        "make: make demo ARGS=--web.listen-address=127.0.0.1:0)") from None
     finally:
         if timer is not None:
             timer.cancel()

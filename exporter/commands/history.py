@@ -28,9 +28,11 @@ def _common(parser: argparse.ArgumentParser, *history: str) -> None:
 
 
 _SUBCOMMANDS = {
-    "events": ("changes since a time: assignments opened and released, anomalies raised "
-               "and resolved, gaps in the record",
-               "Print what changed between --since and --until, oldest first."),
+    "events": ("changes over the last hour, or since a duration or time: assignments "
+               "opened and released, anomalies raised and resolved, gaps in the record",
+               "Print what changed between --since and --until, oldest first. Both take a "
+               "duration back from now (30m, 2h, 7d, 1h30m) or a time (RFC 3339, unix "
+               "seconds): --since 30m is the last half hour."),
     "at": ("what every container held at TIME",
            "Print every container's CPUs, memory and NUMA nodes as they were at TIME, with "
            "a warning when TIME falls in a gap of the record."),
@@ -59,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     events.add_argument("--since", default="1h", metavar="DURATION|TIME",
                         help="a duration back from now (1h, 30m) or a time (RFC 3339, "
                         "unix seconds) (default: %(default)s)")
-    events.add_argument("--until", default=None, metavar="TIME", help="end (default: now)")
+    events.add_argument("--until", default=None, metavar="DURATION|TIME",
+                        help="end: a duration back from now or a time (default: now)")
     events.add_argument("--limit", type=positive_int, default=10000, metavar="N",
                         help="at most this many events (default: %(default)s)")
 
@@ -147,7 +150,7 @@ def _events(store: Any, args: argparse.Namespace) -> int:
     from exporter.render import human_bytes
 
     start = _since(args.since)
-    end = _time(args.until, "--until") if args.until else None
+    end = _since(args.until, "--until") if args.until else None
     items = q.events(store, start, end, node=args.node, limit=args.limit)
     if args.output == "json":
         _emit_json({"since": format_time(start), "until": format_time(end),

@@ -68,7 +68,7 @@ async def _record(args: argparse.Namespace) -> int:
         print(f"podres-exporter record: warning: {message}", file=sys.stderr)
     target = Path(args.directory)
     try:
-        names = _write_whole(target, reading.raw)
+        names = _write_whole(target, reading.raw, SourcesOptions.from_args(args).node_name)
     except OSError as exc:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for name in names:
@@ -104,7 +104,7 @@ def _record_kernel(args: argparse.Namespace, pods: bytes | None,
     return written
 
 
-def _write_whole(target: Path, raw: RawNode) -> list[str]:
+def _write_whole(target: Path, raw: RawNode, node_name: str) -> list[str]:
     """Write the fixture into a sibling directory, then put it in ``target``'s place (the
     old directory is removed only once the new one is complete); the names written."""
     from exporter.sources.fixture import write_fixture_dir
@@ -114,7 +114,7 @@ def _write_whole(target: Path, raw: RawNode) -> list[str]:
     staging = _sibling(target, "new")
     staging.mkdir()
     try:
-        names = [path.name for path in write_fixture_dir(staging, raw)]
+        names = [path.name for path in write_fixture_dir(staging, raw, node_name)]
         if target.exists():
             old = _sibling(target, "old")
             os.replace(target, old)

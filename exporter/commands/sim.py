@@ -122,18 +122,28 @@ def refuse_socket_in_use(path: str) -> None:
                     "another path)")
 
 
-def client_flags(info: Mapping[str, Any], topology_file: str | None) -> str:
-    """The exporter flags that read this simulator as the node it simulates."""
-    flags = [f"--podresources.socket {os.path.abspath(info['socket'])}"]
+def client_flags(info: Mapping[str, Any], topology_file: str | None,
+                 kernel: tuple[str, str] | None = None) -> str:
+    """The exporter flags that read this simulator as the node it simulates, as a shell
+    line. ``kernel`` is the simulated (cgroup root, proc root); without it the kernel
+    sources are turned off: this host's cgroups and /proc/stat are not the simulated
+    node's, and their busy time would be drawn on its CPUs."""
+    from shlex import quote
+
+    flags = [f"--podresources.socket {quote(os.path.abspath(info['socket']))}"]
     if info["https"]:
-        flags.append(f"--kubelet.url {info['https']} --kubelet.ca-file {info['ca_file']}")
+        flags.append(f"--kubelet.url {quote(info['https'])} "
+                     f"--kubelet.ca-file {quote(info['ca_file'])}")
     if topology_file:
-        flags.append(f"--topology {topology_file}")
+        flags.append(f"--topology {quote(topology_file)}")
+    cgroup, proc = kernel or ("", "")
+    flags.append(f"--cgroup.root {quote(cgroup)} --proc.root {quote(proc)}")
     return " ".join(flags)
 
 
 async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None = None, *,
-                              topology_file: str | None = None) -> None:
+                              topology_file: str | None = None,
+                              kernel: tuple[str, str] | None = None) -> None:
     """Start ``sim``, print where it listens and the exporter flags that read it, reload on
     SIGHUP, stop on SIGINT/SIGTERM."""
     from exporter.sim.server import describe
@@ -160,7 +170,7 @@ async def serve_until_stopped(sim: SimKubelet, reload: Callable[[], None] | None
     print(f"sim: PodResources on unix://{info['socket']}", flush=True)
     if info["https"]:
         print(f"sim: kubelet HTTPS on {info['https']} (CA file {info['ca_file']})", flush=True)
-    print(f"sim: exporter flags: {client_flags(info, topology_file)}", flush=True)
+    print(f"sim: exporter flags: {client_flags(info, topology_file, kernel)}", flush=True)
     if topology_file is None:
         print("sim: without --topology the exporter reads this host's CPUs, not the simulated "
               "node's", flush=True)
@@ -251,8 +261,6 @@ def _sim_kernel(args: argparse.Namespace, node: ModelDrivenNode) -> SimKernel | 
         raise UserError("--cgroup-dir and --proc-dir go together")
     kernel = SimKernel(node.model, args.cgroup_dir, Path(args.proc_dir, "stat"),
                        load_by_pool=parse_pool_loads(args.load), drift=parse_drift(args.drift))
-    print(f"sim: kernel files: exporter flags --cgroup.root {os.path.abspath(args.cgroup_dir)}"
-          f" --proc.root {os.path.abspath(args.proc_dir)}", flush=True)
     return kernel
 
 
@@ -284,8 +292,11 @@ async def _serve_model(args: argparse.Namespace, model: ModelOptions) -> int:
     if kernel is not None:
         tasks.append(asyncio.create_task(kernel.run()))
     try:
+        dirs = None if kernel is None else (os.path.abspath(args.cgroup_dir),
+                                            os.path.abspath(args.proc_dir))
         await serve_until_stopped(sim, reload,
-                                  topology_file=args.topology_file or model.topology_file)
+                                  topology_file=args.topology_file or model.topology_file,
+                                  kernel=dirs)
     finally:
         for task in tasks:
             task.cancel()

@@ -35,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
         from exporter.commands._sources import refuse_ignored_with_from
 
         refuse_ignored_with_from(args, keep=("node_name",))
-        ledger = ledger_from_fixture(args.from_dir,
-                                     node_name=SourcesOptions.from_args(args).node_name)
+        ledger = ledger_from_fixture(args.from_dir, node_name=_fixture_node(args))
     else:
         ledger = asyncio.run(read_live(args, "snapshot")).ledger
     warn_divergences(ledger, "snapshot")
@@ -51,6 +50,18 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render_ledger(ledger))
     return 0
+
+
+def _fixture_node(args: argparse.Namespace) -> str:
+    """``--node-name`` on the command line, else the name the fixture was recorded with,
+    else the usual default ($NODE_NAME, the host name): a fixture is another node's."""
+    from exporter.sources.fixture import fixture_node_name
+
+    if "--node-name" not in getattr(args, "_given", ()):
+        recorded = fixture_node_name(args.from_dir)
+        if recorded:
+            return recorded
+    return str(SourcesOptions.from_args(args).node_name)
 
 
 def _add_fixture_enforced(body: dict[str, object], directory: str) -> None:

@@ -1,5 +1,9 @@
 """The demo node: ``ModelDrivenNode`` on a 2-socket SMT machine running workload.yaml,
-served by a ``SimKubelet``; optional churn adds and removes pods as a cluster would."""
+served by a ``SimKubelet``; optional churn adds and removes pods as a cluster would.
+
+The workload arrives a pod at a time (``FIRST_PODS`` at once, then one each poll), as a
+node filling up does: the history then has a moment per arrival, which the CPU map's time
+slider steps through; all at once, every event shared one timestamp."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from reconciler.kube import PodSpec
 WORKLOAD = Path(__file__).with_name("workload.yaml")
 # How busy each pool's CPUs are in the demo's /proc/stat: a pegged pod shared pool beside
 # exclusive cores that mostly idle is what the busy-time panels are for.
+# Pods running when the demo starts; the rest arrive one per poll interval.
+FIRST_PODS = 3
 DEMO_LOAD = {"reserved": 0.15, "node_shared": 0.35, "node_exclusive": 0.6,
              "pod_exclusive": 0.05, "pod_shared": 0.95, "pod_idle": 0.0}
 
@@ -30,7 +36,9 @@ def demo_pods() -> list[PodSpec]:
     return pods_from_templates(load_templates([str(WORKLOAD)]))
 
 
-def build_node(topology: str, policy_options: str = "") -> ModelDrivenNode:
+def build_node(topology: str, policy_options: str = "",
+               pods: int | None = None) -> ModelDrivenNode:
+    """The demo node running the first ``pods`` of the workload (default all)."""
     try:
         topo = from_spec(topology)
     except TopologyError as exc:
@@ -44,7 +52,7 @@ def build_node(topology: str, policy_options: str = "") -> ModelDrivenNode:
     except ModelError as exc:
         raise UserError(f"--cpu-policy-options: {exc}") from None
     node = ModelDrivenNode(topo, config, "1.37", node_name="demo-node")
-    node.sync(demo_pods())
+    node.sync(demo_pods()[:pods])
     return node
 
 
@@ -80,8 +88,10 @@ class DemoNode:
     """A started simulated kubelet, its kernel files, plus the churn task."""
 
     def __init__(self, node: ModelDrivenNode, sim: SimKubelet, topology_file: Path,
-                 kernel: SimKernel) -> None:
+                 kernel: SimKernel, final: ModelDrivenNode) -> None:
         self.node = node
+        # The node once the whole workload has arrived (what the banner describes).
+        self.final = final
         self.sim = sim
         self.topology_file = topology_file
         self.kernel = kernel
@@ -108,8 +118,18 @@ class DemoNode:
     def cert_path(self) -> Path | None:
         return self.sim.cert_path
 
-    def start_churn(self, interval: float, seed: int = 1) -> None:
-        self._task = asyncio.create_task(self._churn(interval, random.Random(seed)))
+    def start(self, arrival: float, churn: float | None, seed: int = 1) -> None:
+        """Admit the rest of the workload a pod every ``arrival`` seconds, then churn."""
+        self._task = asyncio.create_task(self._run(arrival, churn, random.Random(seed)))
+
+    async def _run(self, arrival: float, churn: float | None, rng: random.Random) -> None:
+        base = demo_pods()
+        for count in range(len(self.node.model.pods) + 1, len(base) + 1):
+            await asyncio.sleep(arrival)
+            self.node.sync(base[:count])
+            self.sim.set_state(kubelet_state(self.node, self.kernel))
+        if churn:
+            await self._churn(churn, rng)
 
     async def _churn(self, interval: float, rng: random.Random) -> None:
         base = demo_pods()
@@ -137,16 +157,19 @@ class DemoNode:
 
 
 async def start_demo_node(workdir: Path, topology: str, *, churn: float | None = None,
-                          policy_options: str = "") -> tuple[DemoNode, str]:
-    node = build_node(topology, policy_options)
+                          policy_options: str = "", arrival: float = 0.0
+                          ) -> tuple[DemoNode, str]:
+    """The demo node, started; with ``arrival`` the workload arrives a pod at a time at
+    that interval (from ``FIRST_PODS``), else all at once."""
+    final = build_node(topology, policy_options)
+    node = build_node(topology, policy_options, FIRST_PODS) if arrival > 0 else final
     topology_file = workdir / "topology.json"
     topology_file.write_text(json.dumps(node.topology_json()), encoding="utf-8")
     kernel = SimKernel(node.model, workdir / "cgroup", workdir / "proc" / "stat",
-                       load_by_pool=DEMO_LOAD, drift=demo_drift(node))
+                       load_by_pool=DEMO_LOAD, drift=demo_drift(final))
     sim = SimKubelet(kubelet_state(node, kernel), socket_path=str(workdir / "kubelet.sock"),
                      http_listen="127.0.0.1:0")
     await sim.start()
-    demo = DemoNode(node, sim, topology_file, kernel)
-    if churn:
-        demo.start_churn(churn)
-    return demo, node.summary()
+    demo = DemoNode(node, sim, topology_file, kernel, final)
+    demo.start(arrival, churn)
+    return demo, final.summary()

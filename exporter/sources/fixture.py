@@ -29,6 +29,9 @@ MAX_FILE_BYTES = 256 << 20
 FILE_OF = {("kubelet", "pods"): "pods.json", ("kubelet", "configz"): "configz.json",
            ("podresources", "GetAllocatableResources"): "allocatable.json",
            ("podresources", "List"): "list.json"}
+# The node's Kubernetes name as ``record`` was told it (``--node-name``): no kubelet answer
+# carries it, and a fixture read elsewhere would otherwise take that host's name.
+NODE_FILE = "node.json"
 
 
 def _read_json(path: Path) -> Any:
@@ -102,7 +105,20 @@ def load_fixture_dir(directory: str | Path, *, with_list: bool = True) -> RawNod
     )
 
 
-def write_fixture_dir(directory: str | Path, raw: RawNode) -> list[Path]:
+def fixture_node_name(directory: str | Path) -> str | None:
+    """The node name a fixture was recorded with (``node.json``), if it says one."""
+    path = Path(directory) / NODE_FILE
+    if not path.exists():
+        return None
+    obj = _read_json(path)
+    name = obj.get("node_name") if isinstance(obj, dict) else None
+    if not isinstance(name, str):
+        raise UserError(f"{path}: expected an object with a string node_name")
+    return name
+
+
+def write_fixture_dir(directory: str | Path, raw: RawNode,
+                      node_name: str | None = None) -> list[Path]:
     """Write a fixture directory (``record``); returns the files written. The kubelet's
     bodies and the checkpoint files are written byte for byte as they were read."""
     root = Path(directory)
@@ -120,6 +136,8 @@ def write_fixture_dir(directory: str | Path, raw: RawNode) -> list[Path]:
             files[name] = data
     if raw.topology is not None:
         files["topology.json"] = _dump(topology_to_json(raw.topology))
+    if node_name:
+        files[NODE_FILE] = _dump({"node_name": node_name})
     written = []
     for name, data in files.items():
         target = root / name
@@ -145,5 +163,6 @@ def _dump(obj: Any) -> bytes:
     return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
-__all__ = ["CHECKPOINT_FILES", "FILE_OF", "KubeletState", "RawNode", "load_fixture_dir",
+__all__ = ["CHECKPOINT_FILES", "FILE_OF", "NODE_FILE", "KubeletState", "RawNode",
+           "fixture_node_name", "load_fixture_dir",
            "parse_message", "write_fixture_dir"]

@@ -42,11 +42,14 @@ def test_every_runtime_dependency_is_pinned_with_hashes() -> None:
 
 
 def test_dockerfile_installs_only_the_locked_files() -> None:
-    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    commands = " ".join(line.strip().rstrip("\\") for line in text.splitlines()
-                        if not line.lstrip().startswith("#"))
-    installs = re.findall(r"pip (?:install|wheel)[^&]*", commands)
-    assert installs
+    """The Dockerfile, and build.sh and install.sh, which build the same image without
+    Docker: every pip step that fetches or installs dependencies checks the lock's hashes."""
+    text = "\n".join((ROOT / name).read_text(encoding="utf-8") for name in (
+        "Dockerfile", "deploy/image/build.sh", "deploy/image/install.sh"))
+    logical = re.sub(r"\\\n", " ", "\n".join(
+        line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    installs = re.findall(r"pip\"? (?:install|wheel|download)[^&\n]*", logical)
+    assert len(installs) == 6, installs
     for command in installs:
         if "--no-deps" in command and "requirements.lock" not in command:
             continue  # the project's own wheel, its dependencies installed from the lock
