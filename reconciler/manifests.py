@@ -12,11 +12,15 @@ Pure: reading files belongs to ``exporter``.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.kube import PodSpec, SpecError, pod_spec_from_json
+
+# Containers of one pod template, init containers included (docs/plan.md#manifest-limits):
+# far past any real pod; planning costs grow with it (the scratch node is sized to the pod).
+MAX_CONTAINERS = 1_000
 
 KINDS = ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
 
@@ -79,6 +83,13 @@ class Workloads:
     def __add__(self, other: Workloads) -> Workloads:
         return Workloads(self.templates + other.templates, self.skipped + other.skipped)
 
+    @staticmethod
+    def join(parts: Iterable[Workloads]) -> Workloads:
+        """All of ``parts`` in order, in time linear in their total (``+`` copies)."""
+        parts = list(parts)
+        return Workloads(tuple(t for p in parts for t in p.templates),
+                         tuple(k for p in parts for k in p.skipped))
+
 
 def workloads_in_manifest(doc: object, source: str = "manifest") -> Workloads:
     """The pod templates of one decoded YAML document (``None`` documents give none) and
@@ -91,10 +102,9 @@ def workloads_in_manifest(doc: object, source: str = "manifest") -> Workloads:
     if not isinstance(kind, str) or not kind:
         raise ManifestError(f"{source}: no 'kind'")
     if kind.endswith("List") and isinstance(doc.get("items"), list):
-        out = Workloads()
-        for i, item in enumerate(doc["items"]):
-            out += workloads_in_manifest(item, f"{source} item {i}")
-        return out
+        parts = [workloads_in_manifest(item, f"{source} item {i}")
+                 for i, item in enumerate(doc["items"])]
+        return Workloads.join(parts)
     if kind in KINDS:
         return Workloads(templates=(_workload_template(kind, doc, source),))
     near = difflib.get_close_matches(kind, KINDS, n=1, cutoff=0.8)
@@ -130,6 +140,10 @@ def _pod_spec(template: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ManifestError(f"{where}: the pod template has no containers")
-    if not isinstance(spec.get("initContainers", []) or [], list):
+    init = spec.get("initContainers", []) or []
+    if not isinstance(init, list):
         raise ManifestError(f"{where}: initContainers must be a list")
+    if len(containers) + len(init) > MAX_CONTAINERS:
+        raise ManifestError(f"{where}: more than {MAX_CONTAINERS} containers in one pod "
+                            f"({len(containers) + len(init)})")
     return spec

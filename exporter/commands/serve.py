@@ -64,29 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = ServeOptions.from_args(args)
     LogOptions.from_args(args).setup()
+    from exporter.web.lifecycle import exit_within
+
     return asyncio.run(run_service(options, on_stop=exit_within(SHUTDOWN_BUDGET)))
-
-
-def exit_within(seconds: float) -> Callable[[], None]:
-    """A function that, called when stopping begins, makes sure the process is gone
-    ``seconds`` later: a daemon timer ends it then, saying what it was waiting for. For
-    the command only: a test running ``serve`` in its own process must not be ended."""
-    def arm() -> None:
-        import os
-        import threading
-
-        def give_up() -> None:
-            waiting = sorted(t.name for t in threading.enumerate()
-                             if t is not threading.current_thread() and t.is_alive())
-            log.warning("still stopping after %gs; exiting (threads waiting: %s)", seconds,
-                        ", ".join(waiting) or "none")
-            logging.shutdown()
-            os._exit(0)
-
-        timer = threading.Timer(seconds, give_up)
-        timer.daemon = True
-        timer.start()
-    return arm
 
 
 async def serve(args: argparse.Namespace, *, on_ready: Callable[[str], None] | None = None,

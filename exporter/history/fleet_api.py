@@ -23,6 +23,10 @@ log = logging.getLogger("podres.history")
 
 PATH = "/fleet/plan"
 MAX_BODY = 1 << 20  # a manifest of a few hundred templates; more is not a manifest
+# What a manifest is sent as; a form or an upload of anything else is refused (415), so that
+# a browser's cross-site form post, which cannot send these, never reaches the planner.
+CONTENT_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml",
+                 "application/json", "text/plain")
 
 
 def _plan(resolve: Callable[[], HistoryStore], text: str) -> bytes:
@@ -41,6 +45,20 @@ def _plan(resolve: Callable[[], HistoryStore], text: str) -> bytes:
     return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The whole body, however it is sent (a length or chunks); ``None`` once past
+    ``limit`` bytes. ``content.read(n)`` returns only what has arrived, so one call cut a
+    large manifest short."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 << 10):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def add_fleet_plan_route(app: web.Application, prefix: str, *,
                          resolve: Callable[[], HistoryStore],
                          error_response: Callable[[int, str], web.Response],
@@ -50,12 +68,15 @@ def add_fleet_plan_route(app: web.Application, prefix: str, *,
     it answers errors, so that both answer alike."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if request.content_type not in CONTENT_TYPES:
+            return error_response(415, f"body: Content-Type {request.content_type} is not a "
+                                  f"manifest (send one of {', '.join(CONTENT_TYPES)})")
         if request.content_length is not None and request.content_length > MAX_BODY:
             return error_response(413, f"body: larger than {MAX_BODY} bytes")
+        raw = await read_body(request, MAX_BODY)
+        if raw is None:
+            return error_response(413, f"body: larger than {MAX_BODY} bytes")
         try:
-            raw = await request.content.read(MAX_BODY + 1)
-            if len(raw) > MAX_BODY:
-                return error_response(413, f"body: larger than {MAX_BODY} bytes")
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return error_response(400, "body: not UTF-8 text")
@@ -92,11 +113,13 @@ def path_item() -> dict[str, Any]:
                        "then more CPUs left; then refused nodes; then nodes without a "
                        "recorded placement state. Reads only.",
         "requestBody": {"required": True, "content": {
-            "application/yaml": text, "application/json": {"schema": {"type": "object"}},
-            "text/plain": text}},
+            t: {"schema": {"type": "object"}} if t == "application/json" else text
+            for t in CONTENT_TYPES}},
         "responses": {"200": response("The ranked nodes", "FleetPlan"),
-                      "400": response("Not a manifest, or no pod template in it", "Error"),
+                      "400": response("Not a manifest, no pod template in it, or one past "
+                                      "the limits (docs/plan.md#manifest-limits)", "Error"),
                       "413": response("Body larger than 1 MiB", "Error"),
+                      "415": response("Body not sent as YAML, JSON or text", "Error"),
                       "503": response("History database unavailable", "Error")}}}
 
 

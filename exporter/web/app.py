@@ -31,11 +31,16 @@ _LANDING = """<!doctype html>
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
 
 
+# On every answer: a JSON error may echo the request (a name, a parameter), and a browser
+# must never sniff it into HTML. The web config's headers may say otherwise.
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+
+
 def auth_middleware(config: WebConfig) -> Any:
     """Basic auth from the web config on every route (none without users), and the
-    config's extra response headers on every answer."""
+    config's extra response headers (and :data:`NOSNIFF`) on every answer."""
     checker = config.basic_auth()
-    extra = dict(config.headers)
+    extra = {**NOSNIFF, **dict(config.headers)}
 
     async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         verdict = Verdict.ALLOWED if checker is None else \

@@ -85,34 +85,48 @@ class ConnectionStats:
     timed_out: int = 0
 
 
-class _Slot:
-    """One counted connection, released exactly once however it ends. While it waits (TLS
-    handshake, request headers, idle between requests) it is in its listener's ``waiting``
-    list, oldest first, and may be evicted; ``abort`` closes it (set by its stage)."""
+# What an open connection with no request in flight is waiting for, in the order they are
+# evicted at the cap (the one waiting longest first within each): a request sent in part
+# and stalled (what a slow-request attacker holds open), a client silent after its TLS
+# handshake, a handshake still going on, and last a connection that has had an answer and
+# waits for its next request (a kept-alive scraper). A scraper or a probe on a new
+# connection sends its whole request as soon as its handshake is done, so it waits only
+# in its own handshake, behind every half-sender: churn among half-senders does not push
+# it out (docs/deploy.md#connection-limits).
+PARTIAL, SILENT, HANDSHAKE, IDLE = range(4)
 
-    __slots__ = ("_held", "_listener", "abort")
+
+class _Slot:
+    """One counted connection, released exactly once however it ends. While it waits it is
+    in one of its listener's ``waiting`` queues (by stage, oldest first) and may be
+    evicted; ``abort`` closes it (set by its stage)."""
+
+    __slots__ = ("_held", "_listener", "_stage", "abort")
 
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._held = True
+        self._stage: int | None = None
         self.abort: Callable[[], None] | None = None
         listener.stats.open += 1
-        listener.waiting[self] = None
+        self.wait(HANDSHAKE)
 
-    def wait(self, waiting: bool) -> None:
-        """A request started (False) or finished (True): it can be evicted again, as the
-        newest waiter."""
-        if not self._held:
+    def wait(self, stage: int | None) -> None:
+        """Now waiting at ``stage`` (``None``: a request is in flight, not evictable); a
+        new stage puts it last in that stage's queue."""
+        if not self._held or stage == self._stage:
             return
-        self._listener.waiting.pop(self, None)
-        if waiting:
-            self._listener.waiting[self] = None
+        if self._stage is not None:
+            self._listener.waiting[self._stage].pop(self, None)
+        self._stage = stage
+        if stage is not None:
+            self._listener.waiting[stage][self] = None
 
     def release(self) -> None:
         if self._held:
+            self.wait(None)
             self._held = False
             self._listener.stats.open -= 1
-            self._listener.waiting.pop(self, None)
 
     def evict(self) -> None:
         abort, self.abort = self.abort, None
@@ -156,14 +170,17 @@ class _Guard(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._slot.abort = transport.abort
+        self._slot.wait(SILENT)  # the handshake is done (plain: there was none)
         self._listener.guards[self._inner] = self
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if not self._busy and not self._waiting_for_headers:
-            self._waiting_for_headers = True
-            self._arm(asyncio.get_running_loop().time()
-                      + self._listener.options.read_header_timeout)
+        if not self._busy:
+            self._slot.wait(PARTIAL)  # until aiohttp has the whole head and starts it
+            if not self._waiting_for_headers:
+                self._waiting_for_headers = True
+                self._arm(asyncio.get_running_loop().time()
+                          + self._listener.options.read_header_timeout)
         self._inner.data_received(data)
 
     def eof_received(self) -> None:
@@ -186,14 +203,14 @@ class _Guard(asyncio.Protocol):
 
     def request_started(self) -> None:
         self._busy = True
-        self._slot.wait(False)
+        self._slot.wait(None)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def request_finished(self) -> None:
         self._busy = False
-        self._slot.wait(True)
+        self._slot.wait(IDLE)
         self._waiting_for_headers = False
         self._arm(asyncio.get_running_loop().time() + self._listener.options.idle_timeout)
 
@@ -211,8 +228,10 @@ class Listener:
     sockets: list[socket.socket] = field(default_factory=list)
     stats: ConnectionStats = field(default_factory=ConnectionStats)
     guards: dict[RequestHandler, _Guard] = field(default_factory=dict)
-    # Open connections with no request in flight, the one waiting longest first.
-    waiting: dict[_Slot, None] = field(default_factory=dict)
+    # Open connections with no request in flight, by stage (PARTIAL...IDLE), each queue
+    # the one waiting longest first.
+    waiting: tuple[dict[_Slot, None], ...] = field(
+        default_factory=lambda: tuple({} for _ in range(IDLE + 1)))
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -276,7 +295,7 @@ class Listener:
                 continue
             failing = False
             if self.stats.open >= self.options.max_connections:
-                victim = next(iter(self.waiting), None)
+                victim = next((next(iter(q)) for q in self.waiting if q), None)
                 if victim is None:  # every open connection has a request in flight
                     self.stats.refused += 1
                     conn.close()
@@ -299,16 +318,26 @@ class Listener:
                      started: list[bool]) -> None:
         started[0] = True
         loop = asyncio.get_running_loop()
+        owned = [False]  # a transport took the socket: it closes it, however it ends
+
+        def guard() -> _Guard:
+            owned[0] = True
+            return _Guard(self.server(), self, slot, accepted_at)
+
         try:
             await loop.connect_accepted_socket(
-                lambda: _Guard(self.server(), self, slot, accepted_at), conn,
-                ssl=self.ssl_context,
+                guard, conn, ssl=self.ssl_context,
                 ssl_handshake_timeout=(self.options.read_header_timeout
                                        if self.ssl_context is not None else None))
         except BaseException as exc:
             slot.release()
-            with contextlib.suppress(OSError):
-                conn.close()
+            if not owned[0]:
+                # Closed under a transport still registered with the loop, its number
+                # would be reused by the next accepted connection, which the loop then
+                # refuses ("file descriptor is used by transport"): a legitimate client
+                # dropped for each handshake cut short by eviction.
+                with contextlib.suppress(OSError):
+                    conn.close()
             if not isinstance(exc, Exception):  # cancelled: the server is stopping
                 raise
             # A failed or abandoned TLS handshake: the client's doing.

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import ssl
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +20,8 @@ from aiohttp import web
 from exporter.errors import UserError
 from exporter.options import WebOptions
 from exporter.web.connections import ConnectionStats, GuardedSite, ProtocolLog
+
+_log = logging.getLogger("podres.web")
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,24 @@ def stop_on_signals(stop: asyncio.Event, *, on_hup: Callable[[], None] | None = 
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         if on_hup is not None:
             loop.add_signal_handler(signal.SIGHUP, on_hup)
+
+
+def exit_within(seconds: float) -> Callable[[], None]:
+    """A function that, called when stopping begins, makes sure the process is gone
+    ``seconds`` later: a daemon timer ends it then, saying what it was waiting for
+    (``serve`` and ``api``: a thread stuck on a frozen database or in a plan cannot be
+    interrupted). For the commands only: a test running a server in its own process must
+    not be ended."""
+    def arm() -> None:
+        def give_up() -> None:
+            waiting = sorted(t.name for t in threading.enumerate()
+                             if t is not threading.current_thread() and t.is_alive())
+            _log.warning("still stopping after %gs; exiting (threads waiting: %s)", seconds,
+                         ", ".join(waiting) or "none")
+            logging.shutdown()
+            os._exit(0)
+
+        timer = threading.Timer(seconds, give_up)
+        timer.daemon = True
+        timer.start()
+    return arm

@@ -182,7 +182,8 @@ async def test_fleet_plan_api_route_answers_as_the_cli(
                                     (b"kind: Service\n", 400, "no pod templates"),
                                     (b"\xff", 400, "UTF-8"),
                                     (b"x" * ((1 << 20) + 1), 413, "larger")):
-            resp = await client.post("/api/v1/fleet/plan", data=body)
+            resp = await client.post("/api/v1/fleet/plan", data=body,
+                                     headers={"Content-Type": "application/yaml"})
             assert resp.status == status
             assert words in (await resp.json())["error"]
         resp = await client.get("/api/v1/openapi.json")

@@ -57,6 +57,14 @@ def bad_yaml(s: Scratch) -> Path:
     return path
 
 
+def alias_bomb(s: Scratch) -> Path:
+    from tests.history.test_fleet_plan_route import alias_bomb as body
+
+    path = s.root / "bomb.yaml"
+    path.write_text(body())
+    return path
+
+
 def bad_fixture(s: Scratch) -> Path:
     path = s.root / "fixture"
     path.mkdir()
@@ -159,6 +167,13 @@ CASES: list[tuple[str, Args, str]] = [
     ("plan-missing-file", fixed("plan", "-f", "/nonexistent/m.yaml"), "m.yaml"),
     ("plan-empty-dir", lambda s: ["plan", "-f", str(empty_dir(s))], "empty"),
     ("plan-bad-yaml", lambda s: ["plan", "-f", str(bad_yaml(s))], "yaml"),
+    # A YAML alias bomb (10**9 pod templates in 700 bytes) ran past 25 s and grew without
+    # bound (issue 33, D1).
+    ("plan-alias-bomb", lambda s: ["plan", "-f", str(alias_bomb(s))], "alias"),
+    ("plan-fleet-alias-bomb", lambda s: ["plan", "--fleet", "-f", str(alias_bomb(s)),
+                                         "--history.url", f"sqlite:///{s.root}/h.db"],
+     "alias"),
+    ("explain-alias-bomb", lambda s: ["explain", "-f", str(alias_bomb(s))], "alias"),
     # -- doctor
     ("doctor-missing-fixture", fixed("doctor", "--from", "/nonexistent/fixture"), "fixture"),
     ("doctor-kubelet-url-scheme", fixed("doctor", "--kubelet.url", "banana://x", *SOCKET),

@@ -268,3 +268,14 @@ def test_bad_web_config_is_one_line(case: str, ca: CA, short_tmp: Path) -> None:
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr
     assert lines[0].startswith("podres-exporter serve: error: web config"), lines[0]
+
+
+async def test_json_errors_are_never_sniffed(start_sim: StartSim, run_serve: RunServe,
+                                             short_tmp: Path) -> None:
+    """A JSON error may echo the request; ``X-Content-Type-Options: nosniff`` on every
+    answer keeps a browser from reading it as HTML (issue 33, Headers)."""
+    served = await serve_with(start_sim, run_serve,
+                              write_config(short_tmp, "http_server_config: {}\n"), None, None)
+    for path in ("/api/v1/cpuload", "/api/v1/ledger", "/nope<script>"):
+        async with served.session.get(served.url + path) as resp:
+            assert resp.headers.get("X-Content-Type-Options") == "nosniff", path

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -110,3 +111,74 @@ async def test_half_sent_requests_do_not_lock_out_scrapes_and_probes(
     assert seen["connected"] > ATTACKERS
     assert stats.evicted > 0
     assert stats.refused == 0
+
+
+async def _ask(session: aiohttp.ClientSession, url: str, client_ssl: ssl.SSLContext,
+               answers: Counter[str], kind: str) -> None:
+    try:
+        async with session.get(url, ssl=client_ssl) as resp:
+            await resp.read()
+            answers[f"{kind} {resp.status}"] += 1
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        answers[f"{kind} {type(exc).__name__}"] += 1
+
+
+async def test_tls_clients_that_handshake_and_half_send_do_not_lock_out_scrapes(
+        short_tmp: Path) -> None:
+    """Issue 33, D4: 200 clients in another process complete their TLS handshake, send half
+    a request and reconnect as soon as they are dropped. At least 90 % of scrapes and
+    probes on new connections, and of a kept-alive scraper's (connected before the attack),
+    are answered. Here the attackers reach 90-140 handshakes a second, not the probe's 450:
+    this guards the behaviour, it does not reproduce the probe's 2 of 20. Bounded in count
+    (the attackers stop when the requests are made), loopback only."""
+    cert, key = write_self_signed(short_tmp)
+    server_ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ssl.load_cert_chain(cert, key)
+    client_ssl = ssl.create_default_context(cafile=str(cert))
+    options = WebOptions()  # the defaults serve runs with
+    app = web.Application()
+    app.router.add_get("/metrics", ok)
+    app.router.add_get("/healthz", ok)
+    listening = await start_site(app, "127.0.0.1", 0, ssl_context=server_ssl,
+                                 shutdown_timeout=1.0, options=options)
+    answers: Counter[str] = Counter()
+    kept = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+    attackers = None
+    try:
+        await _ask(kept, listening.url + "/metrics", client_ssl, answers, "before")
+        attackers = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).with_name("tls_churn.py")),
+            str(listening.port), str(cert), str(ATTACKERS),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        # The churn is on: every attacker has been dropped and come back at least once.
+        assert attackers.stdout is not None
+        handshakes = 0
+        while handshakes < 2 * ATTACKERS:
+            line = await asyncio.wait_for(attackers.stdout.readline(), 60)
+            assert line, "the attackers stopped"
+            handshakes = int(line)
+        assert listening.connections.open >= options.max_connections, listening.connections
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
+            for i in range(SCRAPES + PROBES):
+                path = "/metrics" if i % 3 else "/healthz"
+                kind = "scrape" if path == "/metrics" else "probe"
+                await _ask(session, listening.url + path, client_ssl, answers, kind)
+                await asyncio.sleep(0.1)  # spread over the attack, as scrapes are
+                if i % 3 == 0:
+                    await _ask(kept, listening.url + "/metrics", client_ssl, answers, "kept")
+    finally:
+        await kept.close()
+        handshakes = 0
+        if attackers is not None:
+            out, _ = await attackers.communicate(b"")
+            handshakes = int(out.split()[-1]) if out.split() else 0
+        await listening.close()
+    stats = listening.connections
+    asked = {"scrape": SCRAPES, "probe": PROBES, "kept": PROBES}
+    print(f"answered {dict(answers)}; {stats}; {handshakes} attacker handshakes")
+    for kind, count in asked.items():
+        assert answers[f"{kind} 200"] >= 0.9 * count, (kind, answers, stats, handshakes)
+    assert handshakes > ATTACKERS  # they reconnected: the churn was on
+    assert stats.evicted > 0
