@@ -168,3 +168,13 @@ def test_snapshot_containers_table_shows_memory_as_a_size() -> None:
     assert header[-3:] == ["cpus", "cpu_count", "memory"] and "n" not in header
     rows = {r.split()[2]: r.split() for r in lines[2:]}
     assert rows["app"][-2:] == ["4", "GiB"] and rows["mesh-proxy"][-2:] == ["2", "GiB"]
+
+
+def test_a_mistyped_command_gets_did_you_mean() -> None:
+    for argv, nearest in ((["doctr"], "'doctor'"), (["history", "evnts"], "'events'"),
+                          (["snapshot", "-o", "jsn"], "'json'")):
+        run = run_cli(*argv)
+        assert run.code == 2 and len(run.err.strip().splitlines()) == 1, run.err
+        assert f"did you mean {nearest}?" in run.err, run.err
+    far = run_cli("zzz")
+    assert far.code == 2 and "did you mean" not in far.err
