@@ -88,11 +88,18 @@ def drift_notes(sim: DemoNode) -> list[str]:
         notes.append(
             f"  note: {namespace}/{pod}/{container} drifts on purpose: it was given CPUs "
             f"{format_cpuset(own)} but its cgroup runs on {format_cpuset(cpus)}; the "
-            "cpuset_drift anomaly it raises after two polls is expected (docs/kernel.md)")
+            "cpuset_drift anomaly it raises after two polls is expected (what it means: "
+            f"{{url}}/runbook#{RUNBOOK_ANCHOR})")
     return notes
 
 
+# The runbook section on cpuset_drift, served by the exporter itself (the package ships the
+# runbook; tests/cli checks the anchor is there).
+RUNBOOK_ANCHOR = "podresallocationanomaly"
+
+
 def _print_urls(description: str, notes: Sequence[str] = ()) -> Callable[[str], None]:
+    """What the demo prints once it listens; ``{url}`` in a note is the exporter's URL."""
     def ready(url: str) -> None:
         print(f"podres-exporter demo: simulated kubelet: {description}", flush=True)
         print(f"  CPU map and links   {url}/", flush=True)
@@ -100,7 +107,7 @@ def _print_urls(description: str, notes: Sequence[str] = ()) -> Callable[[str], 
         print(f"  ledger (JSON)       {url}/api/v1/ledger", flush=True)
         print(f"  history API         {url}/api/v1/nodes", flush=True)
         for note in notes:
-            print(note, flush=True)
+            print(note.replace("{url}", url), flush=True)
         print("Press Ctrl-C to stop; everything the demo made is removed.", flush=True)
     return ready
 
