@@ -37,7 +37,22 @@ class _Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-\d")
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {_with_nearest_choice(message)} "
+                  f"(see {self.prog} --help)\n")
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(.*)' \(choose from (.*)\)$")
+
+
+def _with_nearest_choice(message: str) -> str:
+    """argparse's "invalid choice" (a command, a subcommand, a flag's value), with the
+    nearest choice when one is close (``doctr`` → ``doctor``)."""
+    match = _INVALID_CHOICE.search(message)
+    if not match:
+        return message
+    choices = re.findall(r"'([^']*)'", match[2])
+    close = difflib.get_close_matches(match[1], choices, n=1, cutoff=0.6)
+    return f"{message}; did you mean {close[0]!r}?" if close else message
 
 
 def build_parser() -> argparse.ArgumentParser:

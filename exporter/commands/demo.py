@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -38,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="keep adding and removing pods on the simulated node")
     add_flag(demo, "--churn.interval", default="20s", type=duration(0.1, 86400.0),
              metavar="DURATION", help="time between churn steps (default: %(default)s)")
+    add_flag(demo, "--arrive", action="store_true", default=False,
+             help="start with 3 pods and let the rest arrive one a second, each polled at "
+             "once: the history then has a moment per arrival for the CPU map's time slider "
+             "(default: the whole workload at once, one moment)")
     # `--topology SxCxT` is the deprecated spelling (--topology names a topology.json
     # file in every other command); PODRES_TOPOLOGY is not read here.
     add_flag(demo, "--topology.shape", "--topology", default="2x8x2", metavar="SxCxT",
@@ -88,11 +94,18 @@ def drift_notes(sim: DemoNode) -> list[str]:
         notes.append(
             f"  note: {namespace}/{pod}/{container} drifts on purpose: it was given CPUs "
             f"{format_cpuset(own)} but its cgroup runs on {format_cpuset(cpus)}; the "
-            "cpuset_drift anomaly it raises after two polls is expected (docs/kernel.md)")
+            "cpuset_drift anomaly it raises after two polls is expected (what it means: "
+            f"{{url}}/runbook#{RUNBOOK_ANCHOR})")
     return notes
 
 
+# The runbook section on cpuset_drift, served by the exporter itself (the package ships the
+# runbook; tests/cli checks the anchor is there).
+RUNBOOK_ANCHOR = "podresallocationanomaly"
+
+
 def _print_urls(description: str, notes: Sequence[str] = ()) -> Callable[[str], None]:
+    """What the demo prints once it listens; ``{url}`` in a note is the exporter's URL."""
     def ready(url: str) -> None:
         print(f"podres-exporter demo: simulated kubelet: {description}", flush=True)
         print(f"  CPU map and links   {url}/", flush=True)
@@ -100,9 +113,20 @@ def _print_urls(description: str, notes: Sequence[str] = ()) -> Callable[[str], 
         print(f"  ledger (JSON)       {url}/api/v1/ledger", flush=True)
         print(f"  history API         {url}/api/v1/nodes", flush=True)
         for note in notes:
-            print(note, flush=True)
+            print(note.replace("{url}", url), flush=True)
         print("Press Ctrl-C to stop; everything the demo made is removed.", flush=True)
     return ready
+
+
+def _arrive_after(sim: DemoNode, churn: float | None,
+                  ready: Callable[[str], None]) -> Callable[[str], None]:
+    """Once the exporter listens (its SIGHUP handler in place), the rest of the workload
+    arrives, each pod polled at once with SIGHUP (exporter.demo.node)."""
+    def on_ready(url: str) -> None:
+        ready(url)
+        if sim.waiting:
+            sim.start(churn, poll_now=lambda: os.kill(os.getpid(), signal.SIGHUP))
+    return on_ready
 
 
 async def _demo(args: argparse.Namespace, workdir: Path) -> int:
@@ -116,16 +140,18 @@ async def _demo(args: argparse.Namespace, workdir: Path) -> int:
 
         warn_topology_shape(ns["topology.shape"])
     web = WebOptions.from_args(args)  # a bad address fails before anything starts
+    churn = ns["churn.interval"] if ns["churn"] else None
     sim, description = await start_demo_node(
-        workdir, ns["topology.shape"], churn=ns["churn.interval"] if ns["churn"] else None,
-        policy_options=ns["cpu_policy_options"], arrival=PollOptions.from_args(args).interval)
+        workdir, ns["topology.shape"], churn=churn, policy_options=ns["cpu_policy_options"],
+        arrive=ns["arrive"])
     stop = asyncio.Event()
     stop_on_signals(stop)
     timer = asyncio.get_running_loop().call_later(ns["duration"], stop.set) \
         if ns["duration"] else None
     try:
         await run_service(_serve_options(args, web, sim, workdir),
-                          on_ready=_print_urls(description, drift_notes(sim)), stop=stop)
+                          on_ready=_arrive_after(sim, churn, _print_urls(
+                              description, drift_notes(sim))), stop=stop)
     except UserError as exc:
         if not str(exc).startswith("cannot listen on"):
             raise

@@ -1,9 +1,10 @@
 """The demo node: ``ModelDrivenNode`` on a 2-socket SMT machine running workload.yaml,
 served by a ``SimKubelet``; optional churn adds and removes pods as a cluster would.
 
-The workload arrives a pod at a time (``FIRST_PODS`` at once, then one each poll), as a
-node filling up does: the history then has a moment per arrival, which the CPU map's time
-slider steps through; all at once, every event shared one timestamp."""
+The workload arrives a pod at a time (``FIRST_PODS`` at once, then one every
+``ARRIVAL_SECONDS``, each followed by a poll at once, SIGHUP as an operator would send it),
+as a node filling up does: the history then has a moment per arrival, which the CPU map's
+time slider steps through; all at once, every event shared one timestamp."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +28,9 @@ from reconciler.kube import PodSpec
 WORKLOAD = Path(__file__).with_name("workload.yaml")
 # How busy each pool's CPUs are in the demo's /proc/stat: a pegged pod shared pool beside
 # exclusive cores that mostly idle is what the busy-time panels are for.
-# Pods running when the demo starts; the rest arrive one per poll interval.
+# Pods running when the demo starts; the rest arrive one every ARRIVAL_SECONDS.
 FIRST_PODS = 3
+ARRIVAL_SECONDS = 1.0
 DEMO_LOAD = {"reserved": 0.15, "node_shared": 0.35, "node_exclusive": 0.6,
              "pod_exclusive": 0.05, "pod_shared": 0.95, "pod_idle": 0.0}
 
@@ -96,6 +99,8 @@ class DemoNode:
         self.topology_file = topology_file
         self.kernel = kernel
         self._task: asyncio.Task[None] | None = None
+        # The rest of the workload is still to arrive (``start`` not called yet).
+        self.waiting = len(node.model.pods) < len(final.model.pods)
         self._clock = asyncio.create_task(kernel.run())
 
     @property
@@ -118,16 +123,22 @@ class DemoNode:
     def cert_path(self) -> Path | None:
         return self.sim.cert_path
 
-    def start(self, arrival: float, churn: float | None, seed: int = 1) -> None:
-        """Admit the rest of the workload a pod every ``arrival`` seconds, then churn."""
-        self._task = asyncio.create_task(self._run(arrival, churn, random.Random(seed)))
+    def start(self, churn: float | None, *, poll_now: Callable[[], None] | None = None,
+              seed: int = 1) -> None:
+        """Admit the rest of the workload a pod every ``ARRIVAL_SECONDS`` (calling
+        ``poll_now`` after each), then churn."""
+        self.waiting = False
+        self._task = asyncio.create_task(self._run(churn, poll_now, random.Random(seed)))
 
-    async def _run(self, arrival: float, churn: float | None, rng: random.Random) -> None:
+    async def _run(self, churn: float | None, poll_now: Callable[[], None] | None,
+                   rng: random.Random) -> None:
         base = demo_pods()
         for count in range(len(self.node.model.pods) + 1, len(base) + 1):
-            await asyncio.sleep(arrival)
+            await asyncio.sleep(ARRIVAL_SECONDS)
             self.node.sync(base[:count])
             self.sim.set_state(kubelet_state(self.node, self.kernel))
+            if poll_now is not None:
+                poll_now()
         if churn:
             await self._churn(churn, rng)
 
@@ -157,12 +168,13 @@ class DemoNode:
 
 
 async def start_demo_node(workdir: Path, topology: str, *, churn: float | None = None,
-                          policy_options: str = "", arrival: float = 0.0
+                          policy_options: str = "", arrive: bool = False
                           ) -> tuple[DemoNode, str]:
-    """The demo node, started; with ``arrival`` the workload arrives a pod at a time at
-    that interval (from ``FIRST_PODS``), else all at once."""
+    """The demo node, started. With ``arrive`` it runs ``FIRST_PODS`` of the workload and
+    the caller calls ``start`` once the exporter polls (the rest then arrive, then the
+    churn); else the whole workload at once, churning already if asked."""
     final = build_node(topology, policy_options)
-    node = build_node(topology, policy_options, FIRST_PODS) if arrival > 0 else final
+    node = build_node(topology, policy_options, FIRST_PODS) if arrive else final
     topology_file = workdir / "topology.json"
     topology_file.write_text(json.dumps(node.topology_json()), encoding="utf-8")
     kernel = SimKernel(node.model, workdir / "cgroup", workdir / "proc" / "stat",
@@ -171,5 +183,6 @@ async def start_demo_node(workdir: Path, topology: str, *, churn: float | None =
                      http_listen="127.0.0.1:0")
     await sim.start()
     demo = DemoNode(node, sim, topology_file, kernel, final)
-    demo.start(arrival, churn)
+    if not arrive:
+        demo.start(churn)
     return demo, final.summary()

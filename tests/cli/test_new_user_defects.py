@@ -124,11 +124,12 @@ def test_make_demo_on_a_busy_port_says_how_to_pick_another() -> None:
     assert "Traceback" not in run.stderr
 
 
-def test_default_demo_history_has_a_moment_per_arrival() -> None:
-    """The workload arrives a pod per poll, so the history (and the CPU map's slider) has
-    several moments, not the 19 assignments of one timestamp."""
-    proc = subprocess.Popen([CLI, "demo", "--web.listen-address", "127.0.0.1:0",
-                             "--poll.interval", "0.3s", "--duration", "60s"],
+def test_demo_arrive_gives_the_history_a_moment_per_arrival() -> None:
+    """``demo --arrive``: the workload arrives a pod a second, each polled at once, so the
+    history (and the CPU map's slider) has several moments, not the 19 assignments of one
+    timestamp (the poll interval is long: the arrivals make their own polls)."""
+    proc = subprocess.Popen([CLI, "demo", "--arrive", "--web.listen-address", "127.0.0.1:0",
+                             "--poll.interval", "1h", "--duration", "60s"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=cli_env(None))
     try:
@@ -148,8 +149,7 @@ def test_default_demo_history_has_a_moment_per_arrival() -> None:
         proc.terminate()
         proc.communicate(timeout=30)
     assert len(pods) == 9, pods
-    # One moment per arrival; a loaded machine may fold two arrivals into one poll.
-    assert len(starts) >= (9 - FIRST_PODS) // 2 + 1, sorted(starts)
+    assert len(starts) == 1 + 9 - FIRST_PODS, sorted(starts)
 
 
 def test_readme_names_demo_churn_and_args() -> None:
@@ -168,3 +168,13 @@ def test_snapshot_containers_table_shows_memory_as_a_size() -> None:
     assert header[-3:] == ["cpus", "cpu_count", "memory"] and "n" not in header
     rows = {r.split()[2]: r.split() for r in lines[2:]}
     assert rows["app"][-2:] == ["4", "GiB"] and rows["mesh-proxy"][-2:] == ["2", "GiB"]
+
+
+def test_a_mistyped_command_gets_did_you_mean() -> None:
+    for argv, nearest in ((["doctr"], "'doctor'"), (["history", "evnts"], "'events'"),
+                          (["snapshot", "-o", "jsn"], "'json'")):
+        run = run_cli(*argv)
+        assert run.code == 2 and len(run.err.strip().splitlines()) == 1, run.err
+        assert f"did you mean {nearest}?" in run.err, run.err
+    far = run_cli("zzz")
+    assert far.code == 2 and "did you mean" not in far.err

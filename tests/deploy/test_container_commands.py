@@ -59,6 +59,7 @@ def _workloads() -> Iterator[tuple[str, dict[str, Any]]]:
     chart = helm.Chart.load(str(CHART))
     for label, values in (("defaults", {}), ("all-options", {
             "api": {"enabled": True}, "legacyProxyAuthz": True,
+            "history": {"existingSecret": "podres-exporter-history"},
             "kubeletRoot": {"enabled": True}})):
         rendered = chart.render(values, name="podres-exporter", namespace="podres-system",
                                 is_install=True)
@@ -222,7 +223,11 @@ async def test_daemonset_probes_and_exec_commands(name: str, start_sim: Any,
         root = short_tmp / "kubelet-root"
         root.mkdir()
         mounts["/host/var/lib/kubelet"] = str(root)
-    container = Container(spec, mounts, {})
+    # With the api, the exporters write the fleet database named by the api's Secret: here a
+    # SQLite file stands in for that PostgreSQL URL (the Secret's value, not the chart's).
+    secrets = {("podres-exporter-history", "url"):
+               f"sqlite:///{short_tmp / 'history' / 'fleet.db'}"}
+    container = Container(spec, mounts, secrets)
     proc = subprocess.Popen(container.argv(), env=container.process_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

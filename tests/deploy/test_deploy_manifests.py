@@ -42,7 +42,10 @@ NAMESPACE = "podres-system"
 KUBE_VERSIONS = ("1.31.0", "1.37.0")
 # Labels only Helm adds (the plain manifests are applied with kubectl).
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
-ALL_OPTIONS = {"legacyProxyAuthz": True, "api": {"enabled": True}}
+# The api reads the fleet's PostgreSQL database: the exporters must write it (the chart
+# refuses api.enabled alone), through the api's own Secret.
+ALL_OPTIONS = {"legacyProxyAuthz": True, "api": {"enabled": True},
+               "history": {"existingSecret": "podres-exporter-history"}}
 CRD_KINDS = ("ServiceMonitor", "PrometheusRule")
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is a dev dependency")
@@ -195,12 +198,44 @@ def test_default_chart_renders_the_plain_manifests() -> None:
         assert rendered[k] == obj, f"{k} differs between the chart and deploy/manifests"
 
 
+def _history_env(ds: dict[str, Any]) -> dict[str, Any]:
+    """Pop the DaemonSet's PODRES_HISTORY_URL entry (the plain manifest writes SQLite, and
+    says to point it at the fleet database next to the api; the chart with the api must)."""
+    env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+    (entry,) = [e for e in env if e["name"] == "PODRES_HISTORY_URL"]
+    env.remove(entry)
+    return dict(entry)
+
+
 def test_chart_options_render_the_optional_manifests() -> None:
     plain = by_key([o for o in plain_objects(optional=True) if o["kind"] != "Namespace"])
     rendered = by_key(rendered_objects(ALL_OPTIONS))
     assert sorted(rendered) == sorted(plain)
+    ds = ("DaemonSet", NAMESPACE, RELEASE)
+    assert _history_env(rendered[ds])["valueFrom"] == {"secretKeyRef": {
+        "name": "podres-exporter-history", "key": "url"}}
+    _history_env(plain[ds])
     for k, obj in plain.items():
         assert rendered[k] == obj, f"{k} differs between the chart and deploy/manifests"
+
+
+@pytest.mark.parametrize("history", [{}, {"url": "sqlite:////data/h.db"}],
+                         ids=["default-sqlite", "sqlite-url"])
+def test_api_alone_refuses_to_render(history: dict[str, Any]) -> None:
+    """api.enabled=true while every exporter keeps its own SQLite: the api would read an
+    empty database. The chart says what to set instead of rendering it."""
+    with pytest.raises(Exception) as caught:
+        render({"api": {"enabled": True}, "history": history})
+    text = str(caught.value)
+    assert "api.enabled=true" in text
+    assert "history.existingSecret=podres-exporter-history" in text
+
+
+def test_api_with_a_postgresql_url_renders() -> None:
+    objects = rendered_objects({"api": {"enabled": True}, "history": {
+        "url": "postgresql+psycopg://podres@db.example:5432/podres"}})
+    assert ("Deployment", "podres-exporter-api") in {
+        (o["kind"], o["metadata"]["name"]) for o in objects}
 
 
 def test_optional_objects_are_off_by_default() -> None:
@@ -661,11 +696,12 @@ def test_dockerfile_builds_the_cli_image() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     lines = [line.strip() for line in text.splitlines()
              if line.strip() and not line.strip().startswith("#")]
-    assert any(line.startswith("FROM python:3.11-slim") for line in lines)
+    # Debian's python3.11, as deploy/image/build.sh (tests/deploy/test_image.py).
+    assert any(line.startswith("FROM debian:bookworm-slim") for line in lines)
     entrypoint = [line for line in lines if line.startswith("ENTRYPOINT")]
     assert entrypoint and json.loads(entrypoint[-1][len("ENTRYPOINT"):]) == [
         "podres-exporter", "serve"]
-    assert any("pip install" in line for line in lines)
+    assert any("podres-install.sh" in line for line in lines)
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     for pattern in (".git", ".venv", "**/__pycache__", "node_modules"):
         assert any(p.rstrip("/") == pattern for p in ignore), pattern

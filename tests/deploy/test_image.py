@@ -174,6 +174,10 @@ def test_demo_inside_the_image(layout: Path) -> None:
         assert re.search(r"^podres_up 1$", metrics, re.M), metrics[-800:]
         ledger = json.loads(_get(url + "/api/v1/ledger", deadline))
         assert ledger["node"]["name"] == "demo-node"
+        # The banner's runbook link resolves in the wheel the image installed.
+        from exporter.commands.demo import RUNBOOK_ANCHOR
+
+        assert f'id="{RUNBOOK_ANCHOR}"' in _get(url + "/runbook", deadline).decode()
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)

@@ -163,5 +163,6 @@ async def test_demo_announces_its_drift(short_tmp: Path,
     assert f"{namespace}/{pod_name}/{container} drifts on purpose" in note
     assert "cpuset_drift" in note and "expected" in note
     lines = out.splitlines()
-    assert note in lines and lines.index(note) > 0
+    printed = note.replace("{url}", "http://127.0.0.1:1")
+    assert printed in lines and lines.index(printed) > 0
     assert "metrics             http://127.0.0.1:1/metrics" in out

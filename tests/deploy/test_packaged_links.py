@@ -1,0 +1,79 @@
+"""Every link the shipped runbook (``/runbook``, rendered from the package's runbook.md) and
+the demo's banner print resolves inside the package: the runbook's links are to its own
+sections (or absolute), the banner's to routes the exporter serves and to runbook
+sections that exist. docs/ is not in the wheel, so nothing may point into it."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from exporter.commands.demo import RUNBOOK_ANCHOR, _print_urls, drift_notes
+from exporter.demo.node import start_demo_node
+from exporter.web.runbook import SOURCE, render
+
+ROOT = Path(__file__).resolve().parents[2]
+URL = "http://127.0.0.1:1"
+
+
+def _page() -> tuple[set[str], list[str]]:
+    page = render(SOURCE.read_text(encoding="utf-8"))
+    return set(re.findall(r'\sid="([^"]+)"', page)), re.findall(r'href="([^"]+)"', page)
+
+
+def test_runbook_links_resolve_in_the_package() -> None:
+    ids, hrefs = _page()
+    assert hrefs, "the runbook links to nothing: the pattern no longer matches"
+    for href in hrefs:
+        if href.startswith("#"):
+            assert href[1:] in ids, f"/runbook links to a missing section {href}"
+        else:
+            assert re.match(r"https?://", href), f"/runbook links to {href}, not in the package"
+
+
+def test_packaged_runbook_is_the_docs_runbook() -> None:
+    """The build step that makes the copy ran (deploy/build.py --check says the same)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("deploy_build", ROOT / "deploy" / "build.py")
+    assert spec and spec.loader
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    want = build.RUNBOOK_HEADER + build.packaged_runbook(
+        (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8"))
+    assert SOURCE.read_text(encoding="utf-8") == want
+    assert not re.search(r"\]\((?!#|https?:)[^)]*\.md", want)
+
+
+async def test_demo_banner_links_resolve(short_tmp: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    demo, description = await start_demo_node(short_tmp, "2x8x2")
+    try:
+        _print_urls(description, drift_notes(demo))(URL)
+    finally:
+        await demo.stop()
+    out = capsys.readouterr().out
+    assert "docs/" not in out, out
+    ids, _ = _page()
+    assert RUNBOOK_ANCHOR in ids
+    served = {"/", "/metrics", "/api/v1/ledger", "/api/v1/nodes", "/runbook"}
+    for link in re.findall(re.escape(URL) + r"(/[^\s)]*)", out):
+        path, _, fragment = link.partition("#")
+        assert path in served, link
+        if fragment:
+            assert path == "/runbook" and fragment in ids, link
+    assert f"{URL}/runbook#{RUNBOOK_ANCHOR}" in out
+
+
+def test_project_urls() -> None:
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
+    for url in urls.values():
+        assert url.startswith("https://"), url
+    import json
+
+    image = json.loads((ROOT / "deploy" / "image" / "config.json").read_text())
+    assert image["Labels"]["org.opencontainers.image.source"] == urls["Source"]
