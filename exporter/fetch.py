@@ -161,7 +161,7 @@ class SourceFetcher:
         exporter reads a few fields): the full body is never held past this call."""
         assert self.kubelet is not None
         fresh: dict[SourceKey, SourceError] = {}
-        body = await self._part(self.kubelet.fetch("/pods"), fresh)
+        body = await self._part(self.kubelet.fetch_buffer("/pods"), fresh)
         pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
         # The same pods again (a periodic refresh, mostly): keep the bytes already held, so
         # that whoever kept the last ones (a parsed-body cache, the last reading) does not

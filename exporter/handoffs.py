@@ -51,11 +51,14 @@ class HistoryHandoff:
         return self.sink.pending_writes, self.sink.dropped_writes_total
 
     def record(self, ledger: Ledger, changed: bool, at: float,
-               placement: NodeState | None = None) -> None:
+               placement: Callable[[], NodeState | None] | None = None) -> None:
+        """``placement`` gives the node's placement state, made only when the ledger is
+        handed on."""
         due = self._at is None or at - self._at >= self.sink.summary_interval
         if changed or due:
             self._at = at
-            self.sink.submit(ledger, datetime.fromtimestamp(at, UTC), placement)
+            self.sink.submit(ledger, datetime.fromtimestamp(at, UTC),
+                             None if placement is None else placement())
 
 
 class KernelHandoff:

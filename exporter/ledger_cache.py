@@ -18,6 +18,7 @@ from exporter.rawnode import RawNode
 from reconciler.allocator.live import NodeState, node_state
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
+from reconciler.snapshot import NodeSnapshot
 
 # The size of the answers to decode (List, and /pods when read) up to which a changed node
 # is reconciled on the event loop rather than in a worker thread: a List of some 3,000 pods
@@ -47,7 +48,11 @@ class LedgerByContent:
         self.checkpoints = checkpoints  # whether the checkpoint source is configured
         self._key = b""
         self._last: tuple[Ledger, Mapping[SourceKey, SourceError]] | None = None
-        self.placement: NodeState | None = None  # of the last ledger
+        # The last ledger's placement state, made on first request from the few parts of
+        # its snapshot it reads (the history asks for it; a node without history never
+        # pays for it, nor does a poll before a scrape can see its ledger).
+        self._placement: NodeState | None = None
+        self._placement_of: tuple[NodeSnapshot, Ledger] | None = None
         self._pods_digest: tuple[bytes | None, bytes | None] = (None, None)
 
     def key(self, raw: RawNode, topology_generation: int, metrics_key: bytes) -> bytes:
@@ -94,7 +99,18 @@ class LedgerByContent:
 
     def compute(self, raw: RawNode) -> tuple[Ledger, Mapping[SourceKey, SourceError]]:
         assembled = snapshot_from_raw(raw, self.node_name, checkpoints=self.checkpoints)
-        ledger = reconcile(assembled.snapshot)
-        # A few small objects, computed while the snapshot is at hand (it is not kept).
-        self.placement = node_state(assembled.snapshot, ledger)
+        snapshot = assembled.snapshot
+        ledger = reconcile(snapshot)
+        self._placement = None
+        self._placement_of = (NodeSnapshot(pods=snapshot.pods, allocatable=snapshot.allocatable,
+                                           topology=snapshot.topology,
+                                           kubelet_config=snapshot.kubelet_config), ledger)
         return ledger, assembled.errors
+
+    def placement(self) -> NodeState | None:
+        """What plan --fleet models the last ledger's node from (None: its CPU topology is
+        unknown); reconciler.allocator.live.node_state, made once per ledger."""
+        if self._placement_of is not None:
+            self._placement = node_state(*self._placement_of)
+            self._placement_of = None
+        return self._placement

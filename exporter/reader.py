@@ -7,7 +7,7 @@ a poll's raw node, its ledger, and every source operation failing now.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.assemble import SourceKey, parse_optional
@@ -33,8 +33,12 @@ class Reading:
     errors: Mapping[SourceKey, str] = field(default_factory=dict)
     changed: bool = True
     # What plan --fleet models the node from, as the history records it (None: the CPU
-    # topology is unknown); reconciler.allocator.fleet.
-    placement: NodeState | None = None
+    # topology is unknown; reconciler.allocator.fleet), made when first asked for.
+    placement_of: Callable[[], NodeState | None] | None = None
+
+    @property
+    def placement(self) -> NodeState | None:
+        return None if self.placement_of is None else self.placement_of()
 
 
 @dataclass(frozen=True)

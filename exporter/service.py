@@ -121,7 +121,7 @@ class Exporter:
         # and a scrape in between must not pair podres_up 1 with the previous ledger.
         state.succeeded()
         if self.history is not None and state.last_success is not None:
-            self.history.record(ledger, changed, state.last_success, reading.placement)
+            self.history.record(ledger, changed, state.last_success, reading.placement_of)
         if reading.changed:
             # A recompute freed the previous node's worth of objects: give the pages back
             # rather than carry the peak for the life of the process.

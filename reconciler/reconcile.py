@@ -39,7 +39,7 @@ from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
 from reconciler.placement_checks import PlacementChecks
 from reconciler.pools import Assignment
-from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
+from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc, Topology
 
 _CPU_IDS_OF = attrgetter("cpu_ids")
 _NAME_OF = attrgetter("name")
@@ -126,12 +126,25 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     )
 
 
+# The last divergence check: (topology, policy, NUMA limit, result). A node's topology is
+# one object from one change of the pods to the next (the topology source reads it again
+# only when sysfs changes), so a recompute for new pods finds the answer here by identity.
+_last_divergences: tuple[Topology, str | None, int | None, tuple[Divergence, ...]] | None = None
+
+
 def _divergences(snapshot: NodeSnapshot) -> tuple[Divergence, ...] | None:
+    global _last_divergences
     topology, config = snapshot.topology, snapshot.kubelet_config
     if topology is None or topology.kernel is None:
         return None
-    return divergences(topology, topology_policy=config.topology_manager_policy if config
-                       else None, max_numa_nodes=config.max_numa_nodes() if config else None)
+    policy = config.topology_manager_policy if config else None
+    limit = config.max_numa_nodes() if config else None
+    last = _last_divergences
+    if last is not None and last[0] is topology and last[1] == policy and last[2] == limit:
+        return last[3]
+    found = divergences(topology, topology_policy=policy, max_numa_nodes=limit)
+    _last_divergences = (topology, policy, limit, found)
+    return found
 
 
 def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool, bool]:

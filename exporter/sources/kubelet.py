@@ -68,6 +68,12 @@ class KubeletClient:
             raise SourceError(SOURCE, "token", f"{self.token_file}: {exc.strerror}") from None
 
     async def fetch(self, path: str) -> bytes:
+        return bytes(await self.fetch_buffer(path))
+
+    async def fetch_buffer(self, path: str) -> bytearray:
+        """The body of ``path`` in the one buffer it was read into: a large body (``/pods``
+        is ~10 KB a pod) is never held twice, as its chunks and their join (the peak of a
+        read was twice the body)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout))
@@ -80,25 +86,23 @@ class KubeletClient:
             async with self._session.get(self.url + path, headers=headers,
                                          ssl=self._ssl) as resp:
                 if resp.status != 200:
-                    body = (await resp.content.read(300)).decode("utf-8", "replace").strip()
+                    said = (await resp.content.read(300)).decode("utf-8", "replace").strip()
                     hint = ""
                     if resp.status in (401, 403):
                         hint = (f" (grant get on nodes/{operation}, or nodes/proxy on kubelets "
                                 "older than 1.36, to the exporter's service account)")
                     raise SourceError(SOURCE, operation,
                                       f"HTTP {resp.status} from {self.url}{path}{hint}: "
-                                      f"{body[:200]}")
+                                      f"{said[:200]}")
                 # StreamReader.read(n) returns what has arrived so far, not the whole body:
                 # read to the end, refusing bodies over the limit.
-                chunks: list[bytes] = []
-                size = 0
+                body = bytearray()
                 async for chunk in resp.content.iter_chunked(1 << 16):
-                    size += len(chunk)
-                    if size > MAX_BODY:
+                    if len(body) + len(chunk) > MAX_BODY:
                         raise SourceError(SOURCE, operation,
                                           f"body larger than {MAX_BODY} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks)
+                    body += chunk  # grown in place: no second copy while reading
+                return body
         except TimeoutError:
             raise SourceError(SOURCE, operation, f"no answer from {self.url} within "
                               f"{self.timeout:g}s") from None

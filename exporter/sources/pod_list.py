@@ -80,15 +80,15 @@ _DECODER = msgspec.json.Decoder(_PodList)
 _ENCODER = msgspec.json.Encoder()
 
 
-def reduce_pod_list(body: bytes) -> bytes:
-    """``body`` with only the fields the exporter reads; ``body`` itself when it is not a
-    ``PodList`` whose kept fields have the shapes above (the parsers then say what is
-    wrong with it)."""
+def reduce_pod_list(body: bytes | bytearray) -> bytes:
+    """``body`` with only the fields the exporter reads; ``body`` itself (as bytes) when it
+    is not a ``PodList`` whose kept fields have the shapes above (the parsers then say what
+    is wrong with it). ``body`` may be the buffer it was read into (not copied first)."""
     if not body.isascii():
         try:
             body.decode("utf-8")  # msgspec does not check the bytes of what it skips
         except UnicodeDecodeError:
-            return body
+            return bytes(body)
     # Encoded into a buffer and copied out: ``encode`` returns its working buffer, which
     # holds some 30% more than the body (1.56 MB for 1.2 on a 1000-pod node), for as long
     # as the body is kept.
@@ -96,7 +96,7 @@ def reduce_pod_list(body: bytes) -> bytes:
     try:
         _ENCODER.encode_into(_DECODER.decode(body), buffer)
     except (msgspec.DecodeError, msgspec.EncodeError, RecursionError):
-        return body
+        return bytes(body)
     return bytes(buffer)
 
 

@@ -88,3 +88,25 @@ async def test_a_persistent_parse_error_stays_an_error(start_sim: Any, reader_fo
     assert second.reading is not None and not second.reading.changed
     assert set(second.errors) == set(first.errors) == {("kubelet", "pods")}
     assert second.observed == {("kubelet", "pods")}  # counted on every poll that reads it
+
+
+async def test_the_placement_state_is_made_only_when_asked_for(
+        start_sim: Any, reader_for: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed ledger is published without its placement state (history's, for plan
+    --fleet): it is made on the first request, once per ledger, equal to what the snapshot
+    gives."""
+    made: list[int] = []
+    real = ledger_cache.node_state
+
+    def counted(*args: Any) -> Any:
+        made.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(ledger_cache, "node_state", counted)
+    sim = await start_sim(DB, http=True)
+    reading = await reader_for(sim).read()
+    assert made == []
+    expected = real(snapshot_from_raw(reading.raw, "").snapshot, reading.ledger)
+    assert expected is not None
+    assert reading.placement == expected and reading.placement == expected
+    assert made == [1]

@@ -36,11 +36,18 @@ def test_history_gets_a_changed_ledger_or_a_due_summary_only() -> None:
     ledger = reconcile(assemble(()))
     handoff.record(ledger, False, 1000.0)  # the first is always due
     handoff.record(ledger, False, 1100.0)
-    handoff.record(ledger, True, 1200.0, placement="p")
+    asked: list[float] = []
+
+    def placement() -> Any:
+        asked.append(1200.0)
+        return "p"
+
+    handoff.record(ledger, True, 1200.0, placement=placement)
     handoff.record(ledger, False, 1400.0)  # 200 s after the last: not due
     handoff.record(ledger, False, 1500.0)  # 300 s: due
     assert [(at.timestamp(), placement) for _, at, placement in sink.submitted] == [
         (1000.0, None), (1200.0, "p"), (1500.0, None)]
+    assert asked == [1200.0]  # made only for what was handed on
     assert sink.submitted[0][1].tzinfo is UTC
     assert handoff.counts() == (2, 1)
 
