@@ -353,7 +353,7 @@ def _distances(node_dir: Path, node_ids: list[int]
         except (_Missing, ReadError, ValueError):
             return ()
         out.append((node, row))
-    return tuple(out)
+    return tuple(sorted(out))
 
 
 def read_kubelet_topology(root: str | Path, *, proc: str | Path | None = None,

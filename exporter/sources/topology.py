@@ -4,6 +4,7 @@ a ``topology.json`` file (docs/design.md#sources)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -68,9 +69,22 @@ def topology_from_json(obj: Any, origin: str = "topology.json") -> Topology:
     kernel = _kernel_from_json(obj.get("kernel"), origin)
     if not cpus and kernel is None:
         raise SourceError("topology", "parse", f"{origin}: no CPUs")
+    distances = _distances_from_json(obj.get("distances"), origin)
     if not cpus:  # a machine the kubelet reads no CPU of (docs/design.md#topology)
-        return Topology((), tuple(memory), counts=counts, kernel=kernel)
-    return kubelet_topology.topology(cpus, tuple(memory), counts=counts, kernel=kernel)
+        return Topology((), tuple(memory), counts=counts, kernel=kernel, distances=distances)
+    return replace(kubelet_topology.topology(cpus, tuple(memory), counts=counts,
+                                             kernel=kernel), distances=distances)
+
+
+def _distances_from_json(obj: Any, origin: str) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """``{"0": [10, 21], "1": [21, 10]}``: each NUMA node's sysfs distance row."""
+    if obj is None:
+        return ()
+    try:
+        return tuple(sorted((int(n), tuple(int(d) for d in row)) for n, row in obj.items()))
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        raise SourceError("topology", "parse",
+                          f"{origin}: bad distances {_short(obj)}") from None
 
 
 def _counts_from_json(obj: Any, origin: str) -> TopologyCounts | None:
@@ -117,6 +131,8 @@ def topology_to_json(topology: Topology) -> dict[str, Any]:
         "cpus": [cpu_to_json(c) for c in topology.cpus],
         "memory": [{"numa_node": n, "bytes": b} for n, b in topology.memory],
     }
+    if topology.distances:
+        out["distances"] = {str(n): list(row) for n, row in topology.distances}
     if topology.counts is not None and topology.counts != kubelet_topology.counts_of(
             topology.cpus):
         out["counts"] = topology.counts._asdict()

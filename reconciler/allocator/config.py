@@ -26,6 +26,10 @@ EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
 # The topology manager's policy options (topologymanager/policy_options.go), all GA by 1.35.
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
 DEFAULT_MAX_NUMA_NODES = 8  # defaultMaxAllowableNUMANodes
+RESIZE_MODES = ("off", "keep", "proposal")
+# The allocation manager's refusal (pkg/kubelet/allocation: canResizePod, handlers.go).
+RESIZE_INFEASIBLE = ('Infeasible: Resize is infeasible for Guaranteed Pods alongside CPU '
+                     'Manager policy "static"')
 
 # The kubelet minors whose placement the model knows; where they differ the model follows
 # ModelConfig.kubelet_version (docs/design.md#allocator).
@@ -81,6 +85,12 @@ class ModelConfig:
     # between equally wide masks) and max-allowable-numa-nodes (the NUMA-node limit).
     prefer_closest_numa: bool = False
     max_numa_nodes: int = DEFAULT_MAX_NUMA_NODES
+    # An in-place CPU resize of a Guaranteed pod's exclusive CPUs (docs/design.md#allocator):
+    # "off", what every released kubelet (1.35-1.37) does by default: refused as infeasible;
+    # "keep", with the alpha gate InPlacePodVerticalScalingExclusiveCPUs on: admitted, and the
+    # static policy leaves the CPUs as they are; "proposal": grown or shrunk around the CPUs
+    # kept, as the upstream work proposes and no released static policy does.
+    exclusive_cpu_resize: str = "off"
 
     def __post_init__(self) -> None:
         if self.cpu_policy not in ("static", "none"):
@@ -95,6 +105,9 @@ class ModelConfig:
         if self.kubelet_version not in KUBELET_VERSIONS:
             raise ModelError(f"kubelet version {self.kubelet_version!r} is not modelled "
                              f"(one of {', '.join(KUBELET_VERSIONS)})")
+        if self.exclusive_cpu_resize not in RESIZE_MODES:
+            raise ModelError(f"exclusive_cpu_resize {self.exclusive_cpu_resize!r} is not one "
+                             f"of {', '.join(RESIZE_MODES)}")
         if self.max_numa_nodes < DEFAULT_MAX_NUMA_NODES:
             raise ModelError(f'the minimum value of "max-allowable-numa-nodes" should not be '
                              f"less than {DEFAULT_MAX_NUMA_NODES}")

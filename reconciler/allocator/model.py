@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from reconciler.allocator.config import ModelConfig, ModelError
+from reconciler.allocator.config import RESIZE_INFEASIBLE, ModelConfig, ModelError
 from reconciler.allocator.devices import DeviceWork
 from reconciler.allocator.node_paths import NodePaths
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
@@ -169,14 +169,22 @@ class NodeModel(NodePaths):
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
                ) -> PodPlacement | Rejection:
-        """An in-place resize of a node-exclusive container to ``cpus`` exclusive CPUs, as
-        the kubelet does it: it keeps what it holds and grows from the free CPUs, or shrinks
-        within its own CPUs keeping those it was admitted with."""
+        """An in-place resize of a node-exclusive container to ``cpus`` exclusive CPUs. The
+        released kubelets refuse it (``exclusive_cpu_resize`` "off") or, with the alpha gate,
+        leave the CPUs as they are ("keep"); only "proposal" grows from the free CPUs
+        keeping what it holds, or shrinks within its own keeping those it was admitted
+        with, as the upstream work proposes."""
         placement = self.pods.get((namespace, name))
         truth = next((c for c in placement.containers if c.name == container), None) \
             if placement else None
         if placement is None or truth is None:
             return Rejection(namespace, name, f"no placed container {container}")
+        mode = self.config.exclusive_cpu_resize
+        if self.config.static and placement.spec.guaranteed and mode != "proposal":
+            # No released static policy resizes exclusive CPUs (docs/design.md#allocator).
+            if mode == "off":
+                return Rejection(namespace, name, RESIZE_INFEASIBLE)
+            return placement
         try:
             grown = self._resized(placement, truth, cpus)
         except Refused as exc:

@@ -12,9 +12,32 @@ from allocator.strategies import topologies
 from reconciler.allocator import ModelConfig, NodeModel, PodPlacement, Rejection, from_spec
 from reconciler.cpuset import parse_cpuset as S
 
+# The grow and shrink below are the upstream proposal, which no released static policy does;
+# the released kubelets are the first two tests (docs/design.md#allocator).
+PROPOSAL = ModelConfig(exclusive_cpu_resize="proposal")
+
+
+def test_released_kubelets_refuse_a_guaranteed_cpu_resize() -> None:
+    model = NodeModel(from_spec("1x4x2"))
+    placed = model.admit(pod("p", ctr("app", "1")))
+    assert isinstance(placed, PodPlacement)
+    refused = model.resize("default", "p", "app", 3)
+    assert isinstance(refused, Rejection)
+    assert refused.reason == ('Infeasible: Resize is infeasible for Guaranteed Pods alongside '
+                              'CPU Manager policy "static"')
+    assert model.pods[placed.key] == placed
+
+
+def test_with_the_alpha_gate_the_static_policy_keeps_the_cpus() -> None:
+    model = NodeModel(from_spec("1x4x2"), ModelConfig(exclusive_cpu_resize="keep"))
+    placed = model.admit(pod("p", ctr("app", "1")))
+    assert isinstance(placed, PodPlacement)
+    assert model.resize("default", "p", "app", 3) == placed
+    assert placed.containers[0].exclusive == S("0")
+
 
 def test_grow_keeps_the_cpus_and_takes_the_sibling_first() -> None:
-    model = NodeModel(from_spec("1x4x2"))
+    model = NodeModel(from_spec("1x4x2"), PROPOSAL)
     placed = model.admit(pod("p", ctr("app", "1")))
     assert isinstance(placed, PodPlacement)
     assert placed.containers[0].exclusive == S("0")
@@ -25,7 +48,7 @@ def test_grow_keeps_the_cpus_and_takes_the_sibling_first() -> None:
 
 
 def test_shrink_keeps_what_the_container_was_admitted_with() -> None:
-    model = NodeModel(from_spec("1x4x2"))
+    model = NodeModel(from_spec("1x4x2"), PROPOSAL)
     model.admit(pod("p", ctr("app", "2")))
     model.resize("default", "p", "app", 6)
     shrunk = model.resize("default", "p", "app", 3)
@@ -37,7 +60,8 @@ def test_shrink_keeps_what_the_container_was_admitted_with() -> None:
 
 
 def test_resize_refusals() -> None:
-    model = NodeModel(from_spec("1x4x2"), ModelConfig(options=frozenset({"full-pcpus-only"})))
+    model = NodeModel(from_spec("1x4x2"), ModelConfig(options=frozenset({"full-pcpus-only"}),
+                                                      exclusive_cpu_resize="proposal"))
     model.admit(pod("p", ctr("app", "2"), ctr("side", "500m")))
     assert isinstance(model.resize("default", "p", "app", 3), Rejection)  # not whole cores
     assert isinstance(model.resize("default", "p", "app", 10), Rejection)  # too many
@@ -54,7 +78,8 @@ def test_resizes_keep_sets_disjoint_and_release_returns_everything(
         topo: tuple[str, int], take: str, seed: int) -> None:
     spec, nps = topo
     options = frozenset() if take == "packed" else frozenset({take})
-    model = NodeModel(from_spec(spec, numa_per_socket=nps), ModelConfig(options=options))
+    model = NodeModel(from_spec(spec, numa_per_socket=nps),
+                      ModelConfig(options=options, exclusive_cpu_resize="proposal"))
     start = set(model.free)
     rng = random.Random(seed)
     for i in range(6):
