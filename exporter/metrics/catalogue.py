@@ -490,3 +490,5 @@ def _checked(families: tuple[Family[Any], ...]) -> dict[str, Family[Any]]:
 
 
 BY_NAME = _checked(FAMILIES)
+# The build family is served by ``api`` too (exporter/web/requestmetrics.py): one declaration.
+BUILD_INFO = BY_NAME["podres_build_info"]

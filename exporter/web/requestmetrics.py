@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter import __version__
+from exporter.metrics.catalogue import BUILD_INFO
 from exporter.metrics.exposition import escape_label, format_value
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -131,7 +132,7 @@ def add_metrics_route(app: web.Application, counter: RequestCounter, prefix: str
         _family(f"{prefix}_requests_total", "counter", "HTTP requests answered, by route "
                 "(the path pattern; 'unmatched' for a path no route serves), method and "
                 "status class.", ("route", "method", "status"), counter.samples(), out)
-        _family("podres_build_info", "gauge", "Build information; always 1.", ("version",),
+        _family(BUILD_INFO.name, BUILD_INFO.type, BUILD_INFO.help, BUILD_INFO.labels,
                 [((__version__,), 1.0)], out)
         return web.Response(body="".join(out).encode("utf-8"),
                             headers={"Content-Type": METRICS_CONTENT_TYPE})

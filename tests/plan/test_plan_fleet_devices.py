@@ -37,7 +37,6 @@ TOPO = Topology(tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)),
                 memory=((0, 32 << 30), (1, 32 << 30)))
 CONFIG = KubeletConfig(cpu_manager_policy="static", topology_manager_policy="single-numa-node",
                        topology_manager_scope="pod", reserved_system_cpus=frozenset({0}))
-NOW = datetime.now(UTC)
 
 
 def _ledger(*devices: DeviceAlloc) -> Ledger:
@@ -76,12 +75,13 @@ def _gpu(dev: str, numa: int) -> DeviceAlloc:
 @pytest.fixture
 async def fleet(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'history.db'}"
-    fresh = NOW - timedelta(seconds=10)
+    now = datetime.now(UTC)  # when the fixture runs: a module-wide clock goes stale under load
+    fresh = now - timedelta(seconds=10)
     # Two GPUs seen on NUMA node 0, both free now: a 2-GPU pod fits on NUMA node 0.
     await _node(url, "gpu-a", [(_gpu("GPU-0", 0), _gpu("GPU-1", 0))], (), fresh)
     # The same, but its exporter stopped an hour ago.
     await _node(url, "gpu-old", [(_gpu("GPU-0", 0), _gpu("GPU-1", 0))], (),
-                NOW - timedelta(hours=1))
+                now - timedelta(hours=1))
     # One GPU on each NUMA node (seen one at a time): single-numa-node cannot align two.
     await _node(url, "gpu-split", [(_gpu("GPU-0", 0),), (_gpu("GPU-1", 1),)], (), fresh)
     # Two GPUs on NUMA node 0, one of them held now.
@@ -168,7 +168,8 @@ async def test_memory_is_modelled_and_named(tmp_path: Path,
     fits where a NUMA node has 24 GiB free, and the other node's cause names memory."""
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     static = replace(CONFIG, memory_manager_policy="Static")
-    fresh = NOW - timedelta(seconds=10)
+    now = datetime.now(UTC)  # when the fixture runs: a module-wide clock goes stale under load
+    fresh = now - timedelta(seconds=10)
     for name, free in (("mem-big", 24 << 30), ("mem-small", 12 << 30)):
         await _node(url, name, [], (), fresh, NodeState(
             TOPO, static, frozenset(range(1, 8)), ((0, free), (1, free))))
