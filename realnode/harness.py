@@ -186,6 +186,7 @@ class Serve:
     proc: subprocess.Popen[bytes]
     url: str
     log: Path
+    env: dict[str, str] = field(default_factory=dict)
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, bytes]:
         try:
@@ -318,7 +319,7 @@ class Node:
              f"--hostname-override={NODE_NAME}", "--v=2"],
             log=f"kubelet-{self._kubelet_starts}.log", cwd="kubelet-cwd")
         kubelet = self._kubelet
-        wait_for(lambda: self._socket_answers() or self._dead(kubelet, "the kubelet"),
+        wait_for(lambda: self.socket_answers() or self._dead(kubelet, "the kubelet"),
                  60, "the kubelet's PodResources socket")
 
     def stop_kubelet(self) -> None:
@@ -554,7 +555,7 @@ class Node:
             data: dict[str, Any] = json.load(r)
             return data
 
-    def _socket_answers(self) -> bool:
+    def socket_answers(self) -> bool:
         if not self.socket.is_socket():
             return False
         s = socket.socket(socket.AF_UNIX)
@@ -631,7 +632,7 @@ class Node:
         env = dict(env or self.exporter_env())
         env["PODRES_WEB_LISTEN_ADDRESS"] = f"127.0.0.1:{port}"
         proc = self.spawn([str(EXPORTER), "serve"], env=env, log=log)
-        serve = Serve(proc, f"http://127.0.0.1:{port}", self.logs / log)
+        serve = Serve(proc, f"http://127.0.0.1:{port}", self.logs / log, env)
 
         def up() -> bool:
             if proc.poll() is not None:
@@ -642,6 +643,13 @@ class Node:
             return False
         wait_for(up, 60, "serve's /healthz")
         return serve
+
+    def restart_serve(self, serve: Serve) -> None:
+        """Stops ``serve`` and starts it again with the same environment (the same history
+        file), in place."""
+        serve.stop()
+        again = self.start_serve(serve.env, log=serve.log.name + "+")
+        serve.proc, serve.url, serve.log = again.proc, again.url, again.log
 
 
 def _map_path(value: str, paths: Mapping[str, str]) -> str:
