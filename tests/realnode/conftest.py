@@ -93,5 +93,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     reporter.section("real node")
     for name, outcome in _outcomes.items():
         reporter.write_line(f"{outcome:9} {name}")
+    # A scenario runs the 1.37 kubelet unless its id names 1.36.
+    for version in ("1.36", "1.37"):
+        mine = [o for n, o in _outcomes.items() if ("1.36" in n) == (version == "1.36")]
+        if mine:
+            reporter.write_line(f"real node {version}: {mine.count('agrees')}/{len(mine)} "
+                                "scenarios agree")
     agree = sum(o == "agrees" for o in _outcomes.values())
     reporter.write_line(f"real node: {agree}/{len(_outcomes)} scenarios agree")
