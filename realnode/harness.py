@@ -44,7 +44,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -63,12 +62,11 @@ import yaml
 
 from exporter.tlsutil import write_self_signed
 from realnode import build
+from realnode.daemonset import daemonset_env
 from realnode.trees import cached_tree
 
 REPO = Path(__file__).resolve().parent.parent
 EXPORTER = Path(sys.executable).parent / "podres-exporter"
-DAEMONSET = REPO / "deploy" / "manifests" / "daemonset.yaml"
-CHECKPOINT_PATCH = REPO / "deploy" / "manifests" / "patches" / "checkpoints.yaml"
 CGROUP_V1 = Path("/sys/fs/cgroup")
 IMAGE = "registry.invalid/workload:1"
 NODE_NAME = "realnode"
@@ -77,8 +75,6 @@ NODE_NAME = "realnode"
 # copy bound over it inside the namespace.
 SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
-# Where a DaemonSet container finds the service account's files (automounted, not a volume).
-SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _serial = itertools.count()
 T = TypeVar("T")
 
@@ -245,6 +241,7 @@ class Node:
 
     def __init__(self, config: NodeConfig, workdir: Path | None = None) -> None:
         self.config = config
+        self.name = NODE_NAME
         # Short: unix socket paths must fit in 107 bytes.
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
         self.var_lib = self.workdir / "var-lib"
@@ -290,9 +287,9 @@ class Node:
         cert, key = write_self_signed(self.workdir / "pki", "localhost")
         shutil.copy(cert, self.ca_file)
         self.token_file.write_text("realnode\n")
-        self._make_cgroup_root()
+        make_cgroup_root(self.cgroup_root)
         (self.workdir / "kubelet-config.yaml").write_text(
-            yaml.safe_dump(self.kubelet_config(cert, key), sort_keys=False))
+            yaml.safe_dump(kubelet_config(self, cert, key), sort_keys=False))
         self._start_namespace()
         self._cri = self.spawn([str(fakecri), "-listen", str(self.cri_socket), "-image-fs",
                                 str(self.workdir / "imagefs"), *self.config.images],
@@ -308,7 +305,7 @@ class Node:
             _stop(proc)
         if self._holder is not None:
             _stop(self._holder, timeout=5)
-        self._remove_cgroups()
+        remove_cgroups(self.cgroup_root)
 
     def start_kubelet(self) -> None:
         """Starts the kubelet (again) and waits until PodResources answers."""
@@ -418,85 +415,9 @@ class Node:
 
     # ---- cgroups -------------------------------------------------------------------------
 
-    def _make_cgroup_root(self) -> None:
-        """The run's own cgroupRoot in every v1 hierarchy (the kubelet refuses one that does
-        not exist); its cpuset copies the parent's, as a cpuset child starts empty."""
-        for h in cgroup_hierarchies():
-            d = h / self.cgroup_root.lstrip("/")
-            d.mkdir(exist_ok=True)
-            if (h / "cpuset.cpus").exists():
-                for f in ("cpuset.cpus", "cpuset.mems"):
-                    (d / f).write_text((h / f).read_text())
-
     def cgroups_left(self) -> list[Path]:
         """This run's cgroupRoot in every hierarchy where it still exists."""
-        return [h / self.cgroup_root.lstrip("/") for h in cgroup_hierarchies()
-                if (h / self.cgroup_root.lstrip("/")).exists()]
-
-    def _remove_cgroups(self) -> None:
-        left = []
-        for h in cgroup_hierarchies():
-            top = h / self.cgroup_root.lstrip("/")
-            if not top.exists():
-                continue
-            # Bottom up: a cgroup goes only once its children are gone.
-            for d, _, _ in os.walk(top, topdown=False):
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    left.append(d)
-        if left:
-            raise NodeError(f"cgroups left behind: {', '.join(left[:5])}")
-
-    # ---- kubelet configuration -----------------------------------------------------------
-
-    def kubelet_config(self, cert: Path, key: Path) -> dict[str, Any]:
-        c = self.config
-        conf: dict[str, Any] = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "staticPodPath": str(self.manifests),
-            "fileCheckFrequency": "1s",
-            "syncFrequency": "5s",
-            "containerRuntimeEndpoint": f"unix://{self.cri_socket}",
-            "imageServiceEndpoint": f"unix://{self.cri_socket}",
-            "cgroupDriver": "cgroupfs",
-            "cgroupsPerQOS": True,
-            "cgroupRoot": self.cgroup_root,
-            "failCgroupV1": False,
-            "failSwapOn": False,
-            "address": "127.0.0.1",
-            "port": self.port,
-            "readOnlyPort": self.ro_port,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": self.healthz_port,
-            "tlsCertFile": str(cert),
-            "tlsPrivateKeyFile": str(key),
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "featureGates": {"PodLevelResources": True,
-                             "PodLevelResourceManagers": c.pod_level},
-            "cpuManagerPolicy": c.cpu_policy,
-            "cpuManagerReconcilePeriod": "2s",
-            "topologyManagerPolicy": c.topology_policy,
-            "topologyManagerScope": c.scope,
-            "memoryManagerPolicy": c.memory_policy,
-            "podPidsLimit": -1,
-            "localStorageCapacityIsolation": False,
-            "registerNode": False,
-        }
-        if c.cpu_policy == "static":
-            conf["reservedSystemCPUs"] = c.reserved_cpus
-        if c.cpu_options:
-            conf["cpuManagerPolicyOptions"] = dict(c.cpu_options)
-        if c.memory_policy == "Static":
-            # The memory manager wants reservedMemory to sum to kube + system reserved +
-            # the hard eviction threshold.
-            conf.update(kubeReserved={"memory": "1Gi"},
-                        evictionHard={"memory.available": "100Mi"},
-                        reservedMemory=[{"numaNode": 0, "limits": {"memory": "1124Mi"}}])
-        conf.update(c.extra)
-        return conf
+        return cgroups_left(self.cgroup_root)
 
     # ---- pods ----------------------------------------------------------------------------
 
@@ -571,44 +492,9 @@ class Node:
 
     def exporter_env(self, *, listen: str | None = None,
                      checkpoints: bool = True) -> dict[str, str]:
-        """The DaemonSet container's environment (with the checkpoint patch when
-        ``checkpoints``), its hostPath volumes mapped to the paths inside the namespace, its
-        emptyDirs to directories of the work dir, the service account's files to the node's
-        CA and token, $(HOST_IP):10250 to the kubelet's loopback port."""
-        ds = yaml.safe_load(DAEMONSET.read_text())
-        pod = ds["spec"]["template"]["spec"]
-        container = pod["containers"][0]
-        env_list = list(container["env"])
-        mounts = list(container["volumeMounts"])
-        volumes = {v["name"]: v for v in pod["volumes"]}
-        if checkpoints:
-            for op in yaml.safe_load(CHECKPOINT_PATCH.read_text()):
-                target = {"env": env_list, "volumeMounts": mounts}.get(op["path"].split("/")[-2])
-                if target is not None:
-                    target.append(op["value"])
-                elif op["path"].endswith("/volumes/-"):
-                    volumes[op["value"]["name"]] = op["value"]
-        paths = {SERVICE_ACCOUNT: str(self.ca_file.parent)}
-        for m in mounts:
-            v = volumes[m["name"]]
-            if "hostPath" in v:
-                paths[m["mountPath"]] = v["hostPath"]["path"]
-            else:
-                local = self.workdir / "exporter" / m["name"]
-                local.mkdir(parents=True, exist_ok=True)
-                paths[m["mountPath"]] = str(local)
-        refs = {"spec.nodeName": NODE_NAME, "status.hostIP": "127.0.0.1"}
-        env: dict[str, str] = {}
-        for e in env_list:
-            value = refs[e["valueFrom"]["fieldRef"]["fieldPath"]] if "valueFrom" in e \
-                else re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], e["value"])
-            env[e["name"]] = _map_path(value, paths)
-        env["PODRES_KUBELET_URL"] = env["PODRES_KUBELET_URL"].replace(
-            ":10250", f":{self.port}")
-        if listen is not None:
-            env["PODRES_WEB_LISTEN_ADDRESS"] = listen
-        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GRPC_VERBOSITY": "ERROR",
-                **env}
+        """The DaemonSet container's environment mapped onto this node
+        (:func:`realnode.daemonset.daemonset_env`)."""
+        return daemonset_env(self, listen=listen, checkpoints=checkpoints)
 
     def exporter(self, *args: str, env: Mapping[str, str] | None = None,
                  timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -652,14 +538,84 @@ class Node:
         serve.proc, serve.url, serve.log = again.proc, again.url, again.log
 
 
-def _map_path(value: str, paths: Mapping[str, str]) -> str:
-    """``value`` with a container path (the longest mount that holds it) turned into the
-    host path the volume names; URLs (sqlite:////var/...) keep their scheme."""
-    for mount in sorted(paths, key=len, reverse=True):
-        i = value.find(mount)
-        if i >= 0 and value[i + len(mount):i + len(mount) + 1] in ("", "/"):
-            return value[:i] + paths[mount].rstrip("/") + value[i + len(mount):]
-    return value
+def kubelet_config(node: Node, cert: Path, key: Path) -> dict[str, Any]:
+    """The KubeletConfiguration file of ``node``."""
+    c = node.config
+    conf: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "staticPodPath": str(node.manifests),
+        "fileCheckFrequency": "1s",
+        "syncFrequency": "5s",
+        "containerRuntimeEndpoint": f"unix://{node.cri_socket}",
+        "imageServiceEndpoint": f"unix://{node.cri_socket}",
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": True,
+        "cgroupRoot": node.cgroup_root,
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "address": "127.0.0.1",
+        "port": node.port,
+        "readOnlyPort": node.ro_port,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": node.healthz_port,
+        "tlsCertFile": str(cert),
+        "tlsPrivateKeyFile": str(key),
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "featureGates": {"PodLevelResources": True,
+                         "PodLevelResourceManagers": c.pod_level},
+        "cpuManagerPolicy": c.cpu_policy,
+        "cpuManagerReconcilePeriod": "2s",
+        "topologyManagerPolicy": c.topology_policy,
+        "topologyManagerScope": c.scope,
+        "memoryManagerPolicy": c.memory_policy,
+        "podPidsLimit": -1,
+        "localStorageCapacityIsolation": False,
+        "registerNode": False,
+    }
+    if c.cpu_policy == "static":
+        conf["reservedSystemCPUs"] = c.reserved_cpus
+    if c.cpu_options:
+        conf["cpuManagerPolicyOptions"] = dict(c.cpu_options)
+    if c.memory_policy == "Static":
+        # The memory manager wants reservedMemory to sum to kube + system reserved +
+        # the hard eviction threshold.
+        conf.update(kubeReserved={"memory": "1Gi"},
+                    evictionHard={"memory.available": "100Mi"},
+                    reservedMemory=[{"numaNode": 0, "limits": {"memory": "1124Mi"}}])
+    conf.update(c.extra)
+    return conf
+
+
+def make_cgroup_root(root: str) -> None:
+    """The run's own cgroupRoot in every v1 hierarchy (the kubelet refuses one that does
+    not exist); its cpuset copies the parent's, as a cpuset child starts empty."""
+    for h in cgroup_hierarchies():
+        d = h / root.lstrip("/")
+        d.mkdir(exist_ok=True)
+        if (h / "cpuset.cpus").exists():
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                (d / f).write_text((h / f).read_text())
+
+
+def cgroups_left(root: str) -> list[Path]:
+    return [h / root.lstrip("/") for h in cgroup_hierarchies()
+            if (h / root.lstrip("/")).exists()]
+
+
+def remove_cgroups(root: str) -> None:
+    """Every cgroup under ``root``, bottom up (a cgroup goes only once its children are
+    gone)."""
+    left = []
+    for top in cgroups_left(root):
+        for d, _, _ in os.walk(top, topdown=False):
+            try:
+                os.rmdir(d)
+            except OSError:
+                left.append(d)
+    if left:
+        raise NodeError(f"cgroups left behind: {', '.join(left[:5])}")
 
 
 def host_state() -> dict[str, Any]:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from realnode.harness import DAEMONSET, NODE_NAME, NodeConfig
+from realnode.daemonset import DAEMONSET
+from realnode.harness import NODE_NAME, NodeConfig
 from tests.realnode.checks import agreeing, cpus
 from tests.realnode.conftest import REQUIRED, StartNode
 from tests.realnode.test_ledger import AMD, drop_in, tree_workload
