@@ -35,6 +35,16 @@ API::
   namespace (and with it every mount) gone, every cgroup under the run's own ``cgroupRoot``
   removed depth first. ``host_state()`` is what a test compares before and after.
 
+- Memory and devices: ``NodeConfig(memory_policy="Static")`` adds the reserved memory the
+  memory manager wants (override with ``extra``); the device manager's directory is
+  ``node.root / "device-plugins"`` on the host (``/var/lib/kubelet/device-plugins`` inside),
+  where a plugin started with ``node.spawn`` (stopped at teardown) or from the host registers.
+
+Tests use ``tests/realnode/conftest.py`` (``start_node`` fixture, ``need_realnode(version)``
+which builds or skips, a failure under PODRES_REQUIRE_REALNODE=1) and
+``tests/realnode/checks.py`` (``KubeletCPUState.read(node)``, ``agreeing(read, node,
+running)``: the first ledger that is the kubelet's, else the last disagreement).
+
 Needs root, cgroup v1 hierarchies and ``unshare``/``nsenter``; ``unavailable()`` says why not.
 """
 
