@@ -252,7 +252,9 @@ class Node:
     def __init__(self, config: NodeConfig, workdir: Path | None = None) -> None:
         self.config = config
         self.name = NODE_NAME
-        # Short: unix socket paths must fit in 107 bytes.
+        # Short: unix socket paths must fit in 107 bytes. A work dir made here goes at
+        # stop() unless PODRES_REALNODE_KEEP=1 (its logs/ hold the kubelet's logs).
+        self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rn-", dir="/tmp"))
         self.var_lib = self.workdir / "var-lib"
         self.root = self.var_lib / "kubelet"
@@ -316,6 +318,8 @@ class Node:
         if self._holder is not None:
             _stop(self._holder, timeout=5)
         remove_cgroups(self.cgroup_root)
+        if self._own_workdir and os.environ.get("PODRES_REALNODE_KEEP") != "1":
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def start_kubelet(self) -> None:
         """Starts the kubelet (again) and waits until PodResources answers."""
