@@ -306,8 +306,9 @@ def pod_spec_from_json(obj: Mapping[str, Any]) -> PodSpec:
 
 
 def pod_list_from_json(obj: object) -> tuple[PodSpec, ...]:
-    """A ``v1.PodList`` as the kubelet's ``/pods`` returns it."""
-    if not isinstance(obj, Mapping) or not isinstance(obj.get("items", []), list):
+    """A ``v1.PodList`` as the kubelet's ``/pods`` returns it (with no pod, ``items`` is
+    null: the kubelet encodes an empty Go slice as null)."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("items", []), list | None):
         raise SpecError("not a PodList: expected an object with an 'items' list")
     return pod_specs_from_items(obj.get("items") or ())
 

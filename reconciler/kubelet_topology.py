@@ -175,9 +175,9 @@ def divergences(topo: Topology, *, topology_policy: str | None = None,
     if split:
         out.append(Divergence(
             "siblings_split", split,
-            "SMT siblings that the kernel pairs are separate cores to the kubelet (they "
-            "sit in different NUMA nodes or packages): full-pcpus-only does not keep "
-            "them together",
+            "SMT siblings that the kernel pairs are separate cores to the kubelet (their "
+            "core_id differs, as on AMD compute units, or they sit in different NUMA "
+            "nodes or packages): full-pcpus-only does not keep them together",
             "fix the firmware's NUMA description (SRAT) or the kernel's topology, or "
             "expect noisy neighbours on these CPUs"))
     return tuple(out)

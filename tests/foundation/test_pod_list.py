@@ -13,8 +13,8 @@ import pytest
 from bench.synth import generate
 from exporter.sim.cgroupfs import decorate_pod_list
 from exporter.sources import pod_list as pod_list_module
-from exporter.sources.cgroup import pod_refs_from_pod_list
-from exporter.sources.kubelet_bodies import parse_json_object
+from exporter.sources.cgroup import pod_refs_from_body, pod_refs_from_pod_list
+from exporter.sources.kubelet_bodies import parse_json_object, pod_specs_from_body
 from exporter.sources.pod_list import reduce_pod_list
 from reconciler.kube import SpecError, pod_list_from_json
 
@@ -75,6 +75,15 @@ def test_absent_and_null_fields_keep_their_meaning() -> None:
          "status": {"qosClass": "Burstable", "containerStatuses": None}},
     ]}
     assert pod_list_from_json(reduced) == pod_list_from_json(json.loads(body))
+
+
+def test_the_real_kubelets_empty_list_is_no_pod() -> None:
+    """The real kubelet (1.36 and 1.37, tests/realnode) answers /pods on a node without
+    pods with ``items: null``: no pod, not a broken answer."""
+    body = b'{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}\n'
+    assert pod_list_from_json(json.loads(body)) == ()
+    assert pod_specs_from_body(body) == ()
+    assert pod_refs_from_body(body) == ()
 
 
 @pytest.mark.parametrize("body", [
