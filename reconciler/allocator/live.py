@@ -4,7 +4,7 @@ now rather than on an empty one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reconciler.allocator.config import ModelConfig
@@ -31,19 +31,25 @@ class LiveNode:
     free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
-def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
+def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int]) -> dict[int, int]:
     """Bytes of ``memory`` the pods hold per NUMA node: the pod block where reported (its
-    containers' blocks lie inside it), else the containers' own; a block over several nodes
-    counts evenly on each."""
+    containers' blocks lie inside it), else the containers' own. A block over several NUMA
+    nodes fills them in ascending order, each up to its ``capacity``, as the kubelet's Static
+    policy reserves it (``updateMachineState``; what would overflow the last node is counted
+    there). Blocks over several nodes share all of them (the kubelet keeps such a group
+    apart), so the order of the pods does not change the outcome (docs/plan.md#--node)."""
     used: dict[int, int] = {}
+    groups: dict[tuple[int, ...], int] = {}
 
     def add(blocks: Iterable[MemoryBlock]) -> None:
         for b in blocks:
             if b.memory_type != "memory" or not b.numa_nodes:
                 continue
-            share = b.size // len(b.numa_nodes)
-            for n in b.numa_nodes:
-                used[n] = used.get(n, 0) + share
+            if len(b.numa_nodes) == 1:
+                used[b.numa_nodes[0]] = used.get(b.numa_nodes[0], 0) + b.size
+            else:
+                nodes = tuple(sorted(set(b.numa_nodes)))
+                groups[nodes] = groups.get(nodes, 0) + b.size
 
     for pod in snapshot.pods:
         if pod.memory:
@@ -51,6 +57,12 @@ def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
         else:
             for c in pod.containers:
                 add(c.memory)
+    for nodes, size in sorted(groups.items()):
+        for n in nodes:
+            room = max(0, capacity.get(n, 0) - used.get(n, 0))
+            part = size if n == nodes[-1] else min(size, room)
+            used[n] = used.get(n, 0) + part
+            size -= part
     return used
 
 
@@ -68,6 +80,13 @@ def _memory_capacity(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
     return {n: sizes.get(n, 0) for n in topo.numa_nodes}
 
 
+def free_memory(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
+    """Per NUMA node of ``topo``, the bytes of allocatable memory the pods' reports leave."""
+    capacity = _memory_capacity(snapshot, topo)
+    used = _memory_in_use(snapshot, capacity)
+    return {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+
+
 def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
                    ) -> tuple[frozenset[int], dict[int, int]]:
     """What the model is seeded with: the CPUs the ledger puts in the node shared pool
@@ -77,9 +96,7 @@ def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
     the snapshot's topology, not the model's form of it: ``serve`` calls it on every
     changed ledger, and converting a 512-CPU topology takes some 4 ms."""
     free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
-    used = _memory_in_use(snapshot)
-    capacity = _memory_capacity(snapshot, topo)
-    return free, {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+    return free, free_memory(snapshot, topo)
 
 
 def node_devices(snapshot: NodeSnapshot) -> NodeDevices:
