@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.hints import Hint, HintRecord
-from reconciler.allocator.live import LiveNodeError, free_memory, live_node
+from reconciler.allocator.live import LiveNodeError, free_memory, live_node, pooled_pods
 from reconciler.allocator.model import NodeModel, PodPlacement, Rejection
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.ledger import Ledger
@@ -447,6 +447,6 @@ def before_pod(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig, name
     # The memory the other pods leave, counted as live_node counts every pod's.
     others = tuple(p for p in snapshot.pods if (p.namespace, p.name) != (namespace, name))
     assert snapshot.topology is not None  # live_node refuses a node without one
-    mem = free_memory(replace(snapshot, pods=others), snapshot.topology)
+    mem = free_memory(replace(snapshot, pods=others), snapshot.topology, pooled_pods(ledger))
     live.model.seed(live.model.free | held, mem)
     return live.model, spec

@@ -4,7 +4,7 @@ now rather than on an empty one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from reconciler.allocator.config import ModelConfig
@@ -13,6 +13,7 @@ from reconciler.allocator.model import NodeModel
 from reconciler.allocator.topology import from_snapshot
 from reconciler.kube import KubeletConfig
 from reconciler.ledger import Ledger
+from reconciler.memory import MemoryKey, _memory_key
 from reconciler.snapshot import MemoryBlock, NodeSnapshot, Topology
 
 
@@ -31,13 +32,17 @@ class LiveNode:
     free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
-def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int]) -> dict[int, int]:
+def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int],
+                   pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
     """Bytes of ``memory`` the pods hold per NUMA node: the pod block where reported (its
-    containers' blocks lie inside it), else the containers' own. A block over several NUMA
-    nodes fills them in ascending order, each up to its ``capacity``, as the kubelet's Static
-    policy reserves it (``updateMachineState``; what would overflow the last node is counted
-    there). Blocks over several nodes share all of them (the kubelet keeps such a group
-    apart), so the order of the pods does not change the outcome (docs/plan.md#--node)."""
+    containers' blocks lie inside it), else the containers' own; in a pod of ``pooled``
+    (namespace, name: the ledger found it reporting its pool the 1.36 way, each container on
+    the pool listing the pool's blocks as its own) the same blocks count once. A block over
+    several NUMA nodes fills them in ascending order, each up to its ``capacity``, as the
+    kubelet's Static policy reserves it (``updateMachineState``; what would overflow the last
+    node is counted there). Blocks over several nodes share all of them (the kubelet keeps
+    such a group apart), so the order of the pods does not change the outcome
+    (docs/plan.md#--node)."""
     used: dict[int, int] = {}
     groups: dict[tuple[int, ...], int] = {}
 
@@ -54,6 +59,13 @@ def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int]) -> dict[
     for pod in snapshot.pods:
         if pod.memory:
             add(pod.memory)
+        elif (pod.namespace, pod.name) in pooled:
+            seen: set[MemoryKey] = set()
+            for c in pod.containers:
+                key = _memory_key(c)
+                if key not in seen:
+                    seen.add(key)
+                    add(c.memory)
         else:
             for c in pod.containers:
                 add(c.memory)
@@ -80,10 +92,18 @@ def _memory_capacity(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
     return {n: sizes.get(n, 0) for n in topo.numa_nodes}
 
 
-def free_memory(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
-    """Per NUMA node of ``topo``, the bytes of allocatable memory the pods' reports leave."""
+def pooled_pods(ledger: Ledger) -> frozenset[tuple[str, str]]:
+    """The pods whose memory the ledger splits into a pod shared pool."""
+    return frozenset((p.namespace, p.name) for p in ledger.pods
+                     if any(row[0] == "pod_shared" for row in p.memory))
+
+
+def free_memory(snapshot: NodeSnapshot, topo: Topology,
+                pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
+    """Per NUMA node of ``topo``, the bytes of allocatable memory the pods' reports leave
+    (``pooled``: see ``_memory_in_use``)."""
     capacity = _memory_capacity(snapshot, topo)
-    used = _memory_in_use(snapshot, capacity)
+    used = _memory_in_use(snapshot, capacity, pooled)
     return {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
 
 
@@ -96,7 +116,7 @@ def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
     the snapshot's topology, not the model's form of it: ``serve`` calls it on every
     changed ledger, and converting a 512-CPU topology takes some 4 ms."""
     free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
-    return free, free_memory(snapshot, topo)
+    return free, free_memory(snapshot, topo, pooled_pods(ledger))
 
 
 def node_devices(snapshot: NodeSnapshot) -> NodeDevices:
