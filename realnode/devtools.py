@@ -169,3 +169,16 @@ class DevicePlugin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def metric_samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The samples of the metric family ``name`` in a Prometheus exposition, by their
+    sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name:
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
