@@ -184,7 +184,7 @@ def test_free_memory_fills_a_multi_numa_block_node_by_node() -> None:
                 ContainerAlloc("b", (3,), (MemoryBlock("memory", gib // 4, group),)))),
             PodAlloc("default", "single", (ContainerAlloc("x", (), (
                 MemoryBlock("memory", gib, (1,)),)),)))
-    no_cpus: Any = SimpleNamespace(cpu_map=())  # only the memory is asked for
+    no_cpus: Any = SimpleNamespace(cpu_map=(), pods=())  # only the memory is asked for
 
     def free_memory(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
         return free_resources(snapshot, no_cpus, topo)[1]
@@ -195,3 +195,41 @@ def test_free_memory_fills_a_multi_numa_block_node_by_node() -> None:
     assert free == {0: 0, 1: node1 - (used - node0) - gib}
     # The order of the pods does not matter: the group's blocks share their nodes.
     assert free_memory(NodeSnapshot(pods[::-1], allocatable=alloc), topo) == free
+
+
+def test_free_memory_counts_a_pool_reported_the_1_36_way_once() -> None:
+    """1.36 (PodLevelResourceManagers on, pod scope) reports no pod-level memory: each
+    container on a pod-level pod's pool lists the pool's blocks as its own. The ledger
+    counts them once (docs/design.md#memory), and so must the free memory: seen on the real
+    kubelet 1.36.3 (tests/realnode/test_memory.py), whose memory_manager_state had
+    1,342,177,280 bytes (the pool, counted twice) more free on NUMA node 0 than plan said."""
+    from reconciler.allocator.live import free_resources
+    from reconciler.kube import ContainerSpec, PodSpec, Resources
+    from reconciler.reconcile import reconcile
+    from reconciler.snapshot import (
+        Allocatable,
+        ContainerAlloc,
+        CPUInfo,
+        MemoryBlock,
+        NodeSnapshot,
+        PodAlloc,
+        Topology,
+    )
+
+    mib = 2**20
+    topo = Topology(tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)))
+    alloc = Allocatable(cpu_ids=tuple(range(1, 8)), memory=(
+        MemoryBlock("memory", 8192 * mib, (0,)), MemoryBlock("memory", 8192 * mib, (1,))))
+    pool = MemoryBlock("memory", 1280 * mib, (0,))
+    pooled = PodAlloc("default", "pooled", (
+        ContainerAlloc("app", (1,), (MemoryBlock("memory", 768 * mib, (0,)),)),
+        ContainerAlloc("log", (2, 3), (pool,)), ContainerAlloc("mesh", (2, 3), (pool,))))
+    own = Resources(1000, 1000, 768 * mib, 768 * mib)
+    spec = PodSpec("default", "pooled", "u1", (
+        ContainerSpec("app", own), ContainerSpec("log"), ContainerSpec("mesh")),
+        resources=Resources(3000, 3000, 2048 * mib, 2048 * mib), qos_class="Guaranteed")
+    snapshot = NodeSnapshot((pooled,), allocatable=alloc, topology=topo, pod_specs=(spec,))
+    ledger = reconcile(snapshot)
+    assert "legacy_shared_report" in {a.kind for a in ledger.anomalies}
+    _, free = free_resources(snapshot, ledger, topo)
+    assert free == {0: (8192 - 2048) * mib, 1: 8192 * mib}
