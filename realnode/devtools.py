@@ -7,13 +7,13 @@
   independently of the exporter's parser.
 
 Both are built into ``realnode/build/`` (ignored by git) with ``nice -n 10``, and rebuilt only
-when their sources (``*.go``, ``go*.mod``, ``go*.sum``) are newer than the binary.
+when the hash of their sources (``*.go``, the go.mod and go.sum) changes, as realnode/build.py
+does for the kubelets.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,36 +23,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.reference import go_binary
+from realnode.build import BUILD, RealNodeUnavailable, _digest
+
 HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build"
 # ckptdump's go.mod per kubelet minor: the same k8s.io pins as reference/kubelet's.
 CKPTDUMP_MODFILES = {"1.36": "go.1_36.mod", "1.37": "go.mod"}
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # fixed in the kubelet (pluginapi)
 
 
-class ToolUnavailable(RuntimeError):
+class ToolUnavailable(RealNodeUnavailable):
     """A tool cannot be built here (no Go, or a build that fails); the reason is the text."""
 
 
-def go_binary() -> str | None:
-    return shutil.which("go") or (
-        "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
-
-
-def _sources(src: Path) -> list[Path]:
-    return sorted(p for p in src.iterdir()
-                  if p.suffix == ".go" or p.name.startswith(("go.", "go_")))
-
-
-def _stale(out: Path, src: Path) -> bool:
-    if not out.exists():
-        return True
-    built = out.stat().st_mtime
-    return any(p.stat().st_mtime > built for p in _sources(src))
-
-
 def _build(src: Path, out: Path, modfile: str = "go.mod") -> Path:
-    if not _stale(out, src):
+    """``src``'s module built into ``out`` unless the stamp beside it holds the hash of its
+    Go files, ``modfile`` and its go.sum (as realnode/build.py stamps the kubelets)."""
+    inputs = [*sorted(src.glob("*.go")), src / modfile,
+              src / (modfile.removesuffix(".mod") + ".sum")]
+    stamp = out.with_name(out.name + ".sha256")
+    digest = _digest(inputs, "")
+    if out.exists() and stamp.exists() and stamp.read_text().strip() == digest:
         return out
     go = go_binary()
     if go is None:
@@ -65,6 +56,7 @@ def _build(src: Path, out: Path, modfile: str = "go.mod") -> Path:
         tmp.unlink(missing_ok=True)
         raise ToolUnavailable(f"building {src.name} failed:\n{done.stderr.strip()[-4000:]}")
     tmp.replace(out)  # a binary is complete or absent, even when two builds race
+    stamp.write_text(digest + "\n")
     return out
 
 
