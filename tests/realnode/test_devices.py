@@ -264,29 +264,41 @@ def contended() -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_devices_misaligned_under_best_effort(start_node: StartNode, version: str) -> None:
+    """Then the kubelet restarts: its device-plugin directory is emptied, the plugin
+    registers again, the device checkpoint is reloaded, and the exporter shows the same."""
     node = start(start_node, version, "best-effort", "container")
-    with plugged(node):
+    with plugged(node) as plugin:
         pods = drop_in(node, *contended())
         running = set(pods)
         assert {n: p["status"]["phase"] for n, p in pods.items()} == dict.fromkeys(
             running, "Running")
         serve = node.start_serve()
         try:
-            ledger = published(node, serve, running)
-            held = assert_devices_are_the_kubelets(ledger, node, serve, version, running)
             late = f"late-{NODE_NAME}"
-            # Misaligned, by the kubelet's own files: its CPUs on node 0, its GPU on node 1.
-            state = devtools.ckptdump(version, node.root)["cpuManager"]
-            cpus_at = numa_of(state["entries"][uids(node)[late]]["app"])
-            gpu_at = set().union(*held[(late, "app", GPU)].values())
-            assert cpus_at == {0} and gpu_at == {1}, (cpus_at, gpu_at)
-            assert anomalies(ledger) == {("device_numa_misaligned", late)}
-            (found,) = ledger["anomalies"]
-            assert found["container"] == "app"
-            assert "best-effort" in found["detail"]
-            assert anomaly_series(serve)["device_numa_misaligned"] == 1
+            first: Held = {}
+            for restarted in (False, True):
+                if restarted:
+                    node.restart_kubelet()
+                    plugin.wait_registered(2)
+                    node.wait_pods(dict.fromkeys(running, "Running"))
+                ledger = published(node, serve, running)
+                held = assert_devices_are_the_kubelets(ledger, node, serve, version, running)
+                assert held == (first or held)  # the restart keeps every allocation
+                first = held
+                # Misaligned, by the kubelet's own files: CPUs on node 0, its GPU on node 1.
+                state = devtools.ckptdump(version, node.root)["cpuManager"]
+                cpus_at = numa_of(state["entries"][uids(node)[late]]["app"])
+                gpu_at = set().union(*held[(late, "app", GPU)].values())
+                assert cpus_at == {0} and gpu_at == {1}, (restarted, cpus_at, gpu_at)
+                assert anomalies(ledger) == {("device_numa_misaligned", late)}
+                (found,) = ledger["anomalies"]
+                assert found["container"] == "app"
+                assert "best-effort" in found["detail"]
+                assert anomaly_series(serve)["device_numa_misaligned"] == 1
         finally:
             serve.stop()
+    # The plugin removed its sockets when it stopped.
+    assert not list((node.root / "device-plugins").glob("fake-*.sock"))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
