@@ -1,5 +1,7 @@
 """The real-node test bed's own Go tools, built and run from Python (docs/real-node.md):
 
+    python -m realnode.devtools         # builds both (ckptdump for every kubelet minor)
+
 - ``realnode/deviceplugin``: a device plugin on the kubelet's own device plugin API that
   registers fake devices (GPUs, NICs, ...) with the NUMA affinity a test gives them;
 - ``realnode/ckptdump``: the kubelet's checkpoint files read with the kubelet's own Go types
@@ -17,6 +19,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -174,3 +177,19 @@ def metric_samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], fl
             if s.name == name:
                 out[tuple(sorted(s.labels.items()))] = s.value
     return out
+
+
+def main() -> int:
+    t0 = time.monotonic()
+    try:
+        built = [device_plugin_binary(), *(ckptdump_binary(v) for v in CKPTDUMP_MODFILES)]
+    except ToolUnavailable as exc:
+        print(f"realnode: {exc}", file=sys.stderr)
+        return 1
+    print(f"realnode: {', '.join(p.name for p in built)} ready in {BUILD} "
+          f"({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
