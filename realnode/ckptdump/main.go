@@ -60,9 +60,9 @@ type cpuOut struct {
 }
 
 type memoryOut struct {
-	Format       string                                  `json:"format"`
-	PolicyName   string                                  `json:"policyName"`
-	MachineState memstate.NUMANodeMap                    `json:"machineState"`
+	Format       string                                 `json:"format"`
+	PolicyName   string                                 `json:"policyName"`
+	MachineState memstate.NUMANodeMap                   `json:"machineState"`
 	Entries      map[string]map[string][]memstate.Block `json:"entries"`
 	PodEntries   map[string][]memstate.Block            `json:"podEntries"`
 }
