@@ -139,10 +139,25 @@ def assert_memory_is_the_kubelets(node: Node, version: str, running: set[str],
             d = dict(k)
             node_series.setdefault(d["memory_type"], dict.fromkeys(POOLS, 0))[d["pool"]] = int(v)
         assert {t: p for t, p in node_series.items() if any(p.values())} == pools_of(rows)
+        assert_checkpoint_facts(metrics, node, version)
     finally:
         serve.stop()
     assert_free_memory_is_the_kubelets(node, state, {p["metadata"]["uid"] for p in pods.values()})
     return ledger
+
+
+def assert_checkpoint_facts(metrics: str, node: Node, version: str) -> None:
+    """The exporter's own parser (exporter/sources/checkpoint.py) names each file's format
+    as the kubelet's types read it, and the downgrade trap (the 1.36 podEntries formats)."""
+    dump = devtools.ckptdump(version, node.root)
+    formats = {"cpu_manager_state": dump["cpuManager"]["format"],
+               "memory_manager_state": dump["memoryManager"]["format"]}
+    shown = {dict(k)["file"]: dict(k)["format"]
+             for k in devtools.metric_samples(metrics, "podres_checkpoint_info")}
+    assert shown == formats
+    trap = formats["cpu_manager_state"] == "v3" or formats["memory_manager_state"] == "v2"
+    (unsafe,) = devtools.metric_samples(metrics, "podres_checkpoint_downgrade_unsafe").values()
+    assert unsafe == (1.0 if trap else 0.0)
 
 
 def stale_memory(state: dict[str, Any], running: set[str]) -> dict[int, int]:
