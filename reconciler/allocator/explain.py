@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.devices import pod_request
 from reconciler.allocator.hints import Hint, HintRecord
-from reconciler.allocator.live import LiveNodeError, _memory_in_use, live_node
+from reconciler.allocator.live import LiveNodeError, free_memory, live_node, pooled_pods
 from reconciler.allocator.model import NodeModel, PodPlacement, Rejection
 from reconciler.allocator.rules import pod_memory
 from reconciler.kube import ContainerSpec, PodSpec, Resources
@@ -670,9 +670,9 @@ def before_pod(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig, name
                             "the pods' specs are unknown: the kubelet's /pods was not read")
     live = live_node(snapshot, ledger, config)
     held = {c.id for c in ledger.cpu_map if _owned_by(c.owner, namespace, name)}
-    alloc = tuple(p for p in snapshot.pods if (p.namespace, p.name) == (namespace, name))
-    # The pod's own memory, counted as live_node counts every pod's.
-    mine = _memory_in_use(replace(snapshot, pods=alloc))
-    mem = {n: b + mine.get(n, 0) for n, b in live.model.mem_free.items()}
+    # The memory the other pods leave, counted as live_node counts every pod's.
+    others = tuple(p for p in snapshot.pods if (p.namespace, p.name) != (namespace, name))
+    assert snapshot.topology is not None  # live_node refuses a node without one
+    mem = free_memory(replace(snapshot, pods=others), snapshot.topology, pooled_pods(ledger))
     live.model.seed(live.model.free | held, mem)
     return live.model, spec

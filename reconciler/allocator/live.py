@@ -4,7 +4,7 @@ now rather than on an empty one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from reconciler.allocator.config import ModelConfig
@@ -13,6 +13,7 @@ from reconciler.allocator.model import NodeModel
 from reconciler.allocator.topology import from_snapshot
 from reconciler.kube import KubeletConfig
 from reconciler.ledger import Ledger
+from reconciler.memory import MemoryKey, _memory_key
 from reconciler.snapshot import MemoryBlock, NodeSnapshot, Topology
 
 # A node without device-plugin devices (immutable, so one default for every state).
@@ -34,26 +35,49 @@ class LiveNode:
     free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
-def _memory_in_use(snapshot: NodeSnapshot) -> dict[int, int]:
+def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int],
+                   pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
     """Bytes of ``memory`` the pods hold per NUMA node: the pod block where reported (its
-    containers' blocks lie inside it), else the containers' own; a block over several nodes
-    counts evenly on each."""
+    containers' blocks lie inside it), else the containers' own; in a pod of ``pooled``
+    (namespace, name: the ledger found it reporting its pool the 1.36 way, each container on
+    the pool listing the pool's blocks as its own) the same blocks count once. A block over
+    several NUMA nodes fills them in ascending order, each up to its ``capacity``, as the
+    kubelet's Static policy reserves it (``updateMachineState``; what would overflow the last
+    node is counted there). Blocks over several nodes share all of them (the kubelet keeps
+    such a group apart), so the order of the pods does not change the outcome
+    (docs/plan.md#--node)."""
     used: dict[int, int] = {}
+    groups: dict[tuple[int, ...], int] = {}
 
     def add(blocks: Iterable[MemoryBlock]) -> None:
         for b in blocks:
             if b.memory_type != "memory" or not b.numa_nodes:
                 continue
-            share = b.size // len(b.numa_nodes)
-            for n in b.numa_nodes:
-                used[n] = used.get(n, 0) + share
+            if len(b.numa_nodes) == 1:
+                used[b.numa_nodes[0]] = used.get(b.numa_nodes[0], 0) + b.size
+            else:
+                nodes = tuple(sorted(set(b.numa_nodes)))
+                groups[nodes] = groups.get(nodes, 0) + b.size
 
     for pod in snapshot.pods:
         if pod.memory:
             add(pod.memory)
+        elif (pod.namespace, pod.name) in pooled:
+            seen: set[MemoryKey] = set()
+            for c in pod.containers:
+                key = _memory_key(c)
+                if key not in seen:
+                    seen.add(key)
+                    add(c.memory)
         else:
             for c in pod.containers:
                 add(c.memory)
+    for nodes, size in sorted(groups.items()):
+        for n in nodes:
+            room = max(0, capacity.get(n, 0) - used.get(n, 0))
+            part = size if n == nodes[-1] else min(size, room)
+            used[n] = used.get(n, 0) + part
+            size -= part
     return used
 
 
@@ -71,6 +95,21 @@ def _memory_capacity(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
     return {n: sizes.get(n, 0) for n in topo.numa_nodes}
 
 
+def pooled_pods(ledger: Ledger) -> frozenset[tuple[str, str]]:
+    """The pods whose memory the ledger splits into a pod shared pool."""
+    return frozenset((p.namespace, p.name) for p in ledger.pods
+                     if any(row[0] == "pod_shared" for row in p.memory))
+
+
+def free_memory(snapshot: NodeSnapshot, topo: Topology,
+                pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
+    """Per NUMA node of ``topo``, the bytes of allocatable memory the pods' reports leave
+    (``pooled``: see ``_memory_in_use``)."""
+    capacity = _memory_capacity(snapshot, topo)
+    used = _memory_in_use(snapshot, capacity, pooled)
+    return {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+
+
 def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
                    ) -> tuple[frozenset[int], dict[int, int]]:
     """What the model is seeded with: the CPUs the ledger puts in the node shared pool
@@ -80,9 +119,7 @@ def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
     the snapshot's topology, not the model's form of it: ``serve`` calls it on every
     changed ledger, and converting a 512-CPU topology takes some 4 ms."""
     free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
-    used = _memory_in_use(snapshot)
-    capacity = _memory_capacity(snapshot, topo)
-    return free, {n: max(0, capacity.get(n, 0) - used.get(n, 0)) for n in topo.numa_nodes}
+    return free, free_memory(snapshot, topo, pooled_pods(ledger))
 
 
 def node_devices(snapshot: NodeSnapshot) -> NodeDevices:

@@ -150,3 +150,86 @@ def test_plan_node_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     write_fixture_dir(directory, node.state().raw(None))
     assert main(["plan", "--node", "--from", str(directory), "-f", str(manifest)]) == 2
     assert "topology is unknown" in capsys.readouterr().err
+
+
+def test_free_memory_fills_a_multi_numa_block_node_by_node() -> None:
+    """The memory manager reserves a block over several NUMA nodes by filling them in
+    ascending order (``updateMachineState``, pkg/kubelet/cm/memorymanager/policy_static.go,
+    v1.37.2), not evenly. Seen on the real kubelet 1.37.2 (tests/realnode/test_memory.py): a
+    16Gi container on a 2-node machine of ~15Gi and ~16Gi allocatable left NUMA node 0 with
+    0 bytes free in memory_manager_state, and later blocks of the group went to node 1."""
+    from types import SimpleNamespace
+
+    from reconciler.allocator.live import free_resources
+    from reconciler.snapshot import (
+        Allocatable,
+        ContainerAlloc,
+        CPUInfo,
+        MemoryBlock,
+        NodeSnapshot,
+        PodAlloc,
+        Topology,
+    )
+
+    gib = 2**30
+    node0, node1 = 16075313152, 17075011584  # the kubelet's allocatable per node there
+    topo = Topology(tuple(CPUInfo(i, i, i // 2, i // 2) for i in range(4)))
+    alloc = Allocatable(memory=(MemoryBlock("memory", node0, (0,)),
+                                MemoryBlock("memory", node1, (1,))))
+    group = (0, 1)
+    pods = (PodAlloc("default", "big", (ContainerAlloc("app", (1,), (
+                MemoryBlock("memory", 16 * gib, group),)),)),
+            PodAlloc("default", "plain", (
+                ContainerAlloc("a", (2,), (MemoryBlock("memory", gib // 2, group),)),
+                ContainerAlloc("b", (3,), (MemoryBlock("memory", gib // 4, group),)))),
+            PodAlloc("default", "single", (ContainerAlloc("x", (), (
+                MemoryBlock("memory", gib, (1,)),)),)))
+    no_cpus: Any = SimpleNamespace(cpu_map=(), pods=())  # only the memory is asked for
+
+    def free_memory(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
+        return free_resources(snapshot, no_cpus, topo)[1]
+
+    free = free_memory(NodeSnapshot(pods, allocatable=alloc), topo)
+    used = 16 * gib + gib // 2 + gib // 4
+    # memory_manager_state of that run: node 0 free 0, node 1 free 10870181888 (no "single").
+    assert free == {0: 0, 1: node1 - (used - node0) - gib}
+    # The order of the pods does not matter: the group's blocks share their nodes.
+    assert free_memory(NodeSnapshot(pods[::-1], allocatable=alloc), topo) == free
+
+
+def test_free_memory_counts_a_pool_reported_the_1_36_way_once() -> None:
+    """1.36 (PodLevelResourceManagers on, pod scope) reports no pod-level memory: each
+    container on a pod-level pod's pool lists the pool's blocks as its own. The ledger
+    counts them once (docs/design.md#memory), and so must the free memory: seen on the real
+    kubelet 1.36.3 (tests/realnode/test_memory.py), whose memory_manager_state had
+    1,342,177,280 bytes (the pool, counted twice) more free on NUMA node 0 than plan said."""
+    from reconciler.allocator.live import free_resources
+    from reconciler.kube import ContainerSpec, PodSpec, Resources
+    from reconciler.reconcile import reconcile
+    from reconciler.snapshot import (
+        Allocatable,
+        ContainerAlloc,
+        CPUInfo,
+        MemoryBlock,
+        NodeSnapshot,
+        PodAlloc,
+        Topology,
+    )
+
+    mib = 2**20
+    topo = Topology(tuple(CPUInfo(i, i, i // 4, i // 4) for i in range(8)))
+    alloc = Allocatable(cpu_ids=tuple(range(1, 8)), memory=(
+        MemoryBlock("memory", 8192 * mib, (0,)), MemoryBlock("memory", 8192 * mib, (1,))))
+    pool = MemoryBlock("memory", 1280 * mib, (0,))
+    pooled = PodAlloc("default", "pooled", (
+        ContainerAlloc("app", (1,), (MemoryBlock("memory", 768 * mib, (0,)),)),
+        ContainerAlloc("log", (2, 3), (pool,)), ContainerAlloc("mesh", (2, 3), (pool,))))
+    own = Resources(1000, 1000, 768 * mib, 768 * mib)
+    spec = PodSpec("default", "pooled", "u1", (
+        ContainerSpec("app", own), ContainerSpec("log"), ContainerSpec("mesh")),
+        resources=Resources(3000, 3000, 2048 * mib, 2048 * mib), qos_class="Guaranteed")
+    snapshot = NodeSnapshot((pooled,), allocatable=alloc, topology=topo, pod_specs=(spec,))
+    ledger = reconcile(snapshot)
+    assert "legacy_shared_report" in {a.kind for a in ledger.anomalies}
+    _, free = free_resources(snapshot, ledger, topo)
+    assert free == {0: (8192 - 2048) * mib, 1: 8192 * mib}
