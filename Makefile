@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 RUNTIME := $(VENV)/.installed-runtime
 INSTALL := $(UV) pip install --quiet --python $(BIN)/python
 
-.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean reference
+.PHONY: help venv demo test fuzz lint typecheck proto bench bench-quick soak lock clean reference \
+	real-node
 
 help:
 	@echo "make demo         run the exporter against the built-in simulated kubelet"
@@ -17,6 +18,7 @@ help:
 	@echo "make bench-quick  the same on a small node, in seconds"
 	@echo "make proto        regenerate exporter/pb from proto/"
 	@echo "make reference    build the kubelet reference (1.35, 1.36, 1.37; needs Go)"
+	@echo "make real-node    build the real kubelets (1.36, 1.37) and run the real-node scenarios (root)"
 
 # The venv gets uv, which installs everything else: pip spends half a minute resolving the
 # runtime dependencies one index page after another (grpcio's alone is megabytes), uv a few
@@ -80,6 +82,14 @@ REFERENCE_VERSIONS ?= 1.35 1.36 1.37
 reference: $(STAMP)
 	@for v in $(REFERENCE_VERSIONS); do \
 	  $(BIN)/python -m bench.reference --build-only --version $$v || exit 1; done
+
+# The real node (docs/real-node.md): the kubelet binaries 1.36 and 1.37 and the fake CRI runtime,
+# built from Go into realnode/build/ (ignored by git) when missing or changed, then every
+# scenario of tests/realnode against them; a skip is a failure here. Needs root and cgroup v1.
+# Prints one line per scenario and `real node: A/N scenarios agree` last.
+real-node: $(STAMP)
+	$(BIN)/python -m realnode.build
+	PODRES_REQUIRE_REALNODE=1 $(BIN)/python -m pytest -q tests/realnode $(PYTEST_ARGS)
 
 proto: $(STAMP)
 	$(BIN)/python -m exporter.pb.generate

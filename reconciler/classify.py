@@ -73,7 +73,7 @@ def classify(pod: PodAlloc, spec: PodSpec | None, online: frozenset[int]) -> Pod
         assignments: list[Assignment] = ["pod_exclusive" if r else "pod_shared" for r in raw]
         return tuple.__new__(PodView, (pod, spec, block, True, False, assignments, sets, found,
                                        False))
-    shared_idx = _legacy_shared(raw, spec)
+    shared_idx = _legacy_shared(raw, spec, pod)
     if shared_idx:
         assignments = ["pod_shared" if (i in shared_idx or not r) else "pod_exclusive"
                        for i, r in enumerate(raw)]
@@ -120,18 +120,36 @@ def node_unknown_cpus(snapshot: NodeSnapshot, online: frozenset[int]) -> list[An
     return found
 
 
-def _legacy_shared(raw: list[frozenset[int]], spec: PodSpec | None) -> set[int]:
+def _legacy_shared(raw: list[frozenset[int]], spec: PodSpec | None,
+                   pod: PodAlloc) -> set[int]:
     """Indexes of containers that report a shared set (the 1.36 pattern), or none."""
     nonempty = [(i, s) for i, s in enumerate(raw) if s]
+    budget = spec is not None and spec.has_pod_cpu_budget
+    # A container the static policy gives no CPUs of its own that still reports some holds
+    # its pod's shared pool: alone on the pool, nothing else gives 1.36 away (seen on the
+    # real 1.36 kubelet, docs/real-node.md#findings).
+    pooled = _ineligible(nonempty, spec, pod) if budget and spec is not None else set()
     if len(nonempty) < 2:
-        return set()
+        return pooled
     identical: dict[frozenset[int], list[int]] = defaultdict(list)
     for i, s in nonempty:
         identical[s].append(i)
     shared = {i for group in identical.values() if len(group) >= 2 for i in group}
-    if spec is not None and spec.has_pod_cpu_budget:
-        shared |= _overlapping(nonempty)
+    if budget:
+        shared |= _overlapping(nonempty) | pooled
     return shared
+
+
+def _ineligible(nonempty: list[tuple[int, frozenset[int]]], spec: PodSpec,
+                pod: PodAlloc) -> set[int]:
+    """Indexes of reporting containers that the pod's spec makes ineligible for exclusive
+    CPUs."""
+    found = set()
+    for i, _ in nonempty:
+        c = spec.container(pod.containers[i].name)
+        if c is not None and not spec.eligible(c):
+            found.add(i)
+    return found
 
 
 def _overlapping(nonempty: list[tuple[int, frozenset[int]]]) -> set[int]:

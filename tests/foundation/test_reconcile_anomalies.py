@@ -178,6 +178,25 @@ def test_legacy_shared_report_raised_for_overlap_with_pod_budget() -> None:
     assert "legacy_shared_report" in kinds(ledger)
 
 
+def test_legacy_shared_report_raised_for_one_container_on_the_pool() -> None:
+    # The real 1.36 kubelet (tests/realnode, 1.36 on 64amd64-4s2n4ca2co, pod scope, gate
+    # on): pod budget 2, app 1 CPU, a sidecar without requests; its block 6-7 is reported
+    # as app 6 and proxy 7, nothing shared twice. The proxy cannot hold CPUs of its own.
+    spec = pspec("a", cspec("app", "1"), budget="2", sidecars=[cspec("proxy", sidecar=True)])
+    ledger = run(pod("a", ctr("proxy", [7]), ctr("app", [6])), topo=TOPO, specs=[spec])
+    assert kinds(ledger) == ["legacy_shared_report"]
+    by_name = {c.name: c for c in ledger.containers}
+    assert by_name["proxy"].assignment == "pod_shared"
+    assert by_name["app"].assignment == "pod_exclusive"
+    assert ledger.pods[0].cpus == frozenset({6, 7})
+    assert ledger.cpu_pools.node_exclusive == 0
+    # Alone in its pod, a container without requests on a pool of two CPUs.
+    spec = pspec("a", cspec("app"), budget="2")
+    ledger = run(pod("a", ctr("app", [4, 5])), topo=TOPO, specs=[spec])
+    assert kinds(ledger) == ["legacy_shared_report"]
+    assert ledger.pods[0].cpus == frozenset({4, 5}) and ledger.cpu_pools.pod_shared == 2
+
+
 def test_legacy_shared_report_near_miss() -> None:
     # Different sets, no pod budget: two node_exclusive containers.
     ledger = run(pod("a", ctr("proxy", [4]), ctr("app", [2, 3])), topo=TOPO)
@@ -187,6 +206,10 @@ def test_legacy_shared_report_near_miss() -> None:
     ledger = run(pod("a", ctr("proxy", [3, 4]), ctr("app", [2, 3])), topo=TOPO,
                  specs=[pspec("a", cspec("app", "2"), cspec("proxy", "2"))])
     assert "legacy_shared_report" not in kinds(ledger)
+    # With a pod budget, containers that each own integer CPUs are not the pattern.
+    spec = pspec("a", cspec("app", "1"), cspec("proxy", "1"), budget="2")
+    ledger = run(pod("a", ctr("proxy", [7]), ctr("app", [6])), topo=TOPO, specs=[spec])
+    assert kinds(ledger) == []
 
 
 # -- budget_mismatch ----------------------------------------------------------------------

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from exporter.sources.sysfs_topology import _parse_list, _parse_map
 from exporter.sources.topology import read_sysfs_topology
+from realnode.trees import extract, names
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "reference" / "discover"
-ARCHIVE = REPO / "tests" / "data" / "hwloc" / "hwloc-trees.tar.xz"
 REQUIRED = os.environ.get("PODRES_REQUIRE_REFERENCE") == "1"
 
 
@@ -53,36 +50,7 @@ def discover(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hwloc-ref")
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(root, filter="data")
-    for node in sorted(root.glob("hwloc-trees/*/sys/devices/system/node/node*")):
-        _relink(node)
-    return root / "hwloc-trees"
-
-
-def _relink(node: Path) -> None:
-    """The dump as the machine was: a live kernel's ``nodeN/cpuM`` are links to
-    ``../../cpu/cpuM`` (the dumps keep them as files, or lost them; then ``cpulist`` or
-    ``cpumap`` says which they were), and cAdvisor reads through them."""
-    links = [p for p in node.iterdir() if re.fullmatch(r"cpu\d+", p.name)]
-    cpus = [int(p.name[3:]) for p in links]
-    if not links:
-        for name, parse in (("cpulist", _parse_list), ("cpumap", _parse_map)):
-            if (node / name).is_file():
-                cpus = parse((node / name).read_text(encoding="latin-1"))
-                break
-    for cpu in cpus:
-        link = node / f"cpu{cpu}"
-        if link.exists() or link.is_symlink():
-            link.unlink()
-        link.symlink_to(f"../../cpu/cpu{cpu}")
-
-
-def _names() -> list[str]:
-    with tarfile.open(ARCHIVE) as tar:
-        return sorted({Path(m.name).parts[1] for m in tar.getmembers()
-                       if len(Path(m.name).parts) > 2})
+    return extract(tmp_path_factory.mktemp("hwloc-ref"))
 
 
 def kubelet_view(binary: Path, tree: Path, empty: Path) -> dict[str, Any]:
@@ -113,7 +81,7 @@ def _reader_view(tree: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("name", _names())
+@pytest.mark.parametrize("name", names())
 def test_the_reader_sees_what_the_kubelet_sees(discover: Path, trees: Path, name: str,
                                                tmp_path: Path) -> None:
     empty = tmp_path / "cpuinfo"
