@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,23 @@ def need_runtime() -> None:
                     pytrace=False)
     if reason:
         pytest.skip(f"real runtime unavailable: {reason}")
+
+
+def test_without_a_cpuset_hierarchy_it_skips_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where the real node itself can run but the kernel has no v1 cpuset hierarchy, one
+    line says so, and PODRES_REQUIRE_REALNODE=1 makes it a failure."""
+    need_realnode(CONFIG.version)
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "CPUSET", tmp_path)
+    monkeypatch.setattr(module, "REQUIRED", False)
+    with pytest.raises(pytest.skip.Exception, match=r"^real runtime unavailable: no cgroup "
+                       r"v1 cpuset and cpuacct hierarchies under /sys/fs/cgroup$"):
+        need_runtime()
+    monkeypatch.setattr(module, "REQUIRED", True)
+    with pytest.raises(pytest.fail.Exception, match=r"^real runtime required "
+                       r"\(PODRES_REQUIRE_REALNODE=1\): no cgroup v1 cpuset"):
+        need_runtime()
 
 
 @pytest.fixture(scope="module")
