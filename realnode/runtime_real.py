@@ -8,10 +8,10 @@ the product never imports it.
 
     python -m realnode.runtime_real     # builds what is missing, says how long it took
 
-    with RuntimeNode(NodeConfig(extra=...)) as node:   # containerd + kubelet 1.37 up
+    with RuntimeNode(NodeConfig(reserved_cpus="0")) as node:  # containerd + kubelet 1.37
         node.add_pod(on_runtime(guaranteed_pod("app", cpu="1"), spin=True))
         node.wait_pods({"app-realnode": "Running"})
-        node.container_pid(...)                        # the container's process, from runc
+        node.container_pids()          # the processes in the cgroups under its cgroupRoot
 
 Everything happens inside the node's private mount namespace, with a private directory
 bound over /run there: containerd's state, its shims' sockets and runc's state live in the
