@@ -102,6 +102,8 @@ reference-coverage: $(STAMP)
 # Prints one line per scenario and `real node: A/N scenarios agree` last.
 real-node: $(STAMP)
 	$(BIN)/python -m realnode.build
+	$(BIN)/python -m realnode.devtools
+	$(BIN)/python -m realnode.runtime_real
 	PODRES_REQUIRE_REALNODE=1 $(BIN)/python -m pytest -q tests/realnode $(PYTEST_ARGS)
 
 proto: $(STAMP)
