@@ -41,7 +41,15 @@ import yaml
 from bench.reference import go_binary
 from exporter.tlsutil import write_self_signed
 from realnode import build
-from realnode.harness import Node, NodeConfig, NodeError, alive, wait_for
+from realnode.harness import (
+    Node,
+    NodeConfig,
+    NodeError,
+    alive,
+    kubelet_config,
+    make_cgroup_root,
+    wait_for,
+)
 
 MODULE = Path(__file__).resolve().parent / "containerd"
 OUT = build.BUILD / "runtime"
@@ -213,9 +221,9 @@ class RuntimeNode(Node):
         cert, key = write_self_signed(self.workdir / "pki", "localhost")
         shutil.copy(cert, self.ca_file)
         self.token_file.write_text("realnode\n")
-        self._make_cgroup_root()
+        make_cgroup_root(self.cgroup_root)
         (self.workdir / "kubelet-config.yaml").write_text(
-            yaml.safe_dump(self.kubelet_config(cert, key), sort_keys=False))
+            yaml.safe_dump(kubelet_config(self, cert, key), sort_keys=False))
         self._start_namespace()
         # The shims' sockets (/run/containerd/s) and runc's state (/run/containerd/runc)
         # are fixed paths: a private /run keeps them, and the host's /run, untouched.
