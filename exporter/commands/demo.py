@@ -40,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              help="keep adding and removing pods on the simulated node")
     add_flag(demo, "--churn.interval", default="20s", type=duration(0.1, 86400.0),
              metavar="DURATION", help="time between churn steps (default: %(default)s)")
-    add_flag(demo, "--arrive", action="store_true", default=False,
+    add_flag(demo, "--arrive", action=argparse.BooleanOptionalAction, default=True,
              help="start with 3 pods and let the rest arrive one a second, each polled at "
              "once: the history then has a moment per arrival for the CPU map's time slider "
-             "(default: the whole workload at once, one moment)")
+             "(the default; --no-arrive: the whole workload at once, one moment)")
     # `--topology SxCxT` is the deprecated spelling (--topology names a topology.json
     # file in every other command); PODRES_TOPOLOGY is not read here.
     add_flag(demo, "--topology.shape", "--topology", default="2x8x2", metavar="SxCxT",

@@ -124,11 +124,12 @@ def test_make_demo_on_a_busy_port_says_how_to_pick_another() -> None:
     assert "Traceback" not in run.stderr
 
 
-def test_demo_arrive_gives_the_history_a_moment_per_arrival() -> None:
-    """``demo --arrive``: the workload arrives a pod a second, each polled at once, so the
-    history (and the CPU map's slider) has several moments, not the 19 assignments of one
-    timestamp (the poll interval is long: the arrivals make their own polls)."""
-    proc = subprocess.Popen([CLI, "demo", "--arrive", "--web.listen-address", "127.0.0.1:0",
+def test_demo_arrival_gives_the_history_a_moment_per_arrival() -> None:
+    """``demo`` (``--arrive`` is the default): the workload arrives a pod a second, each
+    polled at once, so the history (and the CPU map's slider) has several moments, not the
+    19 assignments of one timestamp (the poll interval is long: the arrivals make their own
+    polls)."""
+    proc = subprocess.Popen([CLI, "demo", "--web.listen-address", "127.0.0.1:0",
                              "--poll.interval", "1h", "--duration", "60s"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=cli_env(None))

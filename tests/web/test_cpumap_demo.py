@@ -28,6 +28,8 @@ from cpumap_browser import (
     screenshot,
 )
 
+from exporter.demo.node import demo_pods
+
 BIN = Path(sys.executable).parent
 
 
@@ -58,15 +60,19 @@ def demo_url() -> Iterator[str]:
             if match and "CPU map" in line:
                 url = match.group(1)
         assert url, "demo printed no CPU map URL:\n" + "".join(seen)
-        # Ready once the first poll has produced a ledger.
-        deadline = time.monotonic() + 30
-        while True:
+        # Ready once a ledger holds the whole workload: the demo's pods arrive one a
+        # second after the URLs, and a map of the first few lacks pool pixels.
+        want = len(demo_pods())
+        deadline = time.monotonic() + 60
+        pods = None
+        while pods != want:
+            assert time.monotonic() < deadline, \
+                f"demo's ledger never held its {want} pods (last: {pods})"
+            time.sleep(0.2)
             try:
-                _get_json(url + "api/v1/ledger")
-                break
+                pods = len(_get_json(url + "api/v1/ledger")["pods"])
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
-                assert time.monotonic() < deadline, "demo never served a ledger"
-                time.sleep(0.2)
+                pass
         yield url
     finally:
         if proc.poll() is None:
