@@ -29,7 +29,9 @@ API::
   (deploy/manifests/daemonset.yaml + patches/checkpoints.yaml); ``node.exporter(*args)``
   runs ``podres-exporter`` with it, ``node.start_serve()`` starts the image's entrypoint
   (``podres-exporter serve``) with it and returns a :class:`Serve` (``.url``, ``.ledger()``,
-  ``.metrics()``, ``.stop()``).
+  ``.metrics()``, ``.stop()``); ``start_serve(command=...)`` runs something else there
+  instead, such as the built image (deploy/image/run.py) with
+  :func:`realnode.daemonset.daemonset_container`'s environment, volumes and user.
 - ``node.kubelet_url``, ``node.ro_url`` (read-only port), ``node.ca_file``, ``node.token_file``.
 - Teardown (``stop()``, also on a failing test): every process stopped by its PID, the
   namespace (and with it every mount) gone, every cgroup under the run's own ``cgroupRoot``
@@ -525,13 +527,17 @@ class Node:
         return ledger
 
     def start_serve(self, env: Mapping[str, str] | None = None,
-                    log: str = "serve.log") -> Serve:
+                    log: str = "serve.log",
+                    command: Callable[[int], Sequence[str]] | None = None) -> Serve:
         """The image's entrypoint (``podres-exporter serve``) with the DaemonSet's
-        environment on a free loopback port; returns once it answers /healthz."""
+        environment on a free loopback port; returns once it answers /healthz.
+        ``command(port)``, when given, is what runs instead (the image itself, say: see
+        tests/realnode/test_image_on_node.py), listening on ``port``."""
         port = free_ports(1)[0]
         env = dict(env or self.exporter_env())
         env["PODRES_WEB_LISTEN_ADDRESS"] = f"127.0.0.1:{port}"
-        proc = self.spawn([str(EXPORTER), "serve"], env=env, log=log)
+        argv = command(port) if command is not None else [str(EXPORTER), "serve"]
+        proc = self.spawn(argv, env=env, log=log)
         serve = Serve(proc, f"http://127.0.0.1:{port}", self.logs / log, env)
 
         def up() -> bool:
