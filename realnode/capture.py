@@ -1,0 +1,186 @@
+"""Real fixtures: each scenario's node, captured by ``podres-exporter record`` as the
+DaemonSet runs it, into ``tests/data/realnode/<scenario>/`` (docs/real-node.md#captures).
+
+    python -m realnode.capture                      # every scenario
+    python -m realnode.capture 1.36-amd-pod         # one
+
+A scenario starts a real kubelet (realnode/harness.py) on a bound hwloc tree, drops in its
+static pods, waits until the exporter's ledger is the kubelet's own ``cpu_manager_state``
+(tests/realnode/checks.py, the judge of the real-node tests), then records. The kubelet's
+``/metrics`` body (hundreds of KB, of which only the feature gate lines are read) is cut
+down to the gates of the resource managers (``GATES``), and the kernel's files
+(``cgroup/``, ``proc_stat``) are left out: the fake runtime runs no process, so they say
+nothing the fixture tests could use. The folder's README.md says how each capture was made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exporter.rawnode import CHECKPOINT_FILES
+from realnode.harness import Node, NodeConfig, burstable_pod, guaranteed_pod, unavailable
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "tests" / "data" / "realnode"
+INTEL = "16em64t-4s2c2t"  # 4 sockets x 2 cores x 2 threads, one NUMA node
+AMD = "64amd64-4s2n4ca2co"  # 4 packages x 2 NUMA nodes, 4 L3 caches per package
+# The feature gates a capture's metrics.txt keeps: those of the resource managers and of the
+# pod shapes they place (the exporter reads every gate line; the other ~240 are noise here).
+GATES = re.compile(r'name="(PodLevel\w*|CPUManager\w*|MemoryManager\w*|TopologyManager\w*|'
+                   r'SidecarContainers|InPlacePod\w*|KubeletPodResources\w*|'
+                   r'DynamicResourceAllocation)"')
+# Files of a capture that the fixture tests read; the rest of what record writes is dropped.
+KEEP = ("list.json", "allocatable.json", "pods.json", "configz.json", "metrics.txt",
+        "topology.json", "node.json", *CHECKPOINT_FILES)
+
+
+def workload() -> dict[str, dict[str, Any]]:
+    """A legacy Guaranteed pod (2 CPUs), a pod-level pod of 3 CPUs with one exclusive
+    container and two on its shared pool, a pod-level pod of 2 CPUs with an exclusive app
+    and a sidecar on its pool, and a burstable pod on the node's shared pool."""
+    return {
+        "legacy": guaranteed_pod("legacy", cpu="2"),
+        "pooled": guaranteed_pod("pooled", containers=(("app", "1"), ("log", None),
+                                                       ("mesh", None)),
+                                 pod_resources=("3", "384Mi")),
+        "sidecar": guaranteed_pod("sidecar", containers=(("app", "1"),),
+                                  sidecars=(("proxy", None),), pod_resources=("2", "256Mi")),
+        "burst": burstable_pod("burst"),
+    }
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    config: NodeConfig
+    what: str
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("1.37-amd-pod", NodeConfig(version="1.37", tree=AMD, scope="pod"),
+             "pod-level resource managers as 1.37 ships them: each pod-level pod's block "
+             "in the checkpoint's podEntries, its pool containers without entries"),
+    Scenario("1.36-amd-pod", NodeConfig(version="1.36", tree=AMD, scope="pod"),
+             "1.36's pattern: the pod-level block is held, but every container on the "
+             "pod's pool reports the whole block as its own CPUs"),
+    Scenario("1.37-intel-container",
+             NodeConfig(version="1.37", tree=INTEL, scope="container"),
+             "topology manager scope container on a single-NUMA Intel machine"),
+)}
+
+
+def capture(scenario: Scenario, out: Path) -> list[str]:
+    """Runs the scenario's node and records it into ``out`` (replaced); the files kept."""
+    from tests.realnode.checks import agreeing
+
+    with Node(scenario.config) as node:
+        names = {node.add_pod(m) for m in workload().values()}
+        node.wait_pods(dict.fromkeys(names, "Running"))
+        agreeing(node.snapshot, node, names)
+        with tempfile.TemporaryDirectory(prefix="rn-capture-", dir=node.workdir) as tmp:
+            target = Path(tmp) / "fixture"
+            done = node.exporter("record", str(target))
+            if done.returncode != 0:
+                raise RuntimeError(f"record failed: {done.stderr.strip()[-2000:]}")
+            _trim(target)
+            if out.exists():
+                shutil.rmtree(out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(target, out)
+    return sorted(p.name for p in out.iterdir())
+
+
+def _trim(fixture: Path) -> None:
+    for path in fixture.iterdir():
+        if path.name not in KEEP:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    metrics = fixture / "metrics.txt"
+    if metrics.is_file():
+        lines = metrics.read_text().splitlines()
+        metrics.write_text("".join(line + "\n" for line in lines
+                                   if "kubernetes_feature_enabled" in line
+                                   and (line.startswith("#") or GATES.search(line))))
+
+
+def readme(captured: dict[str, str]) -> str:
+    """The folder's README: one section per scenario, with the date it was captured."""
+    from realnode.build import VERSIONS
+
+    out = ["# Real captures", "",
+           "Each folder is `podres-exporter record` run, with the DaemonSet's environment",
+           "(realnode/daemonset.py), against a real kubelet on the test bed of",
+           "docs/real-node.md: the kubelet binary built from k8s.io/kubernetes, on its fake",
+           "CRI runtime, with an hwloc tree (tests/data/hwloc) bound over sysfs. Made by",
+           "`python -m realnode.capture` (realnode/capture.py); read by",
+           "tests/foundation/test_real_captures.py.", "",
+           "The workload in each (static pods, `workload()` in realnode/capture.py):",
+           "`legacy`, a Guaranteed pod of 2 CPUs; `pooled`, a pod-level pod of 3 CPUs",
+           "(spec.resources) with `app` (1 CPU) and `log`, `mesh` (no resources) on its",
+           "shared pool; `sidecar`, a pod-level pod of 2 CPUs with `app` (1 CPU) and a",
+           "restartable init container `proxy` (no resources); `burst`, a burstable pod",
+           "(500m, no limit).", "",
+           "`metrics.txt` keeps only the kubelet's `kubernetes_feature_enabled` lines of the",
+           "resource managers' gates (`GATES` in realnode/capture.py); the",
+           "kernel's files (`cgroup/`, `proc_stat`) are not kept (the fake runtime runs no",
+           "process).", ""]
+    for name, s in SCENARIOS.items():
+        c = s.config
+        out += [f"## {name}", "",
+                f"- kubelet {VERSIONS[c.version][0]}, tree `{c.tree}`",
+                f"- cpuManagerPolicy {c.cpu_policy}, reservedSystemCPUs {c.reserved_cpus}, "
+                f"topologyManagerPolicy {c.topology_policy}, topologyManagerScope {c.scope}, "
+                f"PodLevelResourceManagers {'on' if c.pod_level else 'off'}, "
+                f"memoryManagerPolicy {c.memory_policy}",
+                f"- {s.what}",
+                f"- captured {captured.get(name, 'not yet')}", ""]
+    return "\n".join(out)
+
+
+def _dates(path: Path) -> dict[str, str]:
+    """The capture dates the README holds now (kept for the scenarios not run again)."""
+    dates: dict[str, str] = {}
+    name = None
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.startswith("## "):
+                name = line[3:].strip()
+            elif line.startswith("- captured ") and name and "not yet" not in line:
+                dates[name] = line.removeprefix("- captured ").strip()
+    return dates
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m realnode.capture", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", nargs="*", metavar="SCENARIO",
+                        help=f"the scenarios to capture (default: all: {', '.join(SCENARIOS)})")
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="the folder of the captures (default: tests/data/realnode)")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.scenario if n not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r} (one of {', '.join(SCENARIOS)})")
+    why = unavailable()
+    if why:
+        print(f"realnode.capture: {why}", file=sys.stderr)
+        return 1
+    dates = _dates(args.out / "README.md")
+    for name in args.scenario or SCENARIOS:
+        files = capture(SCENARIOS[name], args.out / name)
+        dates[name] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+        size = sum((args.out / name / f).stat().st_size for f in files)
+        print(f"{args.out / name}: {', '.join(files)} ({size / 1024:.1f} KB)")
+    (args.out / "README.md").write_text(readme(dates))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
