@@ -125,3 +125,18 @@ def test_a_capture_whose_checkpoint_disagrees_fails_the_judge(
     with pytest.raises(AssertionError):
         assert_ledger_is(ledger, KubeletCPUState(state.policy, state.default, moved,
                                                  state.pods), by_name, RUNNING)
+
+
+def test_the_readme_example_is_what_snapshot_prints(capsys: pytest.CaptureFixture[str]
+                                                    ) -> None:
+    """README.md shows `snapshot --from` on the 1.36 capture: each line it shows (the
+    elided parts are `...`) is a line the command prints."""
+    text = (REPO / "README.md").read_text()
+    command = "$ podres-exporter snapshot --from tests/data/realnode/1.36-amd-pod\n"
+    assert command in text
+    shown = text.split(command, 1)[1].split("```", 1)[0].splitlines()
+    assert main(["snapshot", "--from", str(CAPTURES / "1.36-amd-pod")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    missing = [line for line in shown if line not in ("...", "") and line not in printed]
+    assert missing == []
+    assert len([line for line in shown if line.startswith("legacy_shared_report")]) == 2
