@@ -3,6 +3,7 @@ DaemonSet runs it, into ``tests/data/realnode/<scenario>/`` (docs/real-node.md#c
 
     python -m realnode.capture                      # every scenario
     python -m realnode.capture 1.36-amd-pod         # one
+    python -m realnode.capture --cpumap docs/img/cpumap-real.png   # docs/cpumap.md's map
 
 A scenario starts a real kubelet (realnode/harness.py) on a bound hwloc tree, drops in its
 static pods, waits until the exporter's ledger is the kubelet's own ``cpu_manager_state``
@@ -98,6 +99,30 @@ def capture(scenario: Scenario, out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir())
 
 
+def cpumap(scenario: Scenario, png: Path, width: int = 1280, height: int = 806) -> int:
+    """A screenshot of ``serve``'s CPU map on the scenario's real node, running with the
+    DaemonSet's environment, with CPU 7 (the sidecar's on its pod's pool) focused; its
+    size in bytes."""
+    from tests.realnode.checks import agreeing
+    from tests.web.cpumap_browser import run_chromium
+
+    with Node(scenario.config) as node:
+        names = {node.add_pod(m) for m in workload().values()}
+        node.wait_pods(dict.fromkeys(names, "Running"))
+        serve = node.start_serve()
+        try:
+            agreeing(serve.ledger, node, names)
+            shot = node.workdir / "cpumap.png"
+            done = run_chromium(serve.url + "/#cpu-7", f"--screenshot={shot}",
+                                f"--window-size={width},{height}")
+            if done.returncode != 0 or not shot.is_file():
+                raise RuntimeError(f"chromium failed: {done.stderr.strip()[-2000:]}")
+            png.write_bytes(shot.read_bytes())
+        finally:
+            serve.stop()
+    return png.stat().st_size
+
+
 def _trim(fixture: Path) -> None:
     for path in fixture.iterdir():
         if path.name not in KEEP:
@@ -164,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the scenarios to capture (default: all: {', '.join(SCENARIOS)})")
     parser.add_argument("--out", type=Path, default=OUT,
                         help="the folder of the captures (default: tests/data/realnode)")
+    parser.add_argument("--cpumap", type=Path, metavar="PNG",
+                        help="instead: a screenshot of serve's CPU map on the 1.37-amd-pod "
+                        "node (docs/img/cpumap-real.png in docs/cpumap.md)")
     args = parser.parse_args(argv)
     unknown = [n for n in args.scenario if n not in SCENARIOS]
     if unknown:
@@ -172,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"realnode.capture: {why}", file=sys.stderr)
         return 1
+    if args.cpumap is not None:
+        size = cpumap(SCENARIOS["1.37-amd-pod"], args.cpumap)
+        print(f"{args.cpumap}: {size / 1024:.0f} KB")
+        return 0
     dates = _dates(args.out / "README.md")
     for name in args.scenario or SCENARIOS:
         files = capture(SCENARIOS[name], args.out / name)
