@@ -155,7 +155,11 @@ def readme(captured: dict[str, str]) -> str:
            "`metrics.txt` keeps only the kubelet's `kubernetes_feature_enabled` lines of the",
            "resource managers' gates (`GATES` in realnode/capture.py); the",
            "kernel's files (`cgroup/`, `proc_stat`) are not kept (the fake runtime runs no",
-           "process).", ""]
+           "process). Everything else is the kubelet's bytes: a new capture changes the pod",
+           "uids (the kubelet hashes the static pod's file path, in a temporary directory),",
+           "the ports and paths in `configz.json` and the order of lists (Go map order), so",
+           "capture again only to change what is captured (README.md's `snapshot` example",
+           "and tests/foundation/test_real_captures.py follow the 1.36 capture).", ""]
     for name, s in SCENARIOS.items():
         c = s.config
         out += [f"## {name}", "",
