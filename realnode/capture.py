@@ -24,15 +24,16 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from exporter.rawnode import CHECKPOINT_FILES
-from realnode.harness import Node, NodeConfig, burstable_pod, guaranteed_pod, unavailable
+from realnode.harness import Node, NodeConfig, unavailable
+
+# The workload and the machines of the live ledger scenarios (docs/real-node.md#scenarios).
+from tests.realnode.test_ledger import AMD, INTEL
+from tests.realnode.test_ledger import tree_workload as workload
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "data" / "realnode"
-INTEL = "16em64t-4s2c2t"  # 4 sockets x 2 cores x 2 threads, one NUMA node
-AMD = "64amd64-4s2n4ca2co"  # 4 packages x 2 NUMA nodes, 4 L3 caches per package
 # The feature gates a capture's metrics.txt keeps: those of the resource managers and of the
 # pod shapes they place (the exporter reads every gate line; the other ~240 are noise here).
 GATES = re.compile(r'name="(PodLevel\w*|CPUManager\w*|MemoryManager\w*|TopologyManager\w*|'
@@ -41,21 +42,6 @@ GATES = re.compile(r'name="(PodLevel\w*|CPUManager\w*|MemoryManager\w*|TopologyM
 # Files of a capture that the fixture tests read; the rest of what record writes is dropped.
 KEEP = ("list.json", "allocatable.json", "pods.json", "configz.json", "metrics.txt",
         "topology.json", "node.json", *CHECKPOINT_FILES)
-
-
-def workload() -> dict[str, dict[str, Any]]:
-    """A legacy Guaranteed pod (2 CPUs), a pod-level pod of 3 CPUs with one exclusive
-    container and two on its shared pool, a pod-level pod of 2 CPUs with an exclusive app
-    and a sidecar on its pool, and a burstable pod on the node's shared pool."""
-    return {
-        "legacy": guaranteed_pod("legacy", cpu="2"),
-        "pooled": guaranteed_pod("pooled", containers=(("app", "1"), ("log", None),
-                                                       ("mesh", None)),
-                                 pod_resources=("3", "384Mi")),
-        "sidecar": guaranteed_pod("sidecar", containers=(("app", "1"),),
-                                  sidecars=(("proxy", None),), pod_resources=("2", "256Mi")),
-        "burst": burstable_pod("burst"),
-    }
 
 
 @dataclass(frozen=True)
@@ -146,7 +132,8 @@ def readme(captured: dict[str, str]) -> str:
            "CRI runtime, with an hwloc tree (tests/data/hwloc) bound over sysfs. Made by",
            "`python -m realnode.capture` (realnode/capture.py); read by",
            "tests/foundation/test_real_captures.py.", "",
-           "The workload in each (static pods, `workload()` in realnode/capture.py):",
+           "The workload in each (static pods; `tree_workload()` in",
+           "tests/realnode/test_ledger.py):",
            "`legacy`, a Guaranteed pod of 2 CPUs; `pooled`, a pod-level pod of 3 CPUs",
            "(spec.resources) with `app` (1 CPU) and `log`, `mesh` (no resources) on its",
            "shared pool; `sidecar`, a pod-level pod of 2 CPUs with `app` (1 CPU) and a",

@@ -2,7 +2,7 @@
 real kubelets 1.37.2 and 1.36.3): ``snapshot --from DIR`` alone, with no kubelet, gives the
 ledger the kubelet's own ``cpu_manager_state`` in the capture implies, judged as the live
 real-node tests judge it (tests/realnode/checks.py), and the counts each scenario's
-workload makes (realnode/capture.py ``workload()``)."""
+workload makes (``tree_workload()`` of tests/realnode/test_ledger.py)."""
 
 from __future__ import annotations
 
