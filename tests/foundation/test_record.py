@@ -13,18 +13,31 @@ import pytest
 from google.protobuf import json_format
 
 from exporter.errors import UserError
+from exporter.rawnode import CHECKPOINT_FILES
 from exporter.sources.fixture import load_fixture_dir, write_fixture_dir
 from exporter.sources.pod_list import reduce_pod_list
-from foundation.helpers import SCENARIO_NAMES, SCENARIOS, arun_cli, run_cli
+from foundation.helpers import REPO, SCENARIO_NAMES, SCENARIOS, arun_cli, run_cli
+
+REAL = REPO / "tests" / "data" / "realnode"
+REAL_NAMES = sorted(p.name for p in REAL.iterdir() if p.is_dir())
+ROUND_TRIPS = [SCENARIOS / n for n in SCENARIO_NAMES] + [REAL / n for n in REAL_NAMES]
 
 
-@pytest.mark.parametrize("name", SCENARIO_NAMES)
-async def test_record_round_trip(name: str, start_sim: Any, short_tmp: Path) -> None:
-    folder = SCENARIOS / name
+@pytest.mark.parametrize("folder", ROUND_TRIPS, ids=[p.name for p in ROUND_TRIPS])
+async def test_record_round_trip(folder: Path, start_sim: Any, short_tmp: Path) -> None:
+    """The hand-made scenarios and the real kubelets' captures (tests/data/realnode, their
+    checkpoints in a kubelet root directory) served by the simulated kubelet."""
     sim = await start_sim(folder, http=True)
     live = ["--podresources.socket", sim.socket_path, "--kubelet.url", sim.http_url,
             "--kubelet.ca-file", str(sim.cert_path), "--kubelet.token-file", "/none",
             "--topology", str(folder / "topology.json")]
+    checkpoints = [p for p in folder.iterdir() if p.name in CHECKPOINT_FILES]
+    if checkpoints:
+        root = short_tmp / "kubelet"
+        root.mkdir()
+        for path in checkpoints:
+            shutil.copy(path, root / path.name)
+        live += ["--kubelet.root-dir", str(root)]
     out = short_tmp / "recorded"
     run = await arun_cli("record", str(out), *live)
     assert run.code == 0, run.err
@@ -49,6 +62,7 @@ async def test_record_round_trip(name: str, start_sim: Any, short_tmp: Path) -> 
                                          else json.loads(reduce_pod_list(original.pods)))
     assert recorded.kubelet.configz == original.kubelet.configz
     assert recorded.topology == original.topology
+    assert recorded.checkpoints == original.checkpoints
 
 
 async def test_record_with_checkpoints(start_sim: Any, short_tmp: Path) -> None:

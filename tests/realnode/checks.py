@@ -38,7 +38,12 @@ class KubeletCPUState:
 
     @classmethod
     def read(cls, node: Node) -> KubeletCPUState:
-        raw = node.checkpoint("cpu_manager_state")
+        return cls.decode(node.checkpoint("cpu_manager_state"))
+
+    @classmethod
+    def decode(cls, raw: dict[str, Any]) -> KubeletCPUState:
+        """The state a json-decoded ``cpu_manager_state`` holds (a live node's or a
+        capture's, tests/data/realnode)."""
         if isinstance(raw.get("data"), str):
             raw = {**raw, **json.loads(raw["data"])}
         unknown = set(raw) - {"policyName", "defaultCpuSet", "entries", "podEntries",
@@ -106,7 +111,14 @@ def assert_ledger_is_the_kubelets(ledger: dict[str, Any], node: Node,
     default set, and the pools add up to the node's CPUs."""
     settled(node, running)
     state = KubeletCPUState.read(node)
-    by_name = uids(node)
+    assert_ledger_is(ledger, state, uids(node), running)
+    return state
+
+
+def assert_ledger_is(ledger: dict[str, Any], state: KubeletCPUState,
+                     by_name: dict[str, str], running: set[str]) -> None:
+    """:func:`assert_ledger_is_the_kubelets` once the kubelet's ``state`` and its pods'
+    uids (``by_name``) are read: also what a capture's checkpoint implies of its ledger."""
     pods = {p["name"]: p for p in ledger["pods"]}
     containers = {(c["pod"], c["name"]): c for c in ledger["containers"]}
     assert set(pods) == running, (sorted(pods), sorted(running))
@@ -130,4 +142,3 @@ def assert_ledger_is_the_kubelets(ledger: dict[str, Any], node: Node,
     assert pools["node_exclusive"] == len(own - blocks), why
     assert pools["pod_exclusive"] + pools["pod_shared"] + pools["pod_idle"] == len(blocks), why
     assert sum(pools.values()) == ledger["node"]["online_cpus"]
-    return state
