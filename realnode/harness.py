@@ -292,11 +292,10 @@ class Node:
         self.stop()
 
     def start(self) -> None:
-        binary = build.kubelet(self.config.version)
-        fakecri = build.fakecri()
+        """The node's files, cgroup root and namespace, then its runtime, then the kubelet."""
+        self._binary = build.kubelet(self.config.version)
         for d in (self.var_lib, self.workdir / "var-log", self.manifests, self.logs,
-                  self.workdir / "sysctl", self.workdir / "imagefs", self.ca_file.parent,
-                  self.workdir / "pki"):
+                  self.workdir / "sysctl", self.ca_file.parent, self.workdir / "pki"):
             d.mkdir(parents=True, exist_ok=True)
         cert, key = write_self_signed(self.workdir / "pki", "localhost")
         shutil.copy(cert, self.ca_file)
@@ -305,13 +304,19 @@ class Node:
         (self.workdir / "kubelet-config.yaml").write_text(
             yaml.safe_dump(kubelet_config(self, cert, key), sort_keys=False))
         self._start_namespace()
+        self._start_runtime()
+        self.start_kubelet()
+
+    def _start_runtime(self) -> None:
+        """The CRI runtime the kubelet talks to: here the fake one (a subclass may run a real
+        one, inside the namespace already made)."""
+        fakecri = build.fakecri()
+        (self.workdir / "imagefs").mkdir(parents=True, exist_ok=True)
         self._cri = self.spawn([str(fakecri), "-listen", str(self.cri_socket), "-image-fs",
                                 str(self.workdir / "imagefs"), *self.config.images],
                                log="fakecri.log")
         wait_for(lambda: self.cri_socket.is_socket() or self._dead(self._cri, "fakecri"),
                  30, "the fake CRI socket")
-        self._binary = binary
-        self.start_kubelet()
 
     def stop(self) -> None:
         """Stops everything this node started, by PID, newest first; removes its cgroups."""

@@ -36,18 +36,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.reference import go_binary
-from exporter.tlsutil import write_self_signed
 from realnode import build
 from realnode.harness import (
     Node,
     NodeConfig,
     NodeError,
     alive,
-    kubelet_config,
-    make_cgroup_root,
     wait_for,
 )
 
@@ -208,23 +203,11 @@ class RuntimeNode(Node):
         self.run_dir = self.workdir / "run"
         self._containerd: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        """As ``Node.start`` (its first lines repeated: the harness has no hook between the
-        namespace and the runtime), with containerd, its image imported, in place of the
-        fake CRI runtime."""
+    def _start_runtime(self) -> None:
+        """containerd, its image imported, in place of the fake CRI runtime."""
         bin_dir = binaries()
-        self._binary = build.kubelet(self.config.version)
-        for d in (self.var_lib, self.workdir / "var-log", self.manifests, self.logs,
-                  self.workdir / "sysctl", self.ca_file.parent, self.workdir / "pki",
-                  self.state, self.run_dir):
+        for d in (self.state, self.run_dir):
             d.mkdir(parents=True, exist_ok=True)
-        cert, key = write_self_signed(self.workdir / "pki", "localhost")
-        shutil.copy(cert, self.ca_file)
-        self.token_file.write_text("realnode\n")
-        make_cgroup_root(self.cgroup_root)
-        (self.workdir / "kubelet-config.yaml").write_text(
-            yaml.safe_dump(kubelet_config(self, cert, key), sort_keys=False))
-        self._start_namespace()
         # The shims' sockets (/run/containerd/s) and runc's state (/run/containerd/runc)
         # are fixed paths: a private /run keeps them, and the host's /run, untouched.
         self._check(self.run(["mount", "--bind", str(self.run_dir), "/run"]), "binding /run")
@@ -240,7 +223,6 @@ class RuntimeNode(Node):
         oci_archive(bin_dir / "sleeper", SANDBOX_IMAGE, archive)
         self._check(self.ctr("images", "import", "--snapshotter", "native", str(archive)),
                     "importing the image")
-        self.start_kubelet()
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``ctr`` on this node's containerd, in the kubelet's namespace (k8s.io)."""
