@@ -109,7 +109,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     return Ledger(
         node_name=snapshot.node_name,
         online_cpus=len(facts.online),
-        numa_nodes=len(facts.topology.numa_nodes) if facts.topology else None,
+        numa_nodes=len(facts.numa_nodes) if facts.topology else None,
         kubelet=kubelet_info(snapshot),
         cpu_pools=pools,
         cpu_pools_by_numa=by_numa,
