@@ -119,9 +119,10 @@ def holds_devices(containers: Iterable[ContainerAlloc]) -> bool:
 
 
 def device_ledger(snapshot: NodeSnapshot, facts: NodeFacts,
-                  holding: Iterable[PodAlloc] | None = None) -> DeviceLedger:
-    """The node's devices; ``holding``: the pods that hold any (default: every pod)."""
-    holders = device_holders(snapshot.pods if holding is None else holding)
+                  holding: Iterable[PodAlloc]) -> DeviceLedger:
+    """The node's devices; ``holding``: the pods whose containers hold any (passing every
+    pod gives the same ledger)."""
+    holders = device_holders(holding)
     allocatable = snapshot.allocatable.devices if snapshot.allocatable is not None else ()
     if not holders and not allocatable:
         return NO_DEVICES
