@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from reconciler.cpuset import MAX_CPU_ID
 from reconciler.kube import KubeletConfig, PodSpec
-from reconciler.snapshot import NodeSnapshot, Topology
+from reconciler.snapshot import CPUInfo, NodeSnapshot, Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +26,8 @@ class NodeFacts:
     # PodLevelResourceManagers: without it the CPU and memory managers skip every pod with
     # pod-level resources (docs/design.md#allocator).
     pod_level_managers: bool = False
-    # CPU → (core, socket, NUMA node), when the topology is known: the CPU map's columns.
-    places: dict[int, tuple[int, int, int]] | None = None
+    # CPU → its row in the topology, when the topology is known: the CPU map's columns.
+    places: dict[int, CPUInfo] | None = None
     numa_nodes: tuple[int, ...] = ()  # the topology's NUMA nodes, sorted
 
 
@@ -36,7 +36,7 @@ class _Places(NamedTuple):
 
     online: frozenset[int]
     numa_of: dict[int, int]
-    places: dict[int, tuple[int, int, int]]
+    places: dict[int, CPUInfo]
     numa_nodes: tuple[int, ...]
 
 
@@ -52,7 +52,7 @@ def _places(topology: Topology) -> _Places:
     if last is not None and last[0] is topology:
         return last[1]
     found = _Places(topology.online, topology.numa_of(),
-                    {c.id: (c.core, c.socket, c.numa_node) for c in topology.cpus},
+                    {c.id: c for c in topology.cpus},
                     topology.numa_nodes)
     _last_places = (topology, found)
     return found

@@ -112,13 +112,13 @@ def cpu_pools(facts: NodeFacts, owner: Mapping[int, Owner],
         else:
             pool, who = ("reserved" if cpu in reserved else "node_shared"), ""
         counts[pool] += 1
-        place = places.get(cpu)
+        meta = places.get(cpu)
         # tuple.__new__ in CPUCell's field order: a cell per CPU, without NamedTuple's
         # Python-level __new__.
-        if place is not None:
-            core, socket, numa = place
-            numa_counts[numa][pool] += 1
-            cells.append(tuple.__new__(CPUCell, (cpu, pool, core, socket, numa, who)))
+        if meta is not None:
+            numa_counts[meta.numa_node][pool] += 1
+            cells.append(tuple.__new__(CPUCell, (cpu, pool, meta.core, meta.socket,
+                                                 meta.numa_node, who)))
         else:
             cells.append(tuple.__new__(CPUCell, (cpu, pool, None, None, None, who)))
     by_numa = tuple((n, PoolCounts(**c)) for n, c in sorted(numa_counts.items()))
