@@ -7,7 +7,6 @@ Each command module exposes ``HELP`` (one line), ``add_arguments(parser)`` and
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import re
 import sys
@@ -51,6 +50,8 @@ def _with_nearest_choice(message: str) -> str:
     if not match:
         return message
     choices = re.findall(r"'([^']*)'", match[2])
+    import difflib  # a typo's hint only: not in the memory of a running serve
+
     close = difflib.get_close_matches(match[1], choices, n=1, cutoff=0.6)
     return f"{message}; did you mean {close[0]!r}?" if close else message
 
@@ -88,6 +89,8 @@ def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace
 def _unrecognized(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     """argparse's "unrecognized arguments", with the command's nearest flag for each
     mistyped one (``--kublet.url`` → ``--kubelet.url``)."""
+    import difflib  # a typo's hint only: not in the memory of a running serve
+
     known = [o for o in parser._option_string_actions if o.startswith("--")]
     hints = {}
     for arg in extras:

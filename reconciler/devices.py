@@ -19,7 +19,7 @@ from reconciler.classify import PodView
 from reconciler.cpuset import format_cpuset
 from reconciler.node_facts import NodeFacts
 from reconciler.pools import EXCLUSIVE
-from reconciler.snapshot import ClaimDevice, DeviceAlloc, NodeSnapshot, PodAlloc
+from reconciler.snapshot import ClaimDevice, ContainerAlloc, DeviceAlloc, NodeSnapshot, PodAlloc
 
 # Distinct resource names counted per NUMA node; a node has a handful, so more is a broken
 # or hostile answer. The rest are counted in ``DeviceLedger.dropped_resources``.
@@ -105,23 +105,24 @@ def _nodes(ids: Iterable[int], valid: frozenset[int] | None) -> frozenset[int]:
     return frozenset(ids) & valid
 
 
-def device_holders(pods: Sequence[PodAlloc]) -> tuple[ContainerDevices, ...]:
-    """Every container that reports devices or claim devices, in ``List`` order."""
-    holds: dict[int, bool] = {}  # by the identity of a containers tuple, as in reconcile
-    out: list[ContainerDevices] = []
-    for pod in pods:
-        any_ = holds.get(id(pod.containers))
-        if any_ is None:
-            any_ = holds[id(pod.containers)] = any(c.devices or c.dynamic
-                                                  for c in pod.containers)
-        if any_:
-            out += [ContainerDevices(pod.namespace, pod.name, c.name, c.devices, c.dynamic)
-                    for c in pod.containers if c.devices or c.dynamic]
-    return tuple(out)
+def device_holders(pods: Iterable[PodAlloc]) -> tuple[ContainerDevices, ...]:
+    """Every container of ``pods`` that reports devices or claim devices, in ``List`` order.
+    ``reconcile`` passes only the pods whose containers hold any (it learns that once per
+    distinct containers tuple, with the pod's other facts)."""
+    return tuple(ContainerDevices(pod.namespace, pod.name, c.name, c.devices, c.dynamic)
+                 for pod in pods for c in pod.containers if c.devices or c.dynamic)
 
 
-def device_ledger(snapshot: NodeSnapshot, facts: NodeFacts) -> DeviceLedger:
-    holders = device_holders(snapshot.pods)
+def holds_devices(containers: Iterable[ContainerAlloc]) -> bool:
+    """Whether any of ``containers`` reports devices or claim devices."""
+    return any(c.devices or c.dynamic for c in containers)
+
+
+def device_ledger(snapshot: NodeSnapshot, facts: NodeFacts,
+                  holding: Iterable[PodAlloc]) -> DeviceLedger:
+    """The node's devices; ``holding``: the pods whose containers hold any (passing every
+    pod gives the same ledger)."""
+    holders = device_holders(holding)
     allocatable = snapshot.allocatable.devices if snapshot.allocatable is not None else ()
     if not holders and not allocatable:
         return NO_DEVICES

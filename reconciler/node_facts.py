@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from reconciler.cpuset import MAX_CPU_ID
 from reconciler.kube import KubeletConfig, PodSpec
-from reconciler.snapshot import NodeSnapshot, Topology
+from reconciler.snapshot import CPUInfo, NodeSnapshot, Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,22 +26,55 @@ class NodeFacts:
     # PodLevelResourceManagers: without it the CPU and memory managers skip every pod with
     # pod-level resources (docs/design.md#allocator).
     pod_level_managers: bool = False
+    # CPU → its row in the topology, when the topology is known: the CPU map's columns.
+    places: dict[int, CPUInfo] | None = None
+    numa_nodes: tuple[int, ...] = ()  # the topology's NUMA nodes, sorted
+
+
+class _Places(NamedTuple):
+    """Where each CPU of one topology sits, worked out once for that topology."""
+
+    online: frozenset[int]
+    numa_of: dict[int, int]
+    places: dict[int, CPUInfo]
+    numa_nodes: tuple[int, ...]
+
+
+# The last topology's places, by identity: a node's topology is one object from one change
+# of the pods to the next (the topology source reads it again only when sysfs changes), so
+# a reconcile of new pods finds them here instead of walking every CPU again. Read only.
+_last_places: tuple[Topology, _Places] | None = None
+
+
+def _places(topology: Topology) -> _Places:
+    global _last_places
+    last = _last_places
+    if last is not None and last[0] is topology:
+        return last[1]
+    found = _Places(topology.online, topology.numa_of(),
+                    {c.id: c for c in topology.cpus},
+                    topology.numa_nodes)
+    _last_places = (topology, found)
+    return found
 
 
 def node_facts(snapshot: NodeSnapshot) -> NodeFacts:
     config, topology = snapshot.kubelet_config, known_topology(snapshot)
-    online = _online_cpus(snapshot)
+    places = _places(topology) if topology is not None else None
+    online = places.online if places is not None else _online_cpus(snapshot)
     return NodeFacts(
         online=online,
         reserved=_reserved_cpus(snapshot, online),
         topology=topology,
-        numa_of=topology.numa_of() if topology else {},
+        numa_of=places.numa_of if places is not None else {},
         config=config,
         specs=_index_specs(snapshot.pod_specs),
         static_cpu=config is not None and config.static_cpu,
         single_numa=(config is not None and topology is not None
                      and config.topology_manager_policy == "single-numa-node"),
         pod_level_managers=_pod_level_managers(snapshot),
+        places=places.places if places is not None else None,
+        numa_nodes=places.numa_nodes if places is not None else (),
     )
 
 
@@ -62,9 +96,7 @@ def known_topology(snap: NodeSnapshot) -> Topology | None:
 
 
 def _online_cpus(snap: NodeSnapshot) -> frozenset[int]:
-    """From the topology; without it, every id the node reports (valid ones only)."""
-    if (topology := known_topology(snap)) is not None:
-        return topology.online
+    """Without a topology: every id the node reports (valid ones only)."""
     ids: set[int] = set()
     if snap.allocatable is not None:
         ids.update(snap.allocatable.cpu_ids)

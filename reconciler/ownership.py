@@ -100,11 +100,9 @@ def cpu_pools(facts: NodeFacts, owner: Mapping[int, Owner],
               ) -> tuple[PoolCounts, tuple[tuple[int, PoolCounts], ...], tuple[CPUCell, ...]]:
     """The pool counts of the node and of each NUMA node, and the CPU map."""
     counts: dict[CPUPool, int] = dict.fromkeys(CPU_POOLS, 0)
-    topology = facts.topology
-    numa_counts: dict[int, dict[CPUPool, int]] = {}
-    if topology is not None:
-        numa_counts = {n: dict.fromkeys(CPU_POOLS, 0) for n in topology.numa_nodes}
-    info = {c.id: c for c in topology.cpus} if topology else {}
+    numa_counts = {n: dict.fromkeys(CPU_POOLS, 0) for n in facts.numa_nodes}
+    places = facts.places or {}
+    reserved = facts.reserved
     cells: list[CPUCell] = []
     for cpu in sorted(facts.online):
         held = owner.get(cpu)
@@ -112,9 +110,9 @@ def cpu_pools(facts: NodeFacts, owner: Mapping[int, Owner],
         if held is not None:
             pool, who = held[0], held[2]
         else:
-            pool, who = ("reserved" if cpu in facts.reserved else "node_shared"), ""
+            pool, who = ("reserved" if cpu in reserved else "node_shared"), ""
         counts[pool] += 1
-        meta = info.get(cpu)
+        meta = places.get(cpu)
         # tuple.__new__ in CPUCell's field order: a cell per CPU, without NamedTuple's
         # Python-level __new__.
         if meta is not None:

@@ -22,7 +22,7 @@ from reconciler.classify import (
     cpu_less_view,
     node_unknown_cpus,
 )
-from reconciler.devices import DeviceChecks, device_ledger
+from reconciler.devices import DeviceChecks, device_ledger, holds_devices
 from reconciler.entries import plain_pod_entries, pod_entries
 from reconciler.kube import PodSpec
 from reconciler.kubelet_topology import Divergence, divergences
@@ -68,13 +68,14 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # (exporter.sources.convert decodes each distinct one once), so most pods of a busy
     # node look it up. Every tuple is held by the snapshot until the end of this call, so
     # no identity is reused meanwhile.
-    reports: dict[int, tuple[bool, bool, bool, bool]] = {}
+    reports: dict[int, tuple[bool, bool, bool, bool, bool]] = {}
     pod_names = set(map(_POD_NAME_OF, snapshot.pods))
     names_once = len(pod_names) == len(snapshot.pods)
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
     memory_assigned: list[Assignment] = []
+    holding: list[PodAlloc] = []  # the pods whose containers hold devices
     for index, pod in enumerate(snapshot.pods):
         spec = specs.get((pod.namespace, pod.name)) if specs else None
         reported = reports.get(id(pod.containers))
@@ -82,6 +83,8 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
             reported = reports[id(pod.containers)] = _reports(pod.containers)
         if not reported[2]:
             names_once = False
+        if reported[4]:
+            holding.append(pod)
         if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
             view, pod_mem = _reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
                                            bool(pod.memory) or reported[1], facts, ownership,
@@ -106,7 +109,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     return Ledger(
         node_name=snapshot.node_name,
         online_cpus=len(facts.online),
-        numa_nodes=len(facts.topology.numa_nodes) if facts.topology else None,
+        numa_nodes=len(facts.numa_nodes) if facts.topology else None,
         kubelet=kubelet_info(snapshot),
         cpu_pools=pools,
         cpu_pools_by_numa=by_numa,
@@ -122,7 +125,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
-        devices=device_ledger(snapshot, facts),
+        devices=device_ledger(snapshot, facts, holding),
     )
 
 
@@ -147,12 +150,12 @@ def _divergences(snapshot: NodeSnapshot) -> tuple[Divergence, ...] | None:
     return found
 
 
-def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool, bool]:
-    """Whether the containers report any CPU, any memory, each name once, and plain
-    names."""
+def _reports(containers: tuple[ContainerAlloc, ...]) -> tuple[bool, bool, bool, bool, bool]:
+    """Whether the containers report any CPU, any memory, each name once, plain names, and
+    any device."""
     names = tuple(map(_NAME_OF, containers))
     return (any(map(_CPU_IDS_OF, containers)), any(map(_MEMORY_OF, containers)),
-            len(set(names)) == len(names), _plain("".join(names)))
+            len(set(names)) == len(names), _plain("".join(names)), holds_devices(containers))
 
 
 def _plain(text: str) -> bool:
