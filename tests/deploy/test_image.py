@@ -9,7 +9,6 @@ The settings the image and the Dockerfile share are checked on every run, image 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.deploy.image_layout import built_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, str(ROOT / "deploy" / "image" / "run.py")]
@@ -67,14 +68,7 @@ def test_the_image_runs_as_a_numeric_non_root_user() -> None:
 
 @pytest.fixture(scope="module")
 def layout() -> Path:
-    path = os.environ.get("PODRES_IMAGE_OCI")
-    if path and (Path(path) / "index.json").exists():
-        return Path(path)
-    why = ("no image: build it with deploy/image/build.sh and set PODRES_IMAGE_OCI to its "
-           "oci/ directory")
-    if os.environ.get("PODRES_REQUIRE_IMAGE") == "1":
-        pytest.fail(f"{why} (PODRES_REQUIRE_IMAGE=1)")
-    pytest.skip(why)
+    return built_layout()
 
 
 def _run(layout: Path, *args: str, entrypoint: str | None = "podres-exporter",

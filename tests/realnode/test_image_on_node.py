@@ -20,6 +20,7 @@ import pytest
 
 from realnode.daemonset import daemonset_container
 from realnode.harness import Node, NodeConfig
+from tests.deploy.image_layout import built_layout
 from tests.realnode.checks import agreeing
 from tests.realnode.conftest import StartNode
 from tests.realnode.test_ledger import AMD, drop_in, tree_workload
@@ -29,14 +30,7 @@ RUN = Path(__file__).resolve().parents[2] / "deploy" / "image" / "run.py"
 
 @pytest.fixture
 def layout() -> Path:
-    path = os.environ.get("PODRES_IMAGE_OCI")
-    if path and (Path(path) / "index.json").exists():
-        return Path(path)
-    why = ("no image: build it with deploy/image/build.sh and set PODRES_IMAGE_OCI to its "
-           "oci/ directory")
-    if os.environ.get("PODRES_REQUIRE_IMAGE") == "1":
-        pytest.fail(f"{why} (PODRES_REQUIRE_IMAGE=1)", pytrace=False)
-    pytest.skip(why)
+    return built_layout()
 
 
 def _in_image(rootfs: Path) -> list[tuple[int, int, str]]:
