@@ -433,8 +433,11 @@ class ModelOptions(FlagGroup):
             except TopologyError as exc:
                 raise UserError(str(exc)) from None
         if self.memory_per_numa is not None:
-            raise UserError("--memory-per-numa sizes a modelled shape (--topology.shape): a "
-                            "--topology FILE gives each NUMA node's memory itself")
+            raise UserError(
+                "--memory-per-numa sizes a modelled shape (--topology.shape): a --topology "
+                "FILE gives each NUMA node's memory itself" if self.topology else
+                "--memory-per-numa sizes a modelled shape: name one with --topology.shape "
+                "SOCKETSxCORESxTHREADS (e.g. 2x8x2)")
         if self.topology:
             from exporter.sources.topology import load_topology_file
 

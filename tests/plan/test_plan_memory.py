@@ -97,6 +97,17 @@ def test_memory_per_numa_is_for_a_shape(tmp_path: Path,
                  "--memory-per-numa", "8Gi"]) == 2
     err = capsys.readouterr().err
     assert "--memory-per-numa sizes a modelled shape" in err and len(err.splitlines()) == 1
+    assert "a --topology FILE gives" in err
+
+
+def test_memory_per_numa_without_any_node_names_the_shape_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --topology, the line says what to add, not that a file was given."""
+    assert main(["plan", "-f", str(_pod(tmp_path, "2", "1Gi")),
+                 "--memory-per-numa", "8Gi"]) == 2
+    err = capsys.readouterr().err
+    assert "--topology.shape" in err and "--topology FILE" not in err
+    assert len(err.splitlines()) == 1
 
 
 def test_devices_the_node_lacks_are_said(tmp_path: Path,
