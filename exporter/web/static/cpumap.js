@@ -979,7 +979,7 @@
       renderMap(pastMap(result.value));
       $("cpumap").classList.add("past");
       $("status").textContent = "History: the node at " + rfc3339(Date.parse(at)) +
-        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory; devices are not in the history store and are not drawn).";
+        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory; devices are not drawn: no history API route reads them yet).";
       $("status").className = "past";
       markLive();
     });
