@@ -86,12 +86,15 @@ def test_project_urls() -> None:
     assert (chart["home"], chart["sources"]) == (HOME, [HOME])
     assert HOME in (ROOT / "README.md").read_text()
     assert f'href="{DOCS}"' in render(SOURCE.read_text(encoding="utf-8"))
+    from exporter.cli import build_parser
+
+    assert f"Documentation: {DOCS}" in " ".join(build_parser().format_help().split())
 
 
 # Where the project names a home of its own: none may name another.
 _NAMING = ("pyproject.toml", "README.md", "Dockerfile", "deploy/image/config.json",
            "deploy/helm/podres-exporter/Chart.yaml", "docs/runbook.md", "docs/design.md",
-           "docs/deploy.md", "exporter/web/runbook.md", "exporter/commands/demo.py")
+           "docs/deploy.md", "exporter/web/runbook.md", "exporter/__init__.py")
 
 
 def test_one_home_everywhere() -> None:
