@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import NoReturn
 
-from exporter import __version__
+from exporter import DOCS, __version__
 from exporter.errors import UserError
 
 COMMANDS = ("serve", "demo", "snapshot", "record", "sim", "plan", "explain", "doctor", "history",
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="podres-exporter",
         description="Reconciles the kubelet's PodResources API into node_exclusive, "
         "pod_exclusive and pod_shared CPU and memory ledgers, and publishes them.",
+        epilog=f"'podres-exporter COMMAND --help' for a command's flags. Documentation: "
+        f"{DOCS}",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

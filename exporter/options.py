@@ -392,6 +392,17 @@ class ModelOptions(FlagGroup):
     cpu_policy_options: str = option(Flag(
         "--cpu-policy-options", "CPU manager policy options (cpuManagerPolicyOptions "
         "set to true): " + ", ".join(KNOWN_OPTIONS), metavar="OPT[,OPT]"), "")
+    topology_policy_options: str = option(Flag(
+        "--topology-policy-options", "topology manager policy options "
+        "(topologyManagerPolicyOptions): prefer-closest-numa-nodes (of equally narrow NUMA "
+        "masks, the one with the shortest distances; a modelled shape takes them from "
+        "--topology.distances), max-allowable-numa-nodes=N (default: 8)",
+        metavar="OPT[=VALUE][,...]"), "")
+    distances: str = option(Flag(
+        "--topology.distances", "NUMA distances of the modelled node, each NUMA node's row "
+        "as /sys/devices/system/node/nodeN/distance lists it, rows in node order separated "
+        "by ';': 10,21;21,10 for two nodes (default: none; a --topology FILE gives its own, "
+        "which this replaces)", metavar="ROW;ROW..."), "")
     devices: str = option(Flag(
         "--devices", "device-plugin devices of the modelled node, per resource the NUMA "
         "nodes and how many on each: nvidia.com/gpu=0:2,1:2 is 2 GPUs on NUMA node 0 and 2 "
@@ -463,6 +474,53 @@ class ModelOptions(FlagGroup):
                             f"{DEFAULT_MEMORY_PER_NUMA} or 512Gi")
         return size
 
+    def _topology_options(self) -> dict[str, Any]:
+        """ModelConfig's fields for ``--topology-policy-options``, parsed as the kubelet
+        parses topologyManagerPolicyOptions (a bare name means true)."""
+        from reconciler.allocator.config import TOPOLOGY_OPTIONS
+
+        out: dict[str, Any] = {}
+        for item in filter(None, (o.strip() for o in self.topology_policy_options.split(","))):
+            name, sep, value = (s.strip() for s in item.partition("="))
+            value = value if sep else "true"
+            if name == "prefer-closest-numa-nodes" and value in ("true", "false"):
+                out["prefer_closest_numa"] = value == "true"
+            elif name == "max-allowable-numa-nodes" and value.isascii() and value.isdigit():
+                out["max_numa_nodes"] = int(value)
+            else:
+                raise UserError(
+                    f"--topology-policy-options {item!r}: expected "
+                    f"{', '.join(TOPOLOGY_OPTIONS)} (prefer-closest-numa-nodes[=true|false], "
+                    "max-allowable-numa-nodes=N)")
+        return out
+
+    def _with_distances(self, topology: CPUTopology | None) -> CPUTopology | None:
+        """``topology`` with the ``--topology.distances`` rows, checked against its NUMA
+        nodes (docs/plan.md#numa-distances)."""
+        if not self.distances.strip():
+            return topology
+        if topology is None:
+            raise UserError("--topology.distances describes a modelled node: give "
+                            "--topology.shape SxCxT or --topology FILE")
+        from reconciler.allocator import CPUTopology
+
+        nodes = sorted(topology.numa_nodes)
+        example = ";".join(",".join("10" if a == b else "21" for b in nodes) for a in nodes)
+        rows = [r.strip() for r in self.distances.split(";")]
+        try:
+            parsed = [tuple(int(d) for d in r.split(",")) for r in rows]
+        except ValueError:
+            parsed = []
+        if len(parsed) != len(nodes) or any(len(r) != len(nodes) or min(r) < 1 or max(r) > 255
+                                           for r in parsed):
+            raise UserError(
+                f"--topology.distances {self.distances!r}: the {describe_nodes(nodes)} need "
+                f"{len(nodes)} rows of {len(nodes)} distances (1-255), rows separated by "
+                f"';', e.g. {example}")
+        return CPUTopology(cpus=topology.cpus, memory=topology.memory,
+                           uncore=topology.uncore, counts=topology.counts,
+                           distances=tuple(zip(nodes, parsed, strict=True)))
+
     def node_devices(self, topology: CPUTopology | None) -> NodeDevices:
         """The modelled node's ``--devices`` (docs/plan.md#devices); bad values are one-line
         ``UserError``s."""
@@ -482,10 +540,10 @@ class ModelOptions(FlagGroup):
     def build(self, *, pod_level: bool = True) -> tuple[CPUTopology | None, ModelConfig]:
         """The modelled node: its CPUs (``None`` without a topology) and the kubelet
         configuration of the model; bad values are one-line ``UserError``s."""
-        from reconciler.allocator import ModelConfig, ModelError
+        from reconciler.allocator import ModelConfig, ModelError, NodeModel
         from reconciler.cpuset import CPUSetError, parse_cpuset
 
-        topology = self.cpu_topology()
+        topology = self._with_distances(self.cpu_topology())
         try:
             reserved = parse_cpuset(self.reserved or "")
         except CPUSetError as exc:
@@ -498,10 +556,33 @@ class ModelOptions(FlagGroup):
         try:
             config = ModelConfig(topology_policy=self.topology_policy, scope=self.scope,
                                  options=policy_options, reserved_cpus=reserved or None,
-                                 pod_level=pod_level)
+                                 pod_level=pod_level, **self._topology_options())
         except ModelError as exc:
-            raise UserError(str(exc)) from None
+            raise UserError(f"{exc} (--topology-policy-options)" if "max-allowable" in
+                            str(exc) else str(exc)) from None
+        if topology is None:
+            return topology, config
+        if config.prefer_closest_numa and not topology.distances:
+            raise UserError("--topology-policy-options prefer-closest-numa-nodes compares "
+                            "NUMA distances, which the modelled node lacks: give them with "
+                            "--topology.distances (e.g. 10,21;21,10 for two NUMA nodes)")
+        try:  # the kubelet's start-up checks of this node and configuration
+            NodeModel(topology, config)
+        except ModelError as exc:
+            hint = ("; --topology-policy-options max-allowable-numa-nodes=N raises the limit"
+                    if "NUMA Nodes" in str(exc) else "")
+            raise UserError(f"the modelled {self.describe()} node: {exc}{hint}") from None
         return topology, config
+
+
+def describe_nodes(nodes: Collection[int]) -> str:
+    """``NUMA nodes 0-1`` / ``NUMA node 0`` / ``NUMA nodes 0, 2``, for messages."""
+    ids = sorted(nodes)
+    if len(ids) == 1:
+        return f"NUMA node {ids[0]}"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"NUMA nodes {ids[0]}-{ids[-1]}"
+    return "NUMA nodes " + ", ".join(map(str, ids))
 
 
 # ---- single flags shared by several commands ------------------------------------------

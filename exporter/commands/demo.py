@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter import DOCS
 from exporter.errors import UserError
 from exporter.flags import add_flag, duration
 from exporter.options import LogOptions, ModelOptions, PollOptions, WebOptions
@@ -112,6 +113,8 @@ def _print_urls(description: str, notes: Sequence[str] = ()) -> Callable[[str], 
         print(f"  metrics             {url}/metrics", flush=True)
         print(f"  ledger (JSON)       {url}/api/v1/ledger", flush=True)
         print(f"  history API         {url}/api/v1/nodes", flush=True)
+        print(f"  runbook             {url}/runbook", flush=True)
+        print(f"  documentation       {DOCS}", flush=True)
         for note in notes:
             print(note.replace("{url}", url), flush=True)
         print("Press Ctrl-C to stop; everything the demo made is removed.", flush=True)

@@ -159,6 +159,9 @@ def _explanations(args: argparse.Namespace) -> tuple[dict[str, Any] | None, list
         devices = options.node_devices(topology)
         return (modelled_node(options, topology, config, devices),
                 _on_model(args, NodeModel(topology, config, devices), config))
+    if options.distances:
+        raise UserError("--topology.distances describes a modelled node: with --node the "
+                        "node's own distances (sysfs) are used")
     config = options.build()[1]
     if options.devices:
         raise UserError("--devices describes a modelled node: with --node the node's own "
@@ -219,6 +222,12 @@ def _hint_json(h: HintStep) -> dict[str, Any]:
             "refusal": h.refusal}
 
 
+def _configz(c: Any) -> dict[str, Any]:
+    """The ``/configz`` body of a model configuration (its kubeletconfig object)."""
+    body: dict[str, Any] = c.to_configz()["kubeletconfig"]
+    return body
+
+
 def to_json(kind: str, e: Explanation) -> dict[str, Any]:
     c = e.config
     return {
@@ -227,6 +236,8 @@ def to_json(kind: str, e: Explanation) -> dict[str, Any]:
         "node": {"cpu_manager_policy": c.cpu_policy, "memory_manager_policy": c.memory_policy,
                  "topology_manager_policy": c.topology_policy, "topology_manager_scope": c.scope,
                  "cpu_manager_policy_options": sorted(c.options),
+                 "topology_manager_policy_options": _configz(c).get(
+                     "topologyManagerPolicyOptions", {}),
                  "reserved_cpus": _cpus(e.reserved)},
         "path": e.path, "path_words": e.path_words,
         "containers": [{"name": s.name, "role": s.role, "cpu": s.cpu, "memory_bytes": s.memory,
@@ -325,12 +336,15 @@ def _memory_flag_line(e: Explanation, node: dict[str, Any] | None) -> list[str]:
 
 
 def render(kind: str, e: Explanation, node: dict[str, Any] | None = None) -> str:
+    from exporter.commands.plan import topology_options_words
+
     c = e.config
     budget = f", pod budget {e.budget_cpus} CPUs" if e.budget_cpus is not None else ""
     options = ", ".join(sorted(c.options)) or "none"
     lines = [f"{kind} {e.namespace}/{e.name}: {e.qos}{budget}",
              f"node: CPU manager {c.cpu_policy} (options: {options}), memory manager "
-             f"{c.memory_policy}, topology manager {c.topology_policy}, scope {c.scope}, "
+             f"{c.memory_policy}, topology manager {c.topology_policy}, scope {c.scope}"
+             f"{topology_options_words(_configz(c))}, "
              f"reserved CPUs {_cpus(e.reserved)}",
              f"path: {e.path_words}", "containers:", *_container_lines(e), *_hint_lines(e)]
     if e.options:

@@ -278,7 +278,16 @@ def modelled_node(options: ModelOptions, topology: Any, config: Any, devices: An
         "devices": [{"resource_name": name, "device_id": d.id, "numa_nodes": list(d.numa)}
                     for name, devs in devices.resources for d in devs],
         "config": config.to_configz()["kubeletconfig"],
+        "distances": {str(n): list(row) for n, row in topology.distances},
     }
+
+
+def topology_options_words(cfg: dict[str, Any]) -> str:
+    """``, prefer-closest-numa-nodes, max-allowable-numa-nodes=16`` for the topology
+    manager's options in a ``/configz`` body (empty without any)."""
+    return "".join(f", {name}" if name == "prefer-closest-numa-nodes" else f", {name}={value}"
+                   for name, value in sorted(cfg.get("topologyManagerPolicyOptions", {})
+                                             .items()))
 
 
 def modelled_node_line(node: dict[str, Any]) -> str:
@@ -297,11 +306,15 @@ def modelled_node_line(node: dict[str, Any]) -> str:
         counts[d["resource_name"]] = counts.get(d["resource_name"], 0) + 1
     devices = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no devices"
     cfg = node["config"]
+    distances = node.get("distances")
+    if distances:
+        devices += "; NUMA distances " + ";".join(",".join(map(str, row))
+                                                  for row in distances.values())
     return (f"node: modelled {node['modelled']}: {node['cpus']} CPUs on "
             f"{len(node['memory'])} NUMA node(s), {memory}, {devices}; memory manager "
             f"{cfg['memoryManagerPolicy']}, topology manager {cfg['topologyManagerPolicy']} "
-            f"(scope {cfg['topologyManagerScope']}), reserved CPUs "
-            f"{cfg.get('reservedSystemCPUs', '-')}\n")
+            f"(scope {cfg['topologyManagerScope']}{topology_options_words(cfg)}), reserved "
+            f"CPUs {cfg.get('reservedSystemCPUs', '-')}\n")
 
 
 def _live_node(args: argparse.Namespace, fallback: Any) -> tuple[LiveNode, str]:
@@ -345,6 +358,9 @@ def run(args: argparse.Namespace) -> int:
     if on_node and options.shape:
         raise UserError("--node places pods on the node as read: --topology.shape does not "
                         "apply")
+    if on_node and options.distances:
+        raise UserError("--topology.distances describes a modelled node: with --node the "
+                        "node's own distances (sysfs) are used")
     topology, config = options.build() if not on_node else (None, options.build()[1])
     if on_node and options.devices:
         raise UserError("--devices describes a modelled node: with --node the node's own "

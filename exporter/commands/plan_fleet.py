@@ -38,6 +38,9 @@ def check_args(args: argparse.Namespace, options: ModelOptions) -> None:
     if options.devices:
         raise UserError("--fleet models each node's devices from the history's device "
                         "records: --devices does not apply")
+    if options.distances:
+        raise UserError("--fleet models each node from its recorded topology: "
+                        "--topology.distances does not apply")
     if options.memory_per_numa is not None:
         raise UserError("--fleet models each node's memory as recorded: --memory-per-numa "
                         "does not apply")

@@ -213,6 +213,20 @@ def _container_devices(n: NodeFacts) -> list[Sample]:
     return [(key, 1.0) for key in seen]
 
 
+def _container_dra_devices(n: NodeFacts) -> list[Sample]:
+    """One series per dynamic-resource claim device a container holds, labelled as
+    dcgm-exporter labels a GPU it maps through a claim (``dra_claim_namespace``,
+    ``dra_claim_name``, ``dra_driver_name``, ``dra_pool_name``, ``dra_device_name`` beside
+    ``namespace``, ``pod``, ``container``), so the same join reaches it
+    (docs/metrics.md#joining-device-metrics). A claim device has no resource name and no
+    NUMA node (docs/design.md#devices); one listed twice (a shared device) is one series."""
+    seen: dict[tuple[str, ...], None] = {}
+    for h in n.ledger.devices.containers:
+        seen.update(((h.namespace, h.pod, h.container, c.claim_namespace, c.claim_name,
+                      c.driver, c.pool, c.device), None) for c in h.dynamic)
+    return [(key, 1.0) for key in seen]
+
+
 def _kubelet_info(n: NodeFacts) -> list[Sample] | None:
     kubelet = dict(n.ledger.kubelet)
     if "cpu_manager_policy" not in kubelet:
@@ -359,6 +373,14 @@ FAMILIES: tuple[Family[Any], ...] = (
                "cap." + _FROM_POLL,
                ("namespace", "pod", "container", "resource", "device_id"), "pods",
                _container_devices),
+    NodeFamily("podres_container_dra_device_info", "gauge",
+               "1 for each device of a dynamic resource claim (DRA) a container holds, by "
+               "its claim, driver, pool and device as PodResources reports them; labels as "
+               "dcgm-exporter's DRA pod mapping, for joins. Within the per-pod series cap."
+               + _FROM_POLL,
+               ("namespace", "pod", "container", "dra_claim_namespace", "dra_claim_name",
+                "dra_driver_name", "dra_pool_name", "dra_device_name"), "pods",
+               _container_dra_devices),
     NodeFamily("podres_device_resources_dropped", "gauge",
                "Device resource names left out of podres_devices: past the first 64, or not "
                "a resource name." + _FROM_POLL, (), "node",

@@ -38,6 +38,15 @@ DEVICE_JOIN = """label_replace(DCGM_FI_DEV_GPU_UTIL, "device_id", "$1", "UUID", 
   * on (namespace, pod, container, node) group_left (assignment)
     (podres_container_cpus * 0 + 1)"""
 
+# The same for a GPU handed out through a DRA claim: dcgm-exporter labels it with the claim
+# and the device as PodResources' dynamic_resources names them (dra_* labels).
+DRA_JOIN = """DCGM_FI_DEV_GPU_UTIL
+  * on (namespace, pod, container, dra_claim_namespace, dra_claim_name, dra_driver_name,
+        dra_pool_name, dra_device_name) group_left (node)
+    podres_container_dra_device_info
+  * on (namespace, pod, container, node) group_left (assignment)
+    (podres_container_cpus * 0 + 1)"""
+
 JOINS = [
     "## Joining device metrics",
     "",
@@ -56,6 +65,16 @@ JOINS = [
     "they arrive as `exported_namespace`, `exported_pod`, `exported_container`. Across "
     "clusters add `cluster` to each `on (…)`. With dcgm-exporter's `--kubernetes-gpu-id-type "
     "device-name` the GPU is its `device` label (`nvidia0`) instead of `UUID`.",
+    "",
+    "A device handed out through a dynamic resource claim (DRA) has no resource name or "
+    "device-plugin id: PodResources names it by claim, driver, pool and device. "
+    "`podres_container_dra_device_info` carries those as dcgm-exporter labels a GPU of "
+    "NVIDIA's DRA driver (`dra_claim_namespace`, `dra_claim_name`, `dra_driver_name`, "
+    "`dra_pool_name`, `dra_device_name`), so the join is on them:",
+    "",
+    "```promql",
+    DRA_JOIN,
+    "```",
     "",
 ]
 

@@ -133,7 +133,7 @@ class CPUTopology:
         if self.uncore:
             cpus = tuple(replace(c, uncore=self.uncore_of[c.id]) for c in cpus)
         return Topology(cpus=tuple(sorted(cpus, key=lambda c: c.id)), memory=self.memory,
-                        counts=self.counts)
+                        counts=self.counts, distances=self.distances)
 
     def to_json(self) -> dict[str, object]:
         """The ``topology.json`` form of a fixture directory (docs/design.md#sources)."""
@@ -143,7 +143,11 @@ class CPUTopology:
             if c.uncore is not None:
                 cpu["uncore"] = c.uncore
             out.append(cpu)
-        return {"cpus": out, "memory": [{"numa_node": n, "bytes": b} for n, b in self.memory]}
+        body: dict[str, object] = {
+            "cpus": out, "memory": [{"numa_node": n, "bytes": b} for n, b in self.memory]}
+        if self.distances:
+            body["distances"] = {str(n): list(row) for n, row in self.distances}
+        return body
 
 
 def from_snapshot(topology: Topology) -> CPUTopology:

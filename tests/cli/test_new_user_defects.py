@@ -179,3 +179,27 @@ def test_a_mistyped_command_gets_did_you_mean() -> None:
         assert f"did you mean {nearest}?" in run.err, run.err
     far = run_cli("zzz")
     assert far.code == 2 and "did you mean" not in far.err
+
+
+def test_docs_define_every_column_plan_prints(tmp_path: Path) -> None:
+    """docs/plan.md defines each column header plan's tables print (the pods' and each
+    template's containers'), LEGACY and POD-LEVEL among them."""
+    import re
+
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu"}, "spec": {
+            "resources": {"limits": {"cpu": "3", "memory": "2Gi"}},
+            "containers": [{"name": "app", "image": "x", "resources": {"limits": {
+                "cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}}}]}}))
+    run = run_cli("plan", "-f", str(manifest), "--topology.shape", "2x8x2", "--devices",
+                  "nvidia.com/gpu=0:1", "--topology-policy", "best-effort")
+    assert run.code == 0, run.err
+    headers = [line.split() for line in run.out.splitlines()
+               if line.startswith(("KIND ", "  CONTAINER "))]
+    assert len(headers) == 2 and "LEGACY" in headers[0] and "DEVICES@NUMA" in headers[1]
+    doc = (REPO / "docs" / "plan.md").read_text(encoding="utf-8")
+    defined = set(re.findall(r"^\| (`[^|]+`) \|", doc, re.M))
+    names = {n.strip("` ") for cell in defined for n in cell.split(",")}
+    missing = [h for row in headers for h in row if h not in names]
+    assert not missing, f"docs/plan.md does not define {missing}"

@@ -131,9 +131,16 @@ SHOP_WEB = [pod_resources("shop", "web", [container("mesh-proxy"), container("lo
 GPUS = ["GPU-5fd4a1d2-0c1e-4f6a-9a8e-1b2c3d4e5f60", "GPU-77aa0b3c-2d4e-4a1b-8c9d-0e1f2a3b4c5d"]
 GPU_DEVICES = [{"resourceName": "nvidia.com/gpu", "deviceIds": [g],
                 "topology": {"nodes": [{"ID": "0"}]}} for g in GPUS]
+# A third GPU, of NVIDIA's DRA driver, through the claim shop/web-gpu: PodResources names it
+# by claim, driver, pool and device (dynamic_resources), dcgm-exporter by the same (dra_*).
+DRA_GPU = {"uuid": "GPU-0c9e2f41-6b7d-4e3a-8f21-5a6b7c8d9e0f", "device": "gpu-2",
+           "claim": {"claimNamespace": "shop", "claimName": "web-gpu", "claimResources": [
+               {"driverName": "gpu.nvidia.com", "poolName": "node-a1", "deviceName": "gpu-2",
+                "cdiDevices": [{"name": "k8s.gpu.nvidia.com/device=gpu-2"}]}]}}
 SHOP_WEB_GPU = [pod_resources("shop", "web", [
     container("mesh-proxy"), container("log-shipper"),
-    {**container("app", [2, 3]), "devices": [GPU_DEVICES[0]]}], block=[2, 3, 4])]
+    {**container("app", [2, 3]), "devices": [GPU_DEVICES[0]],
+     "dynamicResources": [DRA_GPU["claim"]]}], block=[2, 3, 4])]
 SHOP_WEB_SPEC = [spec("shop", "web", {"mesh-proxy": None, "log-shipper": None, "app": 2},
                       budget=3)]
 V3_CHECKPOINT = json.dumps({
@@ -257,6 +264,19 @@ def dcgm_exposition(node: Node) -> str:
             ns, pod, ctr = held[uuid]
             labels.update(container=ctr, namespace=ns, pod=pod)
         lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{_labels(labels)}}} {87 if uuid in held else 3}")
+    # A GPU held through a DRA claim: dcgm-exporter's DRA mapping labels it with the pod and
+    # the claim device as PodResources' dynamic_resources reports them.
+    claims = [(pod, c, claim, r) for pod in node.listing for c in pod["containers"]
+              for claim in c.get("dynamicResources", ()) for r in claim["claimResources"]]
+    for i, (pod, c, claim, r) in enumerate(claims, start=len(node.devices)):
+        labels = {"gpu": str(i), "UUID": DRA_GPU["uuid"], "device": f"nvidia{i}",
+                  "modelName": "NVIDIA A100-SXM4-40GB", "Hostname": node.name,
+                  "container": c["name"], "dra_claim_name": claim["claimName"],
+                  "dra_claim_namespace": claim["claimNamespace"],
+                  "dra_device_name": r["deviceName"], "dra_driver_name": r["driverName"],
+                  "dra_pool_name": r["poolName"], "namespace": pod["namespace"],
+                  "pod": pod["name"]}
+        lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{_labels(labels)}}} 64")
     return "\n".join(lines) + "\n"
 
 

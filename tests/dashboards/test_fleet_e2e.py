@@ -58,6 +58,7 @@ from dash_helpers import (
     variable_queries,
 )
 from fleet_nodes import (
+    DRA_GPU,
     POOL_LOAD,
     TOPOLOGY,
     KernelFiles,
@@ -461,6 +462,27 @@ def test_gpu_use_joins_the_containers_cpu_placement(fleet_env: Fleet) -> None:
     assert labels["device_id"] == labels["UUID"] == fleet_env.nodes["node-a1"].devices[0][
         "deviceIds"][0]
     assert float(joined["value"][1]) == 87.0
+
+
+def test_dra_gpu_use_joins_the_containers_cpu_placement(fleet_env: Fleet) -> None:
+    """docs/metrics.md's DRA join, as written there: the GPU shop/web/app holds through the
+    claim shop/web-gpu, joined on the claim device's labels; the device-plugin GPUs (no
+    dra_* labels) drop out."""
+    from exporter.metrics.docs import DRA_JOIN
+
+    prom = fleet_env.clusters["a"]
+    assert prom.wait_for("podres_container_dra_device_info", timeout=15), prom.logs()
+    result = prom.query(DRA_JOIN)
+    assert len(result) == 1, result
+    [joined] = result
+    labels = joined["metric"]
+    assert (labels["namespace"], labels["pod"], labels["container"]) == ("shop", "web", "app")
+    assert (labels["dra_claim_namespace"], labels["dra_claim_name"], labels["dra_driver_name"],
+            labels["dra_pool_name"], labels["dra_device_name"]) == (
+        "shop", "web-gpu", "gpu.nvidia.com", "node-a1", "gpu-2")
+    assert labels["node"] == "node-a1" and labels["assignment"] == "pod_exclusive"
+    assert labels["UUID"] == DRA_GPU["uuid"]
+    assert float(joined["value"][1]) == 64.0
 
 
 # --- every expression, every node ---------------------------------------------------------

@@ -1,7 +1,8 @@
 """Every link the shipped runbook (``/runbook``, rendered from the package's runbook.md) and
 the demo's banner print resolves inside the package: the runbook's links are to its own
 sections (or absolute), the banner's to routes the exporter serves and to runbook
-sections that exist. docs/ is not in the wheel, so nothing may point into it."""
+sections that exist. docs/ is not in the wheel, so nothing may point into it but the
+project's home (docs/design.md#packaging), which every place that names it names alike."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter import DOCS, HOME
 from exporter.commands.demo import RUNBOOK_ANCHOR, _print_urls, drift_notes
 from exporter.demo.node import start_demo_node
 from exporter.web.runbook import SOURCE, render
@@ -56,7 +58,8 @@ async def test_demo_banner_links_resolve(short_tmp: Path,
     finally:
         await demo.stop()
     out = capsys.readouterr().out
-    assert "docs/" not in out, out
+    assert "docs/" not in out.replace(DOCS, ""), out
+    assert f"documentation       {DOCS}" in out
     ids, _ = _page()
     assert RUNBOOK_ANCHOR in ids
     served = {"/", "/metrics", "/api/v1/ledger", "/api/v1/nodes", "/runbook"}
@@ -70,10 +73,37 @@ async def test_demo_banner_links_resolve(short_tmp: Path,
 
 def test_project_urls() -> None:
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
-    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
-    for url in urls.values():
-        assert url.startswith("https://"), url
+    assert urls == {"Homepage": HOME, "Documentation": DOCS, "Source": HOME,
+                    "Issues": HOME + "/issues"}
     import json
 
+    import yaml
+
     image = json.loads((ROOT / "deploy" / "image" / "config.json").read_text())
-    assert image["Labels"]["org.opencontainers.image.source"] == urls["Source"]
+    assert image["Labels"]["org.opencontainers.image.source"] == HOME
+    chart = yaml.safe_load((ROOT / "deploy" / "helm" / "podres-exporter" / "Chart.yaml")
+                           .read_text())
+    assert (chart["home"], chart["sources"]) == (HOME, [HOME])
+    assert HOME in (ROOT / "README.md").read_text()
+    assert f'href="{DOCS}"' in render(SOURCE.read_text(encoding="utf-8"))
+    from exporter.cli import build_parser
+
+    assert f"Documentation: {DOCS}" in " ".join(build_parser().format_help().split())
+
+
+# Where the project names a home of its own: none may name another.
+_NAMING = ("pyproject.toml", "README.md", "Dockerfile", "deploy/image/config.json",
+           "deploy/helm/podres-exporter/Chart.yaml", "docs/runbook.md", "docs/design.md",
+           "docs/deploy.md", "exporter/web/runbook.md", "exporter/__init__.py")
+
+
+def test_one_home_everywhere() -> None:
+    """Every github.com URL these files hold is the home or a page under it: a second
+    spelling (another owner, http://, a trailing .git) would send a user elsewhere."""
+    found = 0
+    for name in _NAMING:
+        for url in re.findall(r"https?://github\.com/[^\s)>\"'\]]*",
+                              (ROOT / name).read_text(encoding="utf-8")):
+            found += 1
+            assert url == HOME or url.startswith(HOME + "/"), f"{name}: {url}"
+    assert found >= 8

@@ -186,6 +186,7 @@ async def test_memory_is_modelled_and_named(tmp_path: Path,
 @pytest.mark.parametrize(("argv", "words"), [
     (["--devices", "nvidia.com/gpu=0:2"], "--devices does not apply"),
     (["--memory-per-numa", "8Gi"], "--memory-per-numa does not apply"),
+    (["--topology.distances", "10,21;21,10"], "--topology.distances does not apply"),
     (["--fleet.stale-after", "soon"], "invalid duration 'soon'"),
 ])
 def test_node_flags_beside_fleet_are_refused(argv: list[str], words: str, tmp_path: Path,

@@ -29,7 +29,7 @@ from exporter.service import SOURCE_OPERATIONS, Exporter
 from reconciler.devices import ContainerDevices, DeviceCount, DeviceLedger
 from reconciler.kubelet_topology import Divergence
 from reconciler.ledger import ANOMALY_KINDS
-from reconciler.snapshot import DeviceAlloc
+from reconciler.snapshot import ClaimDevice, DeviceAlloc
 from tests.service.conftest import REPO, parse_exposition, scenario_root, series, value
 
 STATE = SelfState(
@@ -54,6 +54,11 @@ HOLDERS = (
         DeviceAlloc("not counted", ("x",), ())), ()),
     ContainerDevices("default", "c", "app", (DeviceAlloc("intel.com/sriov", ("vf-0", "vf-1"),
                                                          ()),), ()),
+    # A GPU of NVIDIA's DRA driver through a claim, listed twice (two requests of the claim
+    # sharing it): one series.
+    ContainerDevices("default", "d", "trainer", (), (
+        ClaimDevice("default", "one-gpu", "gpu.nvidia.com", "node-1", "gpu-0", share_id="a"),
+        ClaimDevice("default", "one-gpu", "gpu.nvidia.com", "node-1", "gpu-0", share_id="b"))),
 )
 
 
@@ -94,6 +99,11 @@ def test_every_family_is_produced_with_its_declared_labels() -> None:
     assert value(samples, "podres_container_device_info", namespace="default", pod="b",
                  container="main", resource="nvidia.com/gpu", device_id="GPU-1") == 1.0
     assert len(series(samples, "podres_container_device_info")) == 3  # GPU-1, vf-0, vf-1
+    assert value(samples, "podres_container_dra_device_info", namespace="default", pod="d",
+                 container="trainer", dra_claim_namespace="default", dra_claim_name="one-gpu",
+                 dra_driver_name="gpu.nvidia.com", dra_pool_name="node-1",
+                 dra_device_name="gpu-0") == 1.0
+    assert len(series(samples, "podres_container_dra_device_info")) == 1
 
 
 def test_container_devices_are_per_pod_series() -> None:
@@ -101,10 +111,11 @@ def test_container_devices_are_per_pod_series() -> None:
     collector: the cap's count says what was left out."""
     full, dropped, left = render_ledger(facts(), pods_max_series=1000)
     assert dropped == 0 and "podres_container_device_info{" in full
-    per_pod = 1000 - (left or 0) - 3
+    per_pod = 1000 - (left or 0) - 4  # 3 device series and 1 claim device series
     text, dropped, left = render_ledger(facts(), pods_max_series=per_pod + 1)
-    assert (dropped, left) == (2, 0)
+    assert (dropped, left) == (3, 0)
     assert text.count("podres_container_device_info{") == 1
+    assert "podres_container_dra_device_info{" not in text
     assert "podres_container_device_info" not in render_ledger(
         facts(), pods_max_series=None)[0]
 

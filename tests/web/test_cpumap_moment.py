@@ -189,8 +189,12 @@ async def test_a_past_moment_marks_what_is_live_and_scrolls_to_its_events(site: 
             }))"""))
         assert [p[0] for p in parts] == ["the totals", "the Pods and Containers tables",
                                          "the anomalies"]
-        for _, marked, visible, text in parts:
-            assert marked and visible and text.startswith("Live: ")
+        # The tables are rebuilt from the intervals; the anomalies route answers 404 here, so
+        # the anomalies (and the totals, which count them) stay live and say so.
+        (_, m0, v0, t0), (_, m1, v1, t1), (_, m2, v2, t2) = parts
+        assert m0 and v0 and t0.startswith("Live: the totals as of now")
+        assert not m1 and v1 and t1.startswith("At ") and "from the history store" in t1
+        assert m2 and v2 and t2.startswith("Live: the anomalies as of now")
         # The highlighted event is within the list's visible part.
         inside = await browser.evaluate("""(() => {
             const list = document.getElementById('events');
@@ -215,6 +219,77 @@ async def test_a_past_moment_marks_what_is_live_and_scrolls_to_its_events(site: 
         await browser.wait_for("document.getElementById('status').className === 'ok'")
         assert await browser.evaluate(
             "document.querySelectorAll('.live-while-past').length") == 0
+    finally:
+        await browser.close()
+
+
+ROWS = """JSON.stringify(Array.from(document.querySelectorAll(%s)).map(
+    r => Array.from(r.children).map(c => c.textContent.trim())))"""
+
+
+async def test_a_past_moment_rebuilds_the_totals_tables_and_anomalies(site: Site) -> None:
+    """At a past moment the totals, the Pods and Containers tables and the anomalies are the
+    history API's records current then, not the live ledger's; each part says so and names
+    what the store does not keep. Back to live, the live ledger's return."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    stamp = (now - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    site.set_json("/api/v1/cpumap", topology_node())
+    site.set_json("/api/v1/ledger", ledger_for(topology_node()))
+    site.set_json("/api/v1/assignments", {"items": [
+        {"namespace": "then", "pod": "gone", "container": "app", "sidecar": False,
+         "assignment": "pod_exclusive", "memory_assignment": "pod_exclusive", "cpus": "4-5",
+         "cpu_count": 2, "memory_bytes": 1 << 30, "valid_from": stamp, "valid_to": None},
+        {"namespace": "then", "pod": "gone", "container": "proxy", "sidecar": True,
+         "assignment": "pod_shared", "memory_assignment": "pod_shared", "cpus": "6",
+         "cpu_count": 1, "memory_bytes": None, "valid_from": stamp, "valid_to": None},
+        {"namespace": "batch", "pod": "old", "container": "job", "sidecar": False,
+         "assignment": "node_exclusive", "memory_assignment": "node_shared", "cpus": "9",
+         "cpu_count": 1, "memory_bytes": None, "valid_from": stamp, "valid_to": None}],
+        "next_cursor": None})
+    site.set_json("/api/v1/anomalies", {"items": [
+        {"kind": "exclusive_overlap", "namespace": "batch", "pod": "old", "container": "job",
+         "subject": "batch/old/job", "detail": "CPU 9 twice", "first_seen": stamp,
+         "last_seen": stamp, "resolved_at": None}], "next_cursor": None})
+    browser = await _open(site)
+    try:
+        await browser.wait_for("document.querySelectorAll('#events .event').length === 3")
+        live_pods = json.loads(await browser.evaluate(ROWS % "'#pods tbody tr[data-pod]'"))
+        assert [r[0] for r in live_pods][:2] == ["shop/web", "legacy/db"]
+        await browser.evaluate("document.getElementById('time-slider').focus()")
+        await browser.press("Home", 1)
+        await browser.wait_for("document.getElementById('status').className === 'past'")
+        assert "/api/v1/anomalies" in site.hits
+        pods = json.loads(await browser.evaluate(ROWS % "'#pods tbody tr[data-pod]'"))
+        # Pod, CPUs, budget, pod exclusive, pod shared, pod idle, node exclusive,
+        # reclaimed, reclaimable, basis: what the store does not keep is —.
+        assert pods == [["then/gone", "4-6", "—", "2", "1", "—", "0", "—", "—", "—"],
+                        ["batch/old", "9", "—", "0", "0", "—", "1", "—", "—", "—"]]
+        containers = json.loads(await browser.evaluate(ROWS % "'#containers tbody tr'"))
+        assert [r[0] for r in containers] == ["then/gone/app", "then/gone/proxy",
+                                              "batch/old/job"]
+        assert containers[1][1:] == ["yes", "Pod shared", "Pod shared", "6", "1"]
+        anomalies = await browser.evaluate(
+            "document.getElementById('anomalies').textContent")
+        assert "exclusive_overlap" in anomalies and "batch/old/job" in anomalies
+        totals = await browser.evaluate("document.getElementById('totals').textContent")
+        assert "1 anomaly" in totals and "reclaimed" not in totals, totals
+        notes = json.loads(await browser.evaluate("""JSON.stringify(Array.from(
+            document.querySelectorAll('[data-live-part]')).map(p => [
+              p.classList.contains('past-part'), p.classList.contains('live-while-past'),
+              p.querySelector('.live-note').textContent]))"""))
+        for rebuilt, live, text in notes:
+            assert rebuilt and not live and text.startswith(f"At {stamp}: "), text
+        assert "reclaimed and reclaimable cores are not kept per moment" in notes[0][2]
+        assert "budget, idle CPUs" in notes[1][2]
+        # Back to live: the live ledger's tables and anomalies.
+        await _click(browser, "#time-live")
+        await browser.wait_for("document.getElementById('status').className === 'ok'")
+        back = json.loads(await browser.evaluate(ROWS % "'#pods tbody tr[data-pod]'"))
+        assert back == live_pods
+        assert "batch/old/job" not in await browser.evaluate(
+            "document.getElementById('anomalies').textContent")
+        assert await browser.evaluate(
+            "document.querySelectorAll('.past-part, .live-while-past').length") == 0
     finally:
         await browser.close()
 

@@ -40,6 +40,7 @@
     ledger: null,  // the live ledger JSON
     at: null,  // null: live; else the history API's time shown
     past: [],  // the intervals current at state.at
+    pastLedger: null,  // the ledger rebuilt from the history at state.at (pastLedger())
     events: [],  // [{t, label}] change events, oldest first
     selected: null,  // {kind: "pod"|"container", key: "ns/pod[/container]"}
     colourBy: "pool",
@@ -844,21 +845,84 @@
     }
   }
 
-  /* At a past moment the map, legend, selection and event list show that moment; what the
-     history store does not keep (the totals, the Pods and Containers tables, the anomalies,
-     the devices) stays live and says so, on each part. */
+  /* At a past moment the map, legend, selection and event list show that moment, and so do
+     the totals, the Pods and Containers tables and the anomalies, rebuilt from the history
+     API's records current at that instant (pastLedger); each says which of its columns the
+     history store does not keep. A part the history could not rebuild (the anomalies route
+     failing) stays live and says so, as the devices do (the store keeps none per moment). */
+  var PAST_GAPS = {
+    "the totals": "reclaimed and reclaimable cores are not kept per moment",
+    "the Pods and Containers tables": "a pod's budget, idle CPUs, reclaimed and reclaimable " +
+      "cores and basis are not kept per moment (—)",
+    "the anomalies": ""
+  };
+
   function markLive() {
     var past = state.at !== null;
+    var rebuilt = past && state.pastLedger ? state.pastLedger.rebuilt : {};
     Array.prototype.forEach.call(document.querySelectorAll("[data-live-part]"), function (part) {
-      part.classList.toggle("live-while-past", past);
+      var name = part.getAttribute("data-live-part");
+      var fromHistory = past && !!rebuilt[name];
+      part.classList.toggle("live-while-past", past && !fromHistory);
+      part.classList.toggle("past-part", fromHistory);
       var note = part.querySelector(".live-note");
-      if (note) {
-        note.hidden = !past;
-        note.textContent = past ? "Live: " + part.getAttribute("data-live-part") +
-          " as of now" + (state.updated ? " (" + state.updated + ")" : "") +
-          ", not at the moment shown (" + rfc3339(Date.parse(state.at)) + ")." : "";
+      if (!note) return;
+      note.hidden = !past;
+      if (!past) note.textContent = "";
+      else if (fromHistory) {
+        note.textContent = "At " + rfc3339(Date.parse(state.at)) + ": " + name +
+          " from the history store" + (PAST_GAPS[name] ? "; " + PAST_GAPS[name] : "") + ".";
+      } else {
+        note.textContent = "Live: " + name + " as of now" +
+          (state.updated ? " (" + state.updated + ")" : "") +
+          ", not at the moment shown (" + rfc3339(Date.parse(state.at)) + ").";
       }
     });
+  }
+
+  /* The ledger's shape, rebuilt from the assignment intervals (and anomalies, when the
+     history API answered) current at a past moment: the containers as recorded, each pod's
+     exclusive, shared and node-exclusive CPUs from its containers' sets, the node's size from
+     the live node (its CPUs do not change). What the history does not keep is null. */
+  function pastLedger(items, anomalies) {
+    var pods = [], byKey = {};
+    var containers = items.map(function (a) {
+      var key = a.namespace + "/" + a.pod;
+      if (!byKey[key]) {
+        byKey[key] = { namespace: a.namespace, name: a.pod, sets: {} };
+        pods.push(byKey[key]);
+      }
+      var sets = byKey[key].sets;
+      sets[a.assignment] = (sets[a.assignment] || []).concat(parseCpuset(a.cpus));
+      return { namespace: a.namespace, pod: a.pod, name: a.container, sidecar: a.sidecar,
+        assignment: a.assignment, memory_assignment: a.memory_assignment, cpus: a.cpus,
+        cpu_count: a.cpu_count };
+    });
+    function count(ids) { return ids ? parseCpuset(formatCpuset(ids)).length : 0; }
+    pods = pods.map(function (p) {
+      var all = [];
+      Object.keys(p.sets).forEach(function (k) { all = all.concat(p.sets[k]); });
+      return { namespace: p.namespace, name: p.name, cpus: formatCpuset(all),
+        budget_cpus: null, pod_exclusive_cpus: count(p.sets.pod_exclusive),
+        pod_shared_cpus: count(p.sets.pod_shared), pod_idle_cpus: null,
+        node_exclusive_cpus: count(p.sets.node_exclusive), reclaimed_cpus: null,
+        reclaimable_cpus: null, estimate_basis: null };
+    });
+    var live = state.ledger || {};
+    return { node: live.node, pods: pods, containers: containers,
+      anomalies: anomalies || (live.anomalies || []),
+      rebuilt: { "the totals": !!anomalies, "the Pods and Containers tables": true,
+        "the anomalies": !!anomalies } };
+  }
+
+  /* The totals, tables and anomalies of ``ledger``; of a past one, the parts it could not
+     rebuild from the live ledger (marked live by markLive). */
+  function renderLedgerParts(ledger) {
+    var live = state.ledger || {};
+    var own = function (name) { return !ledger.rebuilt || ledger.rebuilt[name]; };
+    renderTotals(own("the totals") ? ledger : live);
+    renderPods(ledger);
+    renderAnomalies(own("the anomalies") ? ledger : live);
   }
 
   function pastMap(items) {
@@ -887,13 +951,20 @@
     if (index >= times.length) {
       state.at = null;
       state.past = [];
+      state.pastLedger = null;
       renderTimeline();
       if (state.live) renderMap(state.live);
+      if (state.ledger) renderLedgerParts(state.ledger);
       setStatus();
       return Promise.all([refreshLoad(), refreshUsage()]);
     }
     var at = times[index].t;
-    return settle(fetchPages(nodeQuery() + "&at=" + encodeURIComponent(at))).then(function (result) {
+    var node = encodeURIComponent(state.live && state.live.node || "");
+    return Promise.all([
+      settle(fetchPages(nodeQuery() + "&at=" + encodeURIComponent(at))),
+      settle(fetchPages("api/v1/anomalies?node=" + node + "&limit=1000&at=" + encodeURIComponent(at)))
+    ]).then(function (results) {
+      var result = results[0];
       if (seq !== state.historySeq) return;  // a later move won
       if (!result.ok) {
         $("status").textContent = "History unavailable: " + (result.error.message || String(result.error));
@@ -902,11 +973,13 @@
       }
       state.at = at;
       state.past = result.value;
+      state.pastLedger = pastLedger(result.value, results[1].ok ? results[1].value : null);
       renderTimeline();
+      renderLedgerParts(state.pastLedger);
       renderMap(pastMap(result.value));
       $("cpumap").classList.add("past");
       $("status").textContent = "History: the node at " + rfc3339(Date.parse(at)) +
-        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory; devices are not in the history store and are not drawn).";
+        " (" + result.value.length + " container" + (result.value.length === 1 ? "" : "s") + " held CPUs or memory; devices are not drawn: no history API route reads them yet).";
       $("status").className = "past";
       markLive();
     });
@@ -988,10 +1061,10 @@
               state.ledgerText = result.value;
               state.ledger = data;
               if (data.node && data.node.name) setNodeName(data.node.name);
-              renderTotals(data);
-              renderPods(data);
-              renderAnomalies(data);
-              if (state.at === null) renderDevices(data);
+              if (state.at === null) {
+                renderLedgerParts(data);
+                renderDevices(data);
+              }
               applyColour();
             }
           } catch (e) {
