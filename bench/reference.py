@@ -112,7 +112,9 @@ def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
                                    "reference cannot be built")
     _, modfile, tag = VERSIONS[version]
     BUILD.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", f"-modfile={modfile}", "-o", str(out)]
+    # No symbol table or DWARF: nothing reads them, and the link of a kubelet-sized program
+    # is the build's longest single-threaded step (docs/performance.md#the-whole-ci-run).
+    cmd = [go, "build", f"-modfile={modfile}", "-ldflags=-s -w", "-o", str(out)]
     if cover:
         cmd += ["-cover", f"-coverpkg={','.join(COVERED)}"]
     if tag:

@@ -81,7 +81,9 @@ def kubelet(version: str, *, quiet: bool = True) -> Path:
     major, minor = release.split(".")[:2]
     # What `kubelet --version`, /metrics' kubernetes_build_info and the node status report.
     base = "k8s.io/component-base/version"
-    ldflags = (f"-X {base}.gitVersion=v{release} -X {base}.gitMajor={major} "
+    # -s -w: no symbol table or DWARF (nothing reads them; the link is the longest
+    # single-threaded step of a cold build, docs/performance.md#the-whole-ci-run).
+    ldflags = (f"-s -w -X {base}.gitVersion=v{release} -X {base}.gitMajor={major} "
                f"-X {base}.gitMinor={minor}")
     out = BUILD / f"kubelet-{version}"
     _build_one("kubelet", out, modfile, ldflags, quiet=quiet)
