@@ -82,7 +82,7 @@ class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class ConnectionStats:
     """Counts a test or a benchmark can read: connections open now, refused at the cap
     (every open one had a request in flight), closed at the cap to make room for a new one
-    (waiting the longest), and closed by a timeout."""
+    (one that had waited at least ``GRACE`` for its client), and closed by a timeout."""
 
     open: int = 0
     refused: int = 0
@@ -101,12 +101,11 @@ PARTIAL, SILENT, HANDSHAKE, IDLE = range(4)
 # How long a connection must have waited in its stage before it may be evicted. A real
 # client is at most a round trip or two from its next step (a scraper's request head
 # follows its handshake at once); an attacker stalls for good. Below this, a new
-# connection waits in the backlog rather than cut a connection short that is making
-# progress: at ~450 TLS handshakes a second the old rule (evict at once) closed
-# legitimate connections in their handshake, or between their handshake and their
-# request head, before they were read (issue 33, D4). It also bounds how fast
-# reconnecting half-senders cost the server a TLS handshake: at most
-# max_connections / GRACE a second.
+# connection waits in the backlog rather than cut short one that is making progress:
+# under TLS churn, evicting at once closed legitimate connections in their handshake, or
+# between their handshake and their request head, before they were read. It also bounds
+# how often reconnecting half-senders cost the server a TLS handshake: at most
+# max_connections / GRACE a second (docs/deploy.md#connection-limits).
 GRACE = 1.0
 
 
