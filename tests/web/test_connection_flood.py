@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ssl
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,23 +121,30 @@ class Churn:
     stats: ConnectionStats
     connections: int
     full: bool  # the cap was full when the legitimate requests began
+    took: list[float]  # seconds each request on a new connection took, in order
 
     def share(self, kind: str, asked: int) -> float:
         return self.answers[f"{kind} 200"] / asked
 
 
 async def _ask(session: aiohttp.ClientSession, url: str, client_ssl: ssl.SSLContext | None,
-               answers: Counter[str], kind: str) -> None:
+               answers: Counter[str], kind: str, took: list[float] | None = None) -> None:
+    """One request; its answer counted by kind and status (or error), and on a new
+    connection the seconds it took appended to ``took`` (reported, never asserted)."""
+    started = time.monotonic()
     try:
         async with session.get(url, ssl=True if client_ssl is None else client_ssl) as resp:
             await resp.read()
             answers[f"{kind} {resp.status}"] += 1
     except (aiohttp.ClientError, TimeoutError) as exc:
         answers[f"{kind} {type(exc).__name__}"] += 1
+    finally:
+        if took is not None:
+            took.append(time.monotonic() - started)
 
 
 async def _legitimate(url: str, client_ssl: ssl.SSLContext | None, answers: Counter[str],
-                      kept: aiohttp.ClientSession) -> None:
+                      kept: aiohttp.ClientSession, took: list[float] | None = None) -> None:
     """A scraper and a prober on new connections, side by side, and every third scrape a
     kept-alive scraper's; each request with a scrape's timeout (10 s)."""
     connector = aiohttp.TCPConnector(force_close=True)
@@ -144,14 +152,14 @@ async def _legitimate(url: str, client_ssl: ssl.SSLContext | None, answers: Coun
             connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session:
         async def scrapes() -> None:
             for i in range(SCRAPES):
-                await _ask(session, url + "/metrics", client_ssl, answers, "scrape")
+                await _ask(session, url + "/metrics", client_ssl, answers, "scrape", took)
                 await asyncio.sleep(0.1)  # spread over the attack, as scrapes are
                 if i % 2 == 0:
                     await _ask(kept, url + "/metrics", client_ssl, answers, "kept")
 
         async def probes() -> None:
             for _ in range(PROBES):
-                await _ask(session, url + "/healthz", client_ssl, answers, "probe")
+                await _ask(session, url + "/healthz", client_ssl, answers, "probe", took)
                 await asyncio.sleep(0.2)
         await asyncio.gather(scrapes(), probes())
 
@@ -181,6 +189,7 @@ async def measure(tmp: Path, attackers: int, tls: bool = True, processes: int = 
     kept = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
     churns: list[asyncio.subprocess.Process] = []
     full = False
+    took: list[float] = []
     try:
         await _ask(kept, listening.url + "/metrics", client_ssl, answers, "before")
         for share in range(processes):
@@ -196,7 +205,7 @@ async def measure(tmp: Path, attackers: int, tls: bool = True, processes: int = 
                 assert line, "the attackers stopped"
                 made = int(line)
         full = listening.connections.open >= options.max_connections
-        await _legitimate(listening.url, client_ssl, answers, kept)
+        await _legitimate(listening.url, client_ssl, answers, kept, took)
     finally:
         await kept.close()
         made = 0
@@ -204,7 +213,7 @@ async def measure(tmp: Path, attackers: int, tls: bool = True, processes: int = 
             out, _ = await churn.communicate(b"")
             made += int(out.split()[-1]) if out.split() else 0
         await listening.close()
-    return Churn(answers, listening.connections, made, full)
+    return Churn(answers, listening.connections, made, full, sorted(took))
 
 
 async def test_tls_clients_that_handshake_and_half_send_do_not_lock_out_scrapes(
