@@ -149,8 +149,10 @@ class WebOptions(FlagGroup):
         type=duration(0.1, _DAY)), 120.0)
     max_connections: int = option(Flag(
         "--web.max-connections", "open connections at most: at the cap a new one replaces "
-        "the one waiting longest for its request (half-sent or idle), and is refused only "
-        "when every open one has a request in flight", metavar="N", type=positive_int), 128)
+        "one that has waited a second or more for its client (half-sent request, silence, "
+        "handshake; a kept-alive one last), waiting in the backlog until one has, and is "
+        "refused only when every open one has a request in flight", metavar="N",
+        type=positive_int), 128)
 
     def validate(self) -> None:
         self.bind()

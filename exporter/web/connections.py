@@ -7,16 +7,21 @@ an error with a traceback.
 aiohttp 3.x offers a keep-alive timeout but no header deadline and no connection cap, and
 asyncio allocates a 256 KiB read buffer for each TLS connection as soon as it is accepted.
 So connections are accepted here, and handed to asyncio (``connect_accepted_socket``, with
-a handshake timeout) and to aiohttp's protocol behind a thin guard that owns the timers.
+a handshake timeout) and to aiohttp's protocol behind a thin guard that owns the timers. A
+TLS connection is handed over only once its client has sent something (its ClientHello):
+until then it costs a socket and nothing else.
 
-At the cap, a new connection is not refused while some open connection is only *waiting*:
-in its TLS handshake, still sending its request headers, or idle between two requests. The
-one that has waited longest is closed to make room (``evicted``), so clients that open
-connections and send half a request, reconnecting when dropped, churn among themselves
-while a scraper or a probe, which sends its request at once, is answered: a cap on
-connections alone let 200 such clients lock every new connection out
-(docs/deploy.md#connection-limits).
-A connection is refused only when every open one has a request in flight.
+At the cap, a new connection is not refused while some open connection is only *waiting*
+for its client: silent, in its TLS handshake, partway through its request head, or idle
+between two requests. One that has waited for its client at least ``GRACE`` seconds is
+closed to make room (``evicted``); while none has, the new connection waits in the listen
+backlog. So clients that open connections and send half a request, reconnecting when
+dropped, churn among themselves at most ``max_connections / GRACE`` times a second,
+whatever their own rate, and never push out a connection that is making progress: a
+scraper or a probe, which sends its whole request head as soon as its handshake is done,
+is then in flight and cannot be evicted; a kept-alive scraper between two scrapes is
+evicted only when no one else waits (docs/deploy.md#connection-limits). A connection is
+refused only when every open one has a request in flight.
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 class ConnectionStats:
     """Counts a test or a benchmark can read: connections open now, refused at the cap
     (every open one had a request in flight), closed at the cap to make room for a new one
-    (waiting the longest), and closed by a timeout."""
+    (one that had waited at least ``GRACE`` for its client), and closed by a timeout."""
 
     open: int = 0
     refused: int = 0
@@ -86,14 +91,22 @@ class ConnectionStats:
 
 
 # What an open connection with no request in flight is waiting for, in the order they are
-# evicted at the cap (the one waiting longest first within each): a request sent in part
-# and stalled (what a slow-request attacker holds open), a client silent after its TLS
-# handshake, a handshake still going on, and last a connection that has had an answer and
-# waits for its next request (a kept-alive scraper). A scraper or a probe on a new
-# connection sends its whole request as soon as its handshake is done, so it waits only
-# in its own handshake, behind every half-sender: churn among half-senders does not push
-# it out (docs/deploy.md#connection-limits).
+# evicted at the cap (the one waiting longest first within each): a request head sent in
+# part (what a slow-request attacker holds open), a client that has sent nothing (before
+# its ClientHello, or after its TLS handshake), a handshake going on, and last a
+# connection that has had an answer and waits for its next request (a kept-alive scraper),
+# evicted only when no connection of the other three kinds is open.
 PARTIAL, SILENT, HANDSHAKE, IDLE = range(4)
+
+# How long a connection must have waited in its stage before it may be evicted. A real
+# client is at most a round trip or two from its next step (a scraper's request head
+# follows its handshake at once); an attacker stalls for good. Below this, a new
+# connection waits in the backlog rather than cut short one that is making progress:
+# under TLS churn, evicting at once closed legitimate connections in their handshake, or
+# between their handshake and their request head, before they were read. It also bounds
+# how often reconnecting half-senders cost the server a TLS handshake: at most
+# max_connections / GRACE a second (docs/deploy.md#connection-limits).
+GRACE = 1.0
 
 
 class _Slot:
@@ -101,15 +114,16 @@ class _Slot:
     in one of its listener's ``waiting`` queues (by stage, oldest first) and may be
     evicted; ``abort`` closes it (set by its stage)."""
 
-    __slots__ = ("_held", "_listener", "_stage", "abort")
+    __slots__ = ("_held", "_listener", "_stage", "abort", "since")
 
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._held = True
         self._stage: int | None = None
+        self.since = 0.0  # loop time it entered its stage
         self.abort: Callable[[], None] | None = None
         listener.stats.open += 1
-        self.wait(HANDSHAKE)
+        self.wait(SILENT)
 
     def wait(self, stage: int | None) -> None:
         """Now waiting at ``stage`` (``None``: a request is in flight, not evictable); a
@@ -120,6 +134,7 @@ class _Slot:
             self._listener.waiting[self._stage].pop(self, None)
         self._stage = stage
         if stage is not None:
+            self.since = asyncio.get_running_loop().time()
             self._listener.waiting[stage][self] = None
 
     def release(self) -> None:
@@ -127,6 +142,7 @@ class _Slot:
             self.wait(None)
             self._held = False
             self._listener.stats.open -= 1
+            self._listener.released.set()
 
     def evict(self) -> None:
         abort, self.abort = self.abort, None
@@ -153,6 +169,8 @@ class _Guard(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._busy = False
         self._waiting_for_headers = True
+        # The last bytes of a request head not yet complete; None once it is.
+        self._tail: bytes | None = b""
         self._arm(accepted_at + listener.options.read_header_timeout)
 
     def _arm(self, deadline: float) -> None:
@@ -176,12 +194,26 @@ class _Guard(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self._busy:
-            self._slot.wait(PARTIAL)  # until aiohttp has the whole head and starts it
+            self._head(data)
             if not self._waiting_for_headers:
                 self._waiting_for_headers = True
                 self._arm(asyncio.get_running_loop().time()
                           + self._listener.options.read_header_timeout)
         self._inner.data_received(data)
+
+    def _head(self, data: bytes) -> None:
+        """A whole request head puts the connection in flight at once: aiohttp starts its
+        handler only on a later turn of the loop, and a head read but not yet handled
+        must not be what the next accepted connection evicts."""
+        tail = self._tail
+        if tail is None:  # the head is complete; this is its body
+            return
+        if b"\r\n\r\n" in data or b"\r\n\r\n" in tail + data[:3]:
+            self._tail = None
+            self._slot.wait(None)
+        else:
+            self._tail = (tail + data[-3:])[-3:]
+            self._slot.wait(PARTIAL)  # since the head's first byte, not its latest
 
     def eof_received(self) -> None:
         self._inner.eof_received()
@@ -210,6 +242,7 @@ class _Guard(asyncio.Protocol):
 
     def request_finished(self) -> None:
         self._busy = False
+        self._tail = b""
         self._slot.wait(IDLE)
         self._waiting_for_headers = False
         self._arm(asyncio.get_running_loop().time() + self._listener.options.idle_timeout)
@@ -232,6 +265,7 @@ class Listener:
     # the one waiting longest first.
     waiting: tuple[dict[_Slot, None], ...] = field(
         default_factory=lambda: tuple({} for _ in range(IDLE + 1)))
+    released: asyncio.Event = field(default_factory=asyncio.Event)  # a slot was freed
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -294,13 +328,15 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             failing = False
-            if self.stats.open >= self.options.max_connections:
-                victim = next((next(iter(q)) for q in self.waiting if q), None)
-                if victim is None:  # every open connection has a request in flight
-                    self.stats.refused += 1
-                    conn.close()
-                    continue
-                victim.evict()
+            try:
+                room = await self._make_room()
+            except BaseException:  # the server is stopping
+                conn.close()
+                raise
+            if not room:  # every open connection has a request in flight
+                self.stats.refused += 1
+                conn.close()
+                continue
             slot = _Slot(self)
             started = [False]
             task = self._spawn(self._serve(conn, slot, loop.time(), started))
@@ -314,20 +350,80 @@ class Listener:
                     conn.close()
             slot.abort = abort
 
+    async def _make_room(self) -> bool:
+        """Below the cap, or once a waiting connection has been evicted: True. False when
+        every open connection has a request in flight. Meanwhile the next connections
+        wait in the listen backlog."""
+        loop = asyncio.get_running_loop()
+        while self.stats.open >= self.options.max_connections:
+            victim, ready_at = self._victim(loop.time())
+            if victim is not None:
+                victim.evict()
+                return True
+            if ready_at is None:
+                return False
+            self.released.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.released.wait(), ready_at - loop.time())
+        return True
+
+    def _victim(self, now: float) -> tuple[_Slot | None, float | None]:
+        """The connection to evict now, or else when one may be (None: none is waiting).
+        A kept-alive connection only when no other kind is waiting at all."""
+        ready_at: float | None = None
+        for stage in (PARTIAL, SILENT, HANDSHAKE):
+            oldest = next(iter(self.waiting[stage]), None)
+            if oldest is None:
+                continue
+            if oldest.since + GRACE <= now:
+                return oldest, now
+            when = oldest.since + GRACE
+            ready_at = when if ready_at is None else min(ready_at, when)
+        if ready_at is not None:
+            return None, ready_at
+        return next(iter(self.waiting[IDLE]), None), None
+
+    async def _hello(self, conn: socket.socket, deadline: float) -> bool:
+        """Wait, holding only the socket, until a TLS client has sent something (its
+        ClientHello): False when ``deadline`` passes first."""
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        fd = conn.fileno()
+
+        def ready() -> None:
+            if not readable.done():
+                readable.set_result(None)
+        loop.add_reader(fd, ready)
+        try:
+            await asyncio.wait_for(readable, max(deadline - loop.time(), 0.0))
+        except TimeoutError:
+            self.stats.timed_out += 1
+            return False
+        finally:
+            loop.remove_reader(fd)
+        return True
+
     async def _serve(self, conn: socket.socket, slot: _Slot, accepted_at: float,
                      started: list[bool]) -> None:
         started[0] = True
         loop = asyncio.get_running_loop()
         owned = [False]  # a transport took the socket: it closes it, however it ends
+        deadline = accepted_at + self.options.read_header_timeout
 
         def guard() -> _Guard:
             owned[0] = True
             return _Guard(self.server(), self, slot, accepted_at)
 
         try:
+            if self.ssl_context is not None:
+                if not await self._hello(conn, deadline):
+                    slot.release()
+                    conn.close()
+                    return
+                slot.wait(HANDSHAKE)
             await loop.connect_accepted_socket(
                 guard, conn, ssl=self.ssl_context,
-                ssl_handshake_timeout=(self.options.read_header_timeout
+                ssl_handshake_timeout=(max(deadline - loop.time(), 0.001)
                                        if self.ssl_context is not None else None))
         except BaseException as exc:
             slot.release()

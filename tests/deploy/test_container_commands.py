@@ -210,6 +210,9 @@ def test_every_workload_is_covered() -> None:
     for workload in WORKLOADS.values():
         for container in workload["spec"]["template"]["spec"]["containers"]:
             assert {"livenessProbe", "readinessProbe"} <= set(container), container["name"]
+    for name in DAEMONSETS:  # serve, which migrates its history before it listens
+        for container in WORKLOADS[name]["spec"]["template"]["spec"]["containers"]:
+            assert "startupProbe" in container, name
 
 
 @pytest.mark.parametrize("name", DAEMONSETS)
@@ -231,7 +234,7 @@ async def test_daemonset_probes_and_exec_commands(name: str, start_sim: Any,
     proc = subprocess.Popen(container.argv(), env=container.process_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for kind in ("livenessProbe", "readinessProbe"):
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
             probe = spec[kind]
             assert container.probe_port(probe) == container.ports["metrics"]
             url = f"http://127.0.0.1:{container.port}{probe['httpGet']['path']}"

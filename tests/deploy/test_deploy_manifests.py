@@ -10,6 +10,7 @@ that ``@kubernetes-models/prometheus-operator`` generated from the upstream CRDs
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import re
@@ -540,11 +541,27 @@ def test_checkpoint_patch_is_the_charts_opt_in() -> None:
             == mounts["kubelet-root"]["mountPath"])
 
 
+def _startup_outlasts_the_migration(container: dict[str, Any]) -> None:
+    """With history on, ``serve`` listens only once its schema migration is done, which may
+    take up to the migration child's bound (a back-fill; docs/deploy.md#start-up). The
+    startup probe waits that long and more before the kubelet gives up; liveness, which
+    only starts after it, needs no initial delay of its own."""
+    from exporter.history.child import child_migrator
+
+    bound = inspect.signature(child_migrator).parameters["timeout"].default
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert budget >= 1.25 * bound, (budget, bound)
+    assert "initialDelaySeconds" not in container["livenessProbe"]
+
+
 @pytest.mark.parametrize("source,ds", _daemonsets(), ids=["plain", "rendered"])
 def test_daemonset_probes_ports_and_downward_api(source: str, ds: dict[str, Any]) -> None:
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    _startup_outlasts_the_migration(container)
     assert container["ports"] == [{"name": "metrics", "containerPort": 9847,
                                    "protocol": "TCP"}]
     env = {e["name"]: e for e in container["env"]}

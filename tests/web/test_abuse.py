@@ -26,6 +26,7 @@ from exporter.options import WebOptions
 from exporter.tlsutil import write_self_signed
 from exporter.web.app import auth_middleware
 from exporter.web.basicauth import BasicAuth, Verdict
+from exporter.web.connections import GRACE
 from exporter.web.lifecycle import Listening, start_site
 from exporter.web.webconfig import WebConfig, load_web_config
 
@@ -304,6 +305,31 @@ async def test_at_the_cap_the_longest_waiting_connection_makes_room(
     assert await closed_by_server(held[0][0])  # the oldest waiter made room
     for _, w in held:
         w.close()
+
+
+async def test_at_the_cap_a_connection_making_progress_is_not_cut_short(
+        serve: Serve) -> None:
+    """Issue 33, D4: at the cap, the next connection waits in the backlog rather than
+    evict one that has waited less than GRACE for its client. Evicting at once, a client
+    a moment slow to send its request (a handshake's round trip under load) was closed
+    before its request was read."""
+    cap = WebOptions(read_header_timeout=60.0, idle_timeout=60.0, max_connections=1)
+    listening = await serve(options=cap)
+    first = await asyncio.open_connection("127.0.0.1", listening.port)
+    while listening.connections.open < 1:
+        await asyncio.sleep(0.01)
+    second = await asyncio.open_connection("127.0.0.1", listening.port)  # in the backlog
+    await asyncio.sleep(GRACE / 5)  # the first client is slow, well within GRACE
+    answers = []
+    for reader, writer in (first, second):
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers.append(await asyncio.wait_for(reader.readuntil(b"ok\n"), CLOSE_WITHIN))
+    assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"] * 2
+    assert await closed_by_server(first[0])  # kept alive, it made room once answered
+    for _, writer in (first, second):
+        writer.close()
+    assert listening.connections.evicted == 1
+    assert listening.connections.refused == 0
 
 
 async def test_at_the_cap_with_every_request_in_flight_a_new_connection_is_refused(
