@@ -35,7 +35,7 @@ def _hugepages(rng: random.Random, room: int) -> dict[str, int]:
     while sum(out.values()) > room // 2 and any(out.values()):
         big = max(out, key=lambda t: out[t])
         out[big] -= 2 * MiB if big == HUGE_2M else GiB
-    return {t: b for t, b in out.items() if b > 0}
+    return out
 
 
 def with_memory(case: Case, version: str, seed: int) -> Case:
@@ -45,12 +45,14 @@ def with_memory(case: Case, version: str, seed: int) -> Case:
     reserved = tuple((n, rng.choice((256, 512, 1024)) * MiB) for n, _ in case.topo.memory)
     huge: list[tuple[int, str, int]] = []
     if rng.random() < 0.5:
+        # cAdvisor lists every page size the kernel offers on every node, none or not.
         for (n, b), (_, r) in zip(case.topo.memory, reserved, strict=True):
-            huge += [(n, t, size) for t, size in sorted(_hugepages(rng, b - r).items())]
+            pages = _hugepages(rng, b - r)
+            huge += [(n, t, pages.get(t, 0)) for t in (HUGE_2M, HUGE_1G)]
     on_node = {n: sum(s for m, _, s in huge if m == n) for n, _ in case.topo.memory}
     left = tuple((n, b - r - on_node[n])
                  for (n, b), (_, r) in zip(case.topo.memory, reserved, strict=True))
-    kinds = sorted({t for _, t, _ in huge})
+    kinds = sorted({t for _, t, size in huge if size})
     sizes = (64 * MiB, 256 * MiB, 1 * GiB, 2 * GiB, 3 * GiB, 6 * GiB)
     page_sizes = {HUGE_2M: (64 * MiB, 256 * MiB, 512 * MiB, 2 * GiB), HUGE_1G: (GiB, 2 * GiB)}
 

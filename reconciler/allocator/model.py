@@ -149,7 +149,7 @@ class NodeModel(NodePaths):
             placement = self._place(pod, work)
             if work.dev is not None and placement.path == "none":
                 placement = self._shared_devices(pod, work, placement)
-            return placement, work
+            return self.add_containers(placement, work.mem), work
         except Leaked as exc:
             return Rejection(pod.namespace, pod.name, str(exc), exc.block)
         except Refused as exc:

@@ -4,6 +4,8 @@ container and pod asks for, the memory manager's hints, and its ``Allocate`` and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reconciler.allocator.hints import Hint
 from reconciler.allocator.memory_state import (
     MachineState,
@@ -13,6 +15,7 @@ from reconciler.allocator.memory_state import (
     blocks_on,
 )
 from reconciler.allocator.node_core import NodeCore
+from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import Refused, Work
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import MemoryBlock
@@ -222,6 +225,21 @@ class NodeMemory(NodeCore):
         shared = blocks_on(mask, {t: q for t, q in pool.items() if q > 0})
         return {c.name: entries.get(c.name, shared)
                 for c in (*pod.init_containers, *pod.containers)}
+
+    def add_containers(self, placement: PodPlacement, mem: MachineState) -> PodPlacement:
+        """The memory manager's ``AddContainer`` for every container in order: each drops
+        the ordinary init containers before it from the state, which gives their blocks
+        back (a pod with pod-level blocks keeps those until its last container goes)."""
+        entries = dict(placement.mem_entries)
+        dropped = [c.name for c in placement.spec.init_containers
+                   if not c.sidecar and c.name in entries]
+        if not dropped:
+            return placement
+        for name in dropped:
+            blocks = entries.pop(name)
+            if not placement.block_memory:
+                mem.release(blocks)
+        return replace(placement, mem_entries=tuple(entries.items()))
 
     def release_memory(self, entries: Entries, pod_blocks: tuple[MemoryBlock, ...],
                        order: list[str]) -> None:

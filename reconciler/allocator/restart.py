@@ -199,8 +199,9 @@ def _memory_pod_again(model: NodeModel, old: PodPlacement) -> str | None:
     except Refused as exc:
         return f"UnexpectedAdmissionError: {exc}"
     model.mem = work.mem
-    model.pods[old.key] = replace(old, block_memory=blocks,
-                                  mem_entries=tuple(work.mem_entries.items()))
+    model.pods[old.key] = model.add_containers(
+        replace(old, block_memory=blocks, mem_entries=tuple(work.mem_entries.items())),
+        work.mem)
     return None
 
 
@@ -235,7 +236,7 @@ def _allocate_pod_again(model: NodeModel, old: PodPlacement,
         return f"UnexpectedAdmissionError: {exc}"
     model.free = work.free
     model.mem = work.mem
-    model.pods[old.key] = placement
+    model.pods[old.key] = model.add_containers(placement, work.mem)
     model._unaccounted |= old.block
     return None
 
