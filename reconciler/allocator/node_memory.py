@@ -167,7 +167,7 @@ class NodeMemory(NodeCore):
         for b in blocks:
             again = work.mem_reuse.get(mask, {}).get(b.memory_type, 0)
             work.mem.update(mask, b.memory_type, max(0, b.size - again))
-        _update_reusable(work.mem_reuse, ordinary_init, blocks)
+        update_reusable(work.mem_reuse, ordinary_init, blocks)
         work.mem_entries[c.name] = blocks
         _reuse_init_blocks(work.mem_entries, pod, c, blocks)
         return blocks
@@ -265,7 +265,7 @@ def regenerate(held: tuple[MemoryBlock, ...], requested: Requested) -> MemoryHin
     return [hints[t] for t in sorted(hints)]
 
 
-def _update_reusable(reusable: Reusable, ordinary_init: bool,
+def update_reusable(reusable: Reusable, ordinary_init: bool,
                      blocks: tuple[MemoryBlock, ...]) -> None:
     """``updatePodReusableMemory``: an ordinary init container's blocks may be reused by
     the containers after it on the same NUMA nodes; theirs use that up."""
@@ -303,4 +303,4 @@ def _reuse_init_blocks(entries: Entries, pod: PodSpec, c: ContainerSpec,
             entries[init.name] = tuple(out)
 
 
-__all__ = ["Entries", "MemoryHints", "NodeMemory", "regenerate"]
+__all__ = ["Entries", "MemoryHints", "NodeMemory", "regenerate", "update_reusable"]

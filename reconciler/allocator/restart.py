@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.model import NodeModel
+from reconciler.allocator.node_memory import update_reusable
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
     Refused,
@@ -125,14 +126,18 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     held = _entries(old)
     policy = model.config.topology_policy
     merged: tuple[frozenset[int] | None, bool] = (None, False)
+    work = Work(free=set(model.free), mem=model.mem.copy())
     if policy != "none" and model.config.scope == "pod":
         ok, merged = _pod_hint_again(model, old, wants, held)
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
-    elif policy != "none" and not _containers_hint_again(model, old, wants, held):
-        return _REFUSAL
     if old.block:
         return _allocate_pod_again(model, old, merged)
+    refusal = _containers_again(model, old, wants, held, work,
+                                merged if model.config.scope == "pod" else None)
+    if refusal is not None:
+        return refusal
+    model.mem = work.mem
     if smt_first:
         return _smt_again(model, old, wants)
     return None
@@ -153,23 +158,38 @@ def _pod_hint_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
                             _asked(model, model.pod_memory_requested(pod)))
 
 
-def _containers_hint_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
-                           held: dict[str, frozenset[int]]) -> bool:
-    """The container scope: each container's merge of the hints regenerated from its
-    CPUs and memory blocks; whether every one is admitted."""
+def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
+                     held: dict[str, frozenset[int]], work: Work,
+                     pod_hint: tuple[frozenset[int] | None, bool] | None) -> str | None:
+    """Each container admitted again in order: under the container scope the merge of
+    the hints regenerated from its CPUs and memory blocks (``pod_hint`` is the pod
+    scope's), then the memory manager's ``Allocate``, which skips a container in its state
+    but places again one it dropped (an ordinary init container, gone once the next
+    container was added) and then drops it again. The refusal, or ``None``."""
     pod = old.spec
-    work = Work(free=set(model.free), mem=model.mem)  # read only: hints
     mem_held = dict(old.mem_entries)
-    for c, _ in in_start_order(pod):
+    policy = model.config.topology_policy
+    merged: tuple[frozenset[int] | None, bool] = pod_hint or (None, False)
+    for c, ordinary_init in in_start_order(pod):
         n = wants[c.name]
         asked = 0 if model._skipped(pod) else _asked(model, model.memory_requested(pod, c))
-        if not n and not asked:
-            continue
-        cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
-        mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
-        if not model.merge_held(cpu, mem, asked)[0]:
-            return False
-    return True
+        if pod_hint is None and policy != "none" and (n or asked):
+            cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
+            mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
+            ok, merged = model.merge_held(cpu, mem, asked)
+            if not ok:
+                return _REFUSAL
+        if asked and c.name in mem_held:
+            update_reusable(work.mem_reuse, False, mem_held[c.name])
+        elif asked:
+            try:
+                model.allocate_memory(pod, c, ordinary_init, merged, work)
+            except Refused as exc:
+                return f"UnexpectedAdmissionError: Allocate failed due to {exc}"
+    for c in pod.init_containers:
+        if not c.sidecar and c.name in work.mem_entries:
+            work.mem.release(work.mem_entries.pop(c.name))
+    return None
 
 
 def _asked(model: NodeModel, requested: dict[str, int]) -> int:
