@@ -14,6 +14,7 @@ from reconciler.allocator.rules import (
     AUTO,
     Auto,
     Leaked,
+    MemoryAfterBlock,
     Refused,
     Slices,
     Work,
@@ -247,7 +248,10 @@ class NodePaths(NodeHints):
             exclusive = self._carve_slices(pod, block, init_slices)
         except Refused as exc:
             raise Leaked(str(exc), block) from None
-        block_memory = self.allocate_pod_memory(pod, merged, work)
+        try:
+            block_memory = self.allocate_pod_memory(pod, merged, work)
+        except Refused as exc:
+            raise MemoryAfterBlock(str(exc)) from None
         shared_pool = block.difference(*exclusive.values())
         containers = []
         for c in pod.long_running:

@@ -119,6 +119,11 @@ class Leaked(Refused):
         self.block = block
 
 
+class MemoryAfterBlock(Refused):
+    """The memory manager's ``AllocatePod`` refuses after the CPU manager's took the pod's
+    block (which the CPU manager gives back with the pod's last container)."""
+
+
 class Auto:
     """No hint given: the topology manager works it out."""
 
