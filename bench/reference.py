@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.reference_memory import compare_memory, memory_setup, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
 from reconciler.allocator.placement import PodPlacement, Rejection
@@ -284,46 +285,6 @@ def random_pod(rng: random.Random, index: int, budget: int) -> PodSpec:
     return PodSpec("ref", f"pod-{index:04d}", uid, apps, tuple(inits), resources)
 
 
-def _with_memory(case: Case, version: str, seed: int) -> Case:
-    """The case under the Static memory manager: reserved memory per NUMA node and pods
-    asking real amounts of it, from a random stream of its own (so that the CPU-only cases
-    of every seed stay as they were)."""
-    rng = random.Random(f"{version}:{seed}:memory")
-    reserved = tuple((n, rng.choice((256, 512, 1024)) * MiB) for n, _ in case.topo.memory)
-    left = tuple((n, b - r) for (n, b), (_, r) in zip(case.topo.memory, reserved, strict=True))
-    sizes = (64 * MiB, 256 * MiB, 1 * GiB, 2 * GiB, 3 * GiB, 6 * GiB)
-
-    def sized(r: Resources) -> Resources:
-        if r.memory_limit is None and r.memory_request is None:
-            return r
-        size = rng.choice(sizes)
-        return Resources(r.cpu_request_m, r.cpu_limit_m, size,
-                         size if r.memory_limit is not None else None)
-
-    def pod(p: PodSpec) -> PodSpec:
-        apps = tuple(replace(c, resources=sized(c.resources)) for c in p.containers)
-        inits = tuple(replace(c, resources=sized(c.resources)) for c in p.init_containers)
-        res = p.resources
-        if res is not None and res.memory_limit is not None:
-            whole = sum(c.resources.memory_limit or 0 for c in (*apps, *inits) if not c.init)
-            size = max(whole, 64 * MiB) + rng.choice((0, 0, 256 * MiB, 1 * GiB))
-            res = Resources(res.cpu_request_m, res.cpu_limit_m, size,
-                            size if res.memory_limit is not None else None)
-        return replace(p, containers=apps, init_containers=inits, resources=res)
-
-    done: dict[str, PodSpec] = {}
-    ops: list[tuple[str, PodSpec | None]] = []
-    for op, p in case.ops:
-        if p is not None:
-            p = done.setdefault(p.uid, pod(p))
-        ops.append((op, p))
-    topo = replace(case.topo, memory=left, by_id={}, core_cpus={}, numa_cpus={},
-                   socket_cpus={}, uncore_cpus={}, uncore_of={})
-    return replace(case, topo=topo,
-                   config=replace(case.config, memory_policy="Static"), ops=ops,
-                   reserved_memory=reserved)
-
-
 def random_distances(rng: random.Random, topo: CPUTopology
                      ) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """Uneven symmetric NUMA distances as sysfs gives them: 10 to itself, 11-21 within a
@@ -355,14 +316,15 @@ def _many_numa(rng: random.Random) -> CPUTopology:
                        uncore=tuple((c.id, c.numa_node) for c in infos))
 
 
-def _with_topology_options(case: Case, version: str, seed: int) -> Case:
+def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bool = True
+                           ) -> Case:
     """The topology manager's options, from a random stream of their own (the cases of
     earlier seeds keep their machines and pods): NUMA distances on every machine,
     prefer-closest-numa-nodes on some, and now and then a machine of 10 or 12 NUMA nodes
     with or without max-allowable-numa-nodes."""
     rng = random.Random(f"{version}:{seed}:topology-options")
     topo = case.topo
-    if rng.random() < 0.08:
+    if rng.random() < 0.08 and many_numa:
         topo = _many_numa(rng)
     topo = CPUTopology(topo.cpus, topo.memory, topo.uncore, topo.counts,
                        random_distances(rng, topo))
@@ -381,13 +343,16 @@ def _with_topology_options(case: Case, version: str, seed: int) -> Case:
 
 def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
                 topology_options: bool = True) -> Case:
-    """``memory``: under the Static memory manager (:func:`_with_memory`);
+    """``memory``: under the Static memory manager (``reference_memory.with_memory``);
     ``topology_options``: with the topology manager's options and NUMA distances
     (:func:`_with_topology_options`; off, the case of a seed as it was before them)."""
     case = _random_case(seed, version, ops=ops)
     if topology_options:
-        case = _with_topology_options(case, version, seed)
-    return _with_memory(case, version, seed) if memory else case
+        # No machine past 8 NUMA nodes with memory: the topology manager's merge walks every
+        # permutation of the CPU and memory hints, 4,095 masks each on 12 nodes, which the
+        # kubelet itself takes minutes over.
+        case = _with_topology_options(case, version, seed, many_numa=not memory)
+    return with_memory(case, version, seed) if memory else case
 
 
 def _random_case(seed: int, version: str, *, ops: int = 12) -> Case:
@@ -445,8 +410,7 @@ def setup_request(case: Case) -> dict[str, Any]:
         "distances": {str(n): list(row) for n, row in case.topo.distances},
         "topology_options": topology_options,
         "cpus": cpus,
-        "memory": {str(n): b + dict(case.reserved_memory).get(n, 0) for n, b in case.topo.memory},
-        "reserved_memory": {str(n): b for n, b in case.reserved_memory},
+        **memory_setup(case),
         "cpu_policy": c.cpu_policy, "cpu_policy_options": {o: "true" for o in c.options},
         "topology_policy": c.topology_policy, "topology_scope": c.scope,
         "memory_policy": c.memory_policy, "feature_gates": case.gates,
@@ -500,34 +464,6 @@ def compare(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSp
     if want_default != model.default_set:
         out.append(f"default set: kubelet {format_cpuset(want_default) or '-'}, "
                    f"model {format_cpuset(model.default_set) or '-'}")
-    return out
-
-
-def _blocks(raw: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, int, tuple[int, ...]]]:
-    return sorted((b["type"], b["size"], tuple(sorted(b["numa"] or ()))) for b in raw or ())
-
-
-def compare_memory(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSpec]
-                   ) -> list[str]:
-    """Differences between the model's memory blocks and the memory manager's state: each
-    long-running container's blocks (type, size, NUMA nodes) and each pod-level set."""
-    out: list[str] = []
-    placed = {p.uid: p for p in model.pods.values()}
-    for uid, pod in live.items():
-        p = placed.get(uid)
-        ref = state["memory"].get(uid) or {}
-        for c in pod.long_running:
-            truth = next((t for t in p.containers if t.name == c.name), None) if p else None
-            got = sorted((b.memory_type, b.size, tuple(sorted(b.numa_nodes)))
-                         for b in (truth.memory if truth else ()))
-            want = _blocks(ref.get(c.name))
-            if want != got:
-                out.append(f"{pod.name}/{c.name} memory: kubelet {want}, model {got}")
-        want_pod = _blocks(state["pod_memory"].get(uid))
-        got_pod = sorted((b.memory_type, b.size, tuple(sorted(b.numa_nodes)))
-                         for b in (p.block_memory if p else ()))
-        if want_pod != got_pod:
-            out.append(f"{pod.name} pod-level memory: kubelet {want_pod}, model {got_pod}")
     return out
 
 

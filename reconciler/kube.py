@@ -104,6 +104,9 @@ class Resources:
     # Extended resources (``nvidia.com/gpu``) as (name, count), sorted by name: the API
     # server holds their request equal to their limit, so one count says both.
     extended: tuple[tuple[str, int], ...] = ()
+    # Hugepages (``hugepages-2Mi``, ``hugepages-1Gi``) as (name, bytes), sorted: the API
+    # server holds their request equal to their limit.
+    hugepages: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_json(cls, obj: object) -> Resources:
@@ -117,7 +120,8 @@ class Resources:
         mem_limit = memory_bytes(limits["memory"]) if "memory" in limits else None
         cpu_request = cpu_millis(requests["cpu"]) if "cpu" in requests else cpu_limit
         mem_request = memory_bytes(requests["memory"]) if "memory" in requests else mem_limit
-        return cls(cpu_request, cpu_limit, mem_request, mem_limit, _extended(requests, limits))
+        return cls(cpu_request, cpu_limit, mem_request, mem_limit, _extended(requests, limits),
+                   _hugepages(requests, limits))
 
     @property
     def devices(self) -> dict[str, int]:
@@ -160,6 +164,18 @@ def is_extended_resource(name: str) -> bool:
         return False
     domain = name.split("/", 1)[0]
     return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+def _hugepages(requests: Mapping[Any, Any], limits: Mapping[Any, Any]
+               ) -> tuple[tuple[str, int], ...]:
+    """Hugepages of one ``resources`` block: the request, or else the limit, in bytes."""
+    names = {n for n in (*requests, *limits) if isinstance(n, str) and n.startswith("hugepages-")}
+    out = []
+    for name in sorted(names):
+        size = memory_bytes(requests[name] if name in requests else limits[name])
+        if size:
+            out.append((name, size))
+    return tuple(out)
 
 
 def _extended(requests: Mapping[Any, Any], limits: Mapping[Any, Any]

@@ -114,12 +114,17 @@ def merge(policy: str, providers: Sequence[list[Hint]], everything: frozenset[in
         if fallback is not None:
             mask = fallback
     if policy == "restricted" and not preferred:
-        raise HintError("topology affinity error: no NUMA placement meets the restricted "
-                        "policy")
+        raise HintError(policy_refusal(policy))
     if policy == "single-numa-node" and (not preferred or len(mask) != 1):
-        raise HintError("topology affinity error: the request fits no single NUMA node "
-                        "(single-numa-node)")
+        raise HintError(policy_refusal(policy))
     return mask
+
+
+def policy_refusal(policy: str) -> str:
+    """The model's words for a refusal by ``restricted`` or ``single-numa-node``."""
+    if policy == "restricted":
+        return "topology affinity error: no NUMA placement meets the restricted policy"
+    return "topology affinity error: the request fits no single NUMA node (single-numa-node)"
 
 
 # ---- the topology manager's own merge, as ported for device providers ------------------
@@ -215,20 +220,70 @@ def _max_of_narrowest(lists: list[list[KHint]]) -> int:
 def _merged_permutations(lists: list[list[KHint]]) -> dict[KHint, None]:
     """``mergePermutation`` over every permutation, each distinct partial result walked
     once: (the AND of the masks so far, or ``None`` before any; preferred so far, which
-    implies every mask so far equals that AND)."""
-    states: dict[KHint, None] = {(None, True): None}
+    implies every mask so far equals that AND). Masks are bitmasks here, and the ANDs of
+    every pair of a partial result and a hint are counted all at once (:func:`_and_counts`),
+    so that long memory hint lists stay cheap."""
+    none: set[bool] = {True}  # preferred flags of the partial results still without a mask
+    pref: set[int] = set()  # masks of preferred partial results
+    other: set[int] = set()  # masks of the others
     for one in lists:
-        nxt: dict[KHint, None] = {}
-        for mask, pref in states:
-            for m, p in one:
-                if m is None:
-                    nxt[(mask, pref and p)] = None
-                elif mask is None:
-                    nxt[(m, pref and p)] = None
-                else:
-                    nxt[(mask & m, pref and p and m == mask)] = None
-        states = nxt
-    return states
+        none, pref, other = _merge_step(none, pref, other, one)
+    out: dict[KHint, None] = {(None, p): None for p in sorted(none, reverse=True)}
+    for masks, p in ((pref, True), (other, False)):
+        for m in sorted(masks):
+            out[(frozenset(i for i in range(m.bit_length()) if m >> i & 1), p)] = None
+    return out
+
+
+def _merge_step(none: set[bool], pref: set[int], other: set[int], one: list[KHint]
+                ) -> tuple[set[bool], set[int], set[int]]:
+    """One more provider's hints merged into the partial results."""
+    if len(one) == 1 and one[0][0] is None:
+        if one[0][1]:
+            return none, pref, other
+        return ({False} if none else set()), set(), other | pref
+    hints = [(_bits(m), p) for m, p in one if m is not None]
+    new_pref = pref & {m for m, p in hints if p}
+    counts = _and_counts([*pref, *other], [m for m, _ in hints])
+    new_other = {t for t, n in counts.items() if n - (t in new_pref) > 0}
+    for p in none:
+        for m, q in hints:
+            (new_pref if p and q else new_other).add(m)
+    return set(), new_pref, new_other
+
+
+def _and_counts(left: list[int], right: list[int]) -> dict[int, int]:
+    """How many pairs (a, b) of ``left`` and ``right`` have ``a & b == t``, for every ``t``
+    that some pair gives: by pairs when the lists are short, else by the superset sums of
+    both and their Moebius inversion."""
+    if not left or not right:
+        return {}
+    if len(left) * len(right) <= 4096:
+        out: dict[int, int] = {}
+        for a in left:
+            for b in right:
+                out[a & b] = out.get(a & b, 0) + 1
+        return out
+    width = max(max(left), max(right)).bit_length()
+    size = 1 << width
+    sums = []
+    for side in (left, right):
+        f = [0] * size
+        for m in side:
+            f[m] += 1
+        for i in range(width):
+            bit = 1 << i
+            for u in range(size):
+                if not u & bit:
+                    f[u] += f[u | bit]
+        sums.append(f)
+    c = [x * y for x, y in zip(sums[0], sums[1], strict=True)]
+    for i in range(width):
+        bit = 1 << i
+        for u in range(size):
+            if not u & bit:
+                c[u] -= c[u | bit]
+    return {t: n for t, n in enumerate(c) if n}
 
 
 def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
@@ -241,8 +296,16 @@ def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
     empty list has no possible affinity. ``None`` when the policy does not align (or
     single-numa-node's answer is the whole machine); :class:`HintError` when the policy
     refuses."""
+    return kubelet_merge_hint(policy, providers, everything, closest)[0]
+
+
+def kubelet_merge_hint(policy: str, providers: Sequence[list[Hint] | None],
+                       everything: frozenset[int], closest: Distance | None = None
+                       ) -> tuple[frozenset[int] | None, bool]:
+    """:func:`kubelet_merge` with whether the merged hint is preferred, which the memory
+    manager looks at (docs/design.md#memory-in-the-model)."""
     if policy == "none" or not providers:
-        return None
+        return None, False
     lists = _filtered(policy, providers)
     best_count = _max_of_narrowest(lists)
     if policy == "single-numa-node":
@@ -253,9 +316,9 @@ def kubelet_merge(policy: str, providers: Sequence[list[Hint] | None],
                      best_count, closest)
     chosen, preferred = best if best is not None else (everything, False)
     assert chosen is not None
-    if policy == "single-numa-node" and chosen == everything:
-        chosen = None
     if policy in ("restricted", "single-numa-node") and not preferred:
         raise HintError("topology affinity error: Resources cannot be allocated with "
                         f"Topology locality ({policy})")
-    return chosen
+    if policy == "single-numa-node" and chosen == everything:
+        return None, preferred
+    return chosen, preferred

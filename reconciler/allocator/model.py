@@ -68,7 +68,10 @@ class NodeModel(NodePaths):
         seed are not known to the model, so nothing of theirs can be released."""
         self.free = (set(free) & set(self.topo.online)) - self.reserved \
             if self.config.static else set()
-        self.mem_free = {n: max(0, mem_free.get(n, 0)) for n in self.topo.numa_nodes}
+        for n, st in self.mem.nodes.items():
+            table = st.tables["memory"]
+            table.free = max(0, min(table.allocatable, mem_free.get(n, 0)))
+            table.reserved = table.allocatable - table.free
 
     @classmethod
     def from_checkpoint(cls, topo: CPUTopology,
@@ -127,9 +130,8 @@ class NodeModel(NodePaths):
             if uid == pod.uid and cpus <= placement.held:
                 del self.checkpointed[(uid, name)]  # kept by the container (_legacy)
         self.free = work.free
-        self.mem_free = work.mem_free
+        self.mem = work.mem
         self.pods[placement.key] = placement
-        self._mem_held[placement.key] = work.mem_taken
         if work.dev is not None:
             self.dev_free = work.dev.free
             self._dev_held[placement.key] = work.dev.taken
@@ -140,14 +142,14 @@ class NodeModel(NodePaths):
 
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, Work] | Rejection:
         """Work out a placement without changing the state."""
-        work = Work(free=set(self.free), mem_free=dict(self.mem_free))
+        work = Work(free=set(self.free), mem=self.mem.copy())
         if self.devices:
             work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes)
         try:
             placement = self._place(pod, work)
             if work.dev is not None and placement.path == "none":
                 placement = self._shared_devices(pod, work, placement)
-            return placement, work
+            return self.add_containers(placement, work.mem), work
         except Leaked as exc:
             return Rejection(pod.namespace, pod.name, str(exc), exc.block)
         except Refused as exc:
@@ -161,8 +163,10 @@ class NodeModel(NodePaths):
         for c in placement.containers:
             self._admitted.pop((namespace, name, c.name), None)
         self.free |= placement.held
-        for node, size in self._mem_held.pop((namespace, name), {}).items():
-            self.mem_free[node] += size
+        entries = dict(placement.mem_entries)
+        self.release_memory(entries, placement.block_memory,
+                            [c.name for c in (*placement.spec.init_containers,
+                                              *placement.spec.containers)])
         for resource, ids in self._dev_held.pop((namespace, name), {}).items():
             self.dev_free.setdefault(resource, set()).update(ids)
         return placement

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.hints import HintRecord, MaskTable
+from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
     Refused,
-    Work,
     not_enough_cpus,
     smt_alignment_error,
 )
@@ -25,7 +25,6 @@ from reconciler.allocator.take import (
 from reconciler.allocator.topology import CPUTopology
 from reconciler.cpuset import format_cpuset
 from reconciler.pools import CPU_POOLS as POOLS
-from reconciler.snapshot import MemoryBlock
 
 
 class NodeCore:
@@ -46,9 +45,9 @@ class NodeCore:
         # CPUs that may be handed out exclusively: default set − reserved.
         self.free: set[int] = set(online - self.reserved) if self.config.static else set()
         self.memory_enabled = (self.config.memory_policy == "Static" and bool(topo.memory))
-        self.mem_free: dict[int, int] = {n: topo.memory_of(n) for n in topo.numa_nodes}
+        # The Static memory manager's machine state (docs/design.md#memory-in-the-model).
+        self.mem = MachineState.fresh(topo.memory_types())
         self.pods: dict[tuple[str, str], PodPlacement] = {}
-        self._mem_held: dict[tuple[str, str], dict[int, int]] = {}
         # Each node-exclusive container's CPUs as admitted: what a shrink keeps.
         self._admitted: dict[tuple[str, str, str], frozenset[int]] = {}
         # A checkpoint's exclusive sets, by (pod UID, container name); see from_checkpoint.
@@ -204,23 +203,10 @@ class NodeCore:
             raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         return got
 
-    def _take_memory(self, work: Work, size: int, hint: frozenset[int] | None,
-                     cpus: frozenset[int], what: str) -> tuple[MemoryBlock, ...]:
-        if size <= 0 or not self.memory_enabled:
-            return ()
-        nodes = sorted(hint) if hint else sorted(self.topo.numa_set(cpus))
-        if not nodes:
-            nodes = list(self.topo.numa_nodes)
-        if sum(work.mem_free.get(n, 0) for n in nodes) < size:
-            raise Refused(f"insufficient memory: {what} needs {size} bytes on NUMA node(s) "
-                           f"{','.join(map(str, nodes))}")
-        left = size
-        for n in nodes:
-            part = min(left, work.mem_free[n])
-            work.mem_free[n] -= part
-            work.mem_taken[n] = work.mem_taken.get(n, 0) + part
-            left -= part
-        return (MemoryBlock("memory", size, tuple(nodes)),)
+    @property
+    def mem_free(self) -> dict[int, int]:
+        """Regular memory free per NUMA node, as the memory manager's state has it."""
+        return self.mem.free()
 
     def _sockets_of(self, mask: frozenset[int]) -> frozenset[int]:
         got = self._mask_sockets.get(mask)

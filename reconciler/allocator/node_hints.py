@@ -10,17 +10,18 @@ from reconciler.allocator.hints import (
     Hint,
     HintError,
     HintRecord,
-    kubelet_merge,
+    kubelet_merge_hint,
     merge,
+    policy_refusal,
 )
-from reconciler.allocator.node_core import NodeCore
+from reconciler.allocator.node_memory import MemoryHints, NodeMemory
 from reconciler.allocator.rules import (
     Refused,
     shown_hints,
 )
 
 
-class NodeHints(NodeCore):
+class NodeHints(NodeMemory):
     """The model node with its topology hints."""
 
     def cpu_hints(self, n: int, available: Iterable[int],
@@ -72,12 +73,39 @@ class NodeHints(NodeCore):
                       ) -> tuple[bool, frozenset[int] | None]:
         """The pod scope's merge when containers of the pod are already in the state
         (``held_pod_cpu_hints``): (admitted, affinity)."""
-        if not requested:
+        hints = self.held_pod_hint_list(requested, containers)
+        if hints is None:
             return True, None
+        return self.merge_cpu_hints(hints)
+
+    def held_pod_hint_list(self, requested: int,
+                           containers: list[tuple[int, frozenset[int] | None]]
+                           ) -> list[Hint] | None:
+        """The CPU manager's pod hints when containers of the pod are already in the state;
+        ``None`` when the pod asks for no CPUs."""
+        if not requested:
+            return None
         hints, assigned = self.held_pod_cpu_hints(requested, containers)
         if hints is None:
             hints = self.cpu_hints(requested, self.free | assigned, reusable=assigned)
-        return self.merge_cpu_hints(hints)
+        return hints
+
+    def merge_held(self, cpu: list[Hint] | None, memory: MemoryHints, asked: int
+                   ) -> tuple[bool, tuple[frozenset[int] | None, bool]]:
+        """A restart's merge of the hints regenerated from what a container (or pod)
+        holds: the CPU manager's (``None``: it gives none) and the memory manager's for
+        ``asked`` bytes. (admitted, (affinity, preferred))."""
+        if not asked:
+            if cpu is None:
+                return True, (None, False)
+            ok, mask = self.merge_cpu_hints(cpu)
+            return ok, (mask, True)
+        providers: list[list[Hint] | None] = [cpu, *(memory if memory is not None else [None])]
+        try:
+            return True, kubelet_merge_hint(self.config.topology_policy, providers,
+                                            frozenset(self.topo.numa_nodes), self._closest)
+        except HintError:
+            return False, (None, False)
 
     def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
                    reusable: frozenset[int] = frozenset()) -> list[Hint]:
@@ -104,59 +132,71 @@ class NodeHints(NodeCore):
             self._widths[key] = self._masks.narrowest(need, total)
         return self._widths[key]
 
-    def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: int, mem_free: Mapping[int, int],
+    def _hint(self, cpus: int, cpu_pool: Iterable[int], memory: MemoryHints = None,
               what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None,
-              reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
-        """The topology manager's merged NUMA affinity for one request; ``devices`` are the
-        device manager's hints per resource asked (it is the first provider); ``reusable``
-        the CPUs the container may take back from init containers."""
+              reusable: frozenset[int] = frozenset(), asked: int = 0
+              ) -> frozenset[int] | None:
+        """The topology manager's merged NUMA affinity for one request (:meth:`_merged`)."""
+        return self._merged(cpus, cpu_pool, memory, what, devices, reusable, asked)[0]
+
+    def _merged(self, cpus: int, cpu_pool: Iterable[int], memory: MemoryHints = None,
+                what: str = "pod", devices: Mapping[str, list[Hint] | None] | None = None,
+                reusable: frozenset[int] = frozenset(), asked: int = 0
+                ) -> tuple[frozenset[int] | None, bool]:
+        """The topology manager's merged hint for one request, and whether it is preferred:
+        ``devices`` are the device manager's hints per resource asked (it is the first
+        provider), ``memory`` the memory manager's (one list per memory type; ``None``: no
+        preference) for ``asked`` bytes of memory; ``reusable`` the CPUs the container may
+        take back from init containers."""
         policy = self.config.topology_policy
         if policy == "none":
-            return None
-        if devices:
-            return self._device_hint(cpus, cpu_pool, memory, mem_free, what, devices,
-                                     reusable)
+            return None, False
+        if devices or asked:
+            return self._kubelet_merged(cpus, cpu_pool, memory, what, devices or {},
+                                        reusable, asked)
         providers: list[list[Hint]] = []
         # Under single-numa-node only single-node masks can win the merge.
         candidates = self._masks.single if policy == "single-numa-node" else self._masks.every
         if cpus > 0:
             providers.append(self._cpu_hints(cpus, cpu_pool, candidates, reusable))
-        if memory > 0 and self.memory_enabled:
-            providers.append(self._masks.hints(candidates, memory, mem_free,
-                                               self._narrowest("memory", memory)))
         try:
             chosen = merge(policy, providers, frozenset(self.topo.numa_nodes), self._closest)
         except HintError as exc:
             if self.on_hint is not None:
-                self.on_hint(HintRecord(what, cpus, memory, tuple(providers), None, str(exc)))
+                self.on_hint(HintRecord(what, cpus, 0, tuple(providers), None, str(exc)))
             raise Refused(str(exc)) from None
         if self.on_hint is not None:
-            self.on_hint(HintRecord(what, cpus, memory, tuple(providers), chosen, None))
-        return chosen
+            self.on_hint(HintRecord(what, cpus, 0, tuple(providers), chosen, None))
+        return chosen, True
 
-    def _device_hint(self, cpus: int, cpu_pool: Iterable[int], memory: int,
-                     mem_free: Mapping[int, int], what: str,
-                     devices: Mapping[str, list[Hint] | None],
-                     reusable: frozenset[int] = frozenset()) -> frozenset[int] | None:
-        """With devices asked, the topology manager's own merge (``kubelet_merge``): device
-        hints are not every mask with room, so the shortcut of ``merge`` does not hold."""
-        every = self._masks.every
+    def _kubelet_merged(self, cpus: int, cpu_pool: Iterable[int], memory: MemoryHints,
+                        what: str, devices: Mapping[str, list[Hint] | None],
+                        reusable: frozenset[int], asked: int
+                        ) -> tuple[frozenset[int] | None, bool]:
+        """The topology manager's own merge (``kubelet_merge``): device and memory hints are
+        not every mask with room, so the shortcut of ``merge`` does not hold."""
         others: list[list[Hint]] = []
         if cpus > 0:
-            others.append(self._cpu_hints(cpus, cpu_pool, every, reusable))
-        if memory > 0 and self.memory_enabled:
-            others.append(self._masks.hints(every, memory, mem_free,
-                                            self._narrowest("memory", memory)))
+            others.append(self._cpu_hints(cpus, cpu_pool, self._masks.every, reusable))
+        mem_lists: list[list[Hint] | None] = list(memory) if memory is not None else [None]
+        others += [h for h in mem_lists if h is not None]
         shown = tuple(devices.items())
+        providers: list[list[Hint] | None] = [*devices.values()]
+        if cpus > 0:
+            providers.append(others[0])
+        providers += mem_lists if asked else []
         try:
-            chosen = kubelet_merge(self.config.topology_policy, [*devices.values(), *others],
-                                   frozenset(self.topo.numa_nodes), self._closest)
+            chosen, preferred = kubelet_merge_hint(
+                self.config.topology_policy, providers, frozenset(self.topo.numa_nodes),
+                self._closest)
         except HintError as exc:
+            # Without devices, the same words as the CPU-only merge.
+            text = str(exc) if devices else policy_refusal(self.config.topology_policy)
             if self.on_hint is not None:
-                self.on_hint(HintRecord(what, cpus, memory, tuple(others), None, str(exc),
+                self.on_hint(HintRecord(what, cpus, asked, tuple(others), None, text,
                                         shown_hints(shown)))
-            raise Refused(str(exc)) from None
+            raise Refused(text) from None
         if self.on_hint is not None:
-            self.on_hint(HintRecord(what, cpus, memory, tuple(others), chosen, None,
+            self.on_hint(HintRecord(what, cpus, asked, tuple(others), chosen, None,
                                     shown_hints(shown)))
-        return chosen
+        return chosen, preferred

@@ -5,6 +5,8 @@ device manager's take beside them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reconciler.allocator.devices import DevicesUnavailable
 from reconciler.allocator.node_hints import NodeHints
 from reconciler.allocator.placement import ContainerTruth, PodPlacement
@@ -12,6 +14,7 @@ from reconciler.allocator.rules import (
     AUTO,
     Auto,
     Leaked,
+    MemoryAfterBlock,
     Refused,
     Slices,
     Work,
@@ -19,15 +22,15 @@ from reconciler.allocator.rules import (
     container_cpus,
     eligible_init,
     in_start_order,
-    mem_limit,
     pod_guaranteed_cpus,
-    pod_memory,
     validate_pod_scope,
     with_devices,
 )
 from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.pools import Assignment
 from reconciler.snapshot import MemoryBlock
+
+Merged = tuple[frozenset[int] | None, bool]  # the topology manager's hint, and preferred
 
 # The topology manager's refusal when the hints regenerated from CPUs already held fit no
 # mask the policy accepts.
@@ -45,13 +48,13 @@ class NodePaths(NodeHints):
         slices = Slices()
         hint = None
         if self.config.scope == "pod":
-            hint = self._hint(0, (), 0, {}, devices=work.dev.pod_hints(pod))
+            hint = self._hint(0, (), devices=work.dev.pod_hints(pod))
         for c, ordinary_init in in_start_order(pod):
             dev_hints = work.dev.container_hints(c)
             if self.config.scope == "container" and dev_hints:
                 what = f"container {c.name}"
                 try:
-                    hint = self._hint(0, (), 0, {}, what, dev_hints)
+                    hint = self._hint(0, (), None, what, dev_hints)
                 except Refused as exc:
                     raise Refused(f"{what}: {exc}") from None
             self._take_devices(work, c, hint, ordinary_init, slices)
@@ -86,33 +89,49 @@ class NodePaths(NodeHints):
             # Only the pod scope's admission allocates a pod block; the container scope and
             # the none policy's admission pin each eligible container from the node pool,
             # unbounded by the budget (docs/design.md#allocator).
-            placement = self._legacy(pod, work)
-            return PodPlacement(placement.namespace, placement.name, placement.uid, pod,
-                                "container", frozenset(), (), placement.containers,
-                                placement.numa_hint, placement.note, placement.init_held,
-                                placement.init_slices)
+            return replace(self._legacy(pod, work), path="container")
         budget = pod.budget_cpus
         if budget is None:
-            return all_shared(pod, "fractional pod budget: no exclusive CPUs")
+            return self._fractional(pod, work)
         validate_pod_scope(pod)
         return self._pod_scope(pod, budget, work)
+
+    def _fractional(self, pod: PodSpec, work: Work) -> PodPlacement:
+        """A pod-scope pod with a fractional budget: no CPUs of its own, but the memory
+        manager's ``AllocatePod`` still pins its memory, aligned by the memory hints."""
+        placement = all_shared(pod, "fractional pod budget: no exclusive CPUs")
+        merged = self._merged(0, (), self.pod_memory_hints(pod, work),
+                              asked=self._asked(self.pod_memory_requested(pod), pod))
+        pod_blocks = self.allocate_pod_memory(pod, merged, work)
+        if not pod_blocks:
+            return placement
+        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "none", frozenset(),
+                            pod_blocks, placement.containers, merged[0], placement.note,
+                            mem_entries=tuple(work.mem_entries.items()))
+
+    def _asked(self, requested: dict[str, int], pod: PodSpec) -> int:
+        """The bytes of memory the memory manager is a provider for (0: it gives none)."""
+        return 0 if self._skipped(pod) else requested.get("memory", 0) or \
+            sum(requested.values())
 
     def _legacy(self, pod: PodSpec, work: Work) -> PodPlacement:
         """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
         and those no later container reused stay held by the pod."""
-        hint: frozenset[int] | None = None
+        merged: Merged = (None, False)
         # Containers a checkpoint already assigns keep their CPUs (from_checkpoint).
         held = {name: cpus for (uid, name), cpus in self.checkpointed.items() if uid == pod.uid}
         if self.config.scope == "pod" and held and self.config.topology_policy != "none":
-            hint = self._held_pod_affinity(pod, held)
+            merged = (self._held_pod_affinity(pod, held), True)
         elif self.config.scope == "pod":
-            hint = self._hint(pod_guaranteed_cpus(pod), work.free, pod_memory(pod),
-                              work.mem_free,
-                              devices=work.dev.pod_hints(pod) if work.dev else None)
+            merged = self._merged(pod_guaranteed_cpus(pod), work.free,
+                                  self.pod_memory_hints(pod, work),
+                                  devices=work.dev.pod_hints(pod) if work.dev else None,
+                                  asked=self._asked(self.pod_memory_requested(pod), pod))
         slices = Slices()
         for c, ordinary_init in in_start_order(pod):
-            hint = self._legacy_container(pod, c, ordinary_init, hint, work, slices,
-                                          held.get(c.name))
+            merged = self._legacy_container(pod, c, ordinary_init, merged, work, slices,
+                                            held.get(c.name))
+        hint = merged[0]
         containers = []
         for c in pod.long_running:
             ex = slices.exclusive.get(c.name, frozenset())
@@ -126,7 +145,7 @@ class NodePaths(NodeHints):
         return with_devices(PodPlacement(
             pod.namespace, pod.name, pod.uid, pod, "legacy", frozenset(), (),
             tuple(containers), hint, note, frozenset(slices.reusable),
-            tuple(slices.init.items())), slices.devices)
+            tuple(slices.init.items()), tuple(work.mem_entries.items())), slices.devices)
 
     def _held_pod_affinity(self, pod: PodSpec, held: dict[str, frozenset[int]]
                            ) -> frozenset[int] | None:
@@ -154,34 +173,49 @@ class NodePaths(NodeHints):
         return hint
 
     def _legacy_container(self, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
-                          hint: frozenset[int] | None, work: Work, slices: Slices,
-                          held: frozenset[int] | None = None) -> frozenset[int] | None:
+                          merged: Merged, work: Work, slices: Slices,
+                          held: frozenset[int] | None = None) -> Merged:
         eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
         n = container_cpus(pod, c) if eligible else 0
-        # Init containers' memory is transient and reused: the model does not hold it.
-        mem = mem_limit(c) if pod.guaranteed and not ordinary_init else 0
         what = f"container {c.name}"
         if held is not None and n:
-            hint = self._keep_held(n, held, hint, work, what)
+            hint = self._keep_held(n, held, merged[0], work, what)
             self._record(c, ordinary_init, held, (), slices)
-            return hint
+            return hint, True
         dev_hints = work.dev.container_hints(c) if work.dev else None
-        if self.config.scope == "container" and (n or (mem and self.memory_enabled)
-                                                 or dev_hints):
+        mem = {} if self._skipped(pod) else self.memory_requested(pod, c)
+        if self.config.scope == "container" and (n or mem or dev_hints):
             try:
-                hint = self._hint(n, work.free | slices.reusable, mem, work.mem_free, what,
-                                  dev_hints, frozenset(slices.reusable) if n else frozenset())
+                merged = self._merged(n, work.free | slices.reusable,
+                                      self.memory_hints(pod, c, work), what, dev_hints,
+                                      frozenset(slices.reusable) if n else frozenset(),
+                                      self._asked(mem, pod))
             except Refused as exc:
                 raise Refused(f"{what}: {exc}") from None
+        elif self.config.scope == "container" and not self._skipped(pod):
+            merged = self._nothing_asked()
         # The device manager is the topology manager's first provider: it allocates first.
-        self._take_devices(work, c, hint, ordinary_init, slices)
-        got = self._take(work.free | slices.reusable, n, hint, what,
+        self._take_devices(work, c, merged[0], ordinary_init, slices)
+        got = self._take(work.free | slices.reusable, n, merged[0], what,
                          default=work.free) if n else frozenset()
         slices.reusable -= got
         work.free -= got
-        blocks = self._take_memory(work, mem, hint, got, what) if mem else ()
+        try:
+            blocks = self.allocate_memory(pod, c, ordinary_init, merged, work)
+        except Refused as exc:
+            raise Refused(f"{what}: {exc}") from None
         self._record(c, ordinary_init, got, blocks, slices)
-        return hint
+        return merged
+
+    def _nothing_asked(self) -> Merged:
+        """The merge when no provider has a hint: the whole machine, preferred (none at all
+        under single-numa-node, which gives no affinity for the whole machine)."""
+        policy = self.config.topology_policy
+        if policy == "none":
+            return None, False
+        if policy == "single-numa-node":
+            return None, True
+        return frozenset(self.topo.numa_nodes), True
 
     @staticmethod
     def _record(c: ContainerSpec, ordinary_init: bool, got: frozenset[int],
@@ -195,49 +229,49 @@ class NodePaths(NodeHints):
             slices.memory[c.name] = blocks
 
     def _pod_scope(self, pod: PodSpec, budget: int, work: Work,
-                   hint: frozenset[int] | Auto | None = AUTO) -> PodPlacement:
+                   merged: Merged | Auto = AUTO) -> PodPlacement:
         """One NUMA-aligned block of the budget; slices carved from it
-        (docs/design.md#allocator). ``hint`` is the topology manager's, when already known."""
-        pod_mem = (pod.resources.memory_limit if pod.resources else None) or 0
-        slice_mem = {c.name: mem_limit(c) for c in pod.long_running if pod.eligible(c)}
-        if self.memory_enabled and pod_mem and sum(slice_mem.values()) > pod_mem:
-            raise Refused("memory over budget: exclusive containers' memory exceeds the "
-                           "pod memory budget")
-        if isinstance(hint, Auto):
-            hint = self._hint(budget, work.free, pod_mem, work.mem_free,
-                              devices=work.dev.pod_hints(pod) if work.dev else None)
+        (docs/design.md#allocator). ``merged`` is the topology manager's hint, when already
+        known."""
+        if isinstance(merged, Auto):
+            merged = self._merged(budget, work.free, self.pod_memory_hints(pod, work),
+                                  devices=work.dev.pod_hints(pod) if work.dev else None,
+                                  asked=self._asked(self.pod_memory_requested(pod), pod))
+        hint = merged[0]
         slices = Slices()
         for c, ordinary_init in in_start_order(pod):
             self._take_devices(work, c, hint, ordinary_init, slices)
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
-        block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
         init_slices: dict[str, frozenset[int]] = {}
         try:
             exclusive = self._carve_slices(pod, block, init_slices)
         except Refused as exc:
             raise Leaked(str(exc), block) from None
+        try:
+            block_memory = self.allocate_pod_memory(pod, merged, work)
+        except Refused as exc:
+            raise MemoryAfterBlock(str(exc)) from None
         shared_pool = block.difference(*exclusive.values())
-        mem_nodes = block_memory[0].numa_nodes if block_memory else ()
         containers = []
         for c in pod.long_running:
             ex = exclusive.get(c.name, frozenset())
-            if not ex:
-                containers.append(ContainerTruth(
-                    c.name, c.sidecar, False, "pod_shared",
-                    "pod_shared" if block_memory else "node_shared", frozenset(),
-                    shared_pool, ()))
-                continue
-            blocks = (MemoryBlock("memory", slice_mem[c.name], mem_nodes),) \
-                if block_memory and slice_mem[c.name] else ()
+            # A container whose own requests equal its limits holds memory of its own.
+            blocks = work.mem_entries.get(c.name, ()) if c.resources.guaranteed else ()
             mem_assign: Assignment = "node_shared"
             if block_memory:
                 mem_assign = "pod_exclusive" if blocks else "pod_shared"
+            if not ex:
+                containers.append(ContainerTruth(
+                    c.name, c.sidecar, False, "pod_shared", mem_assign, frozenset(),
+                    shared_pool, blocks))
+                continue
             containers.append(ContainerTruth(
                 c.name, c.sidecar, True, "pod_exclusive", mem_assign, ex, ex, blocks))
         return with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
                                           block_memory, tuple(containers), hint,
-                                          init_slices=tuple(init_slices.items())),
+                                          init_slices=tuple(init_slices.items()),
+                                          mem_entries=tuple(work.mem_entries.items())),
                              slices.devices)
 
     def _carve_slices(self, pod: PodSpec, block: frozenset[int],

@@ -46,6 +46,10 @@ class PodPlacement:
     # The exclusive CPUs each ordinary init container was given, by name: still in the CPU
     # manager's state after it finished, which a restart's hints look at.
     init_slices: tuple[tuple[str, frozenset[int]], ...] = ()
+    # The memory manager's entry of every container, init containers included, as its
+    # state holds it (docs/design.md#memory-in-the-model): what is given back on removal
+    # and what a restart's hints are regenerated from.
+    mem_entries: tuple[tuple[str, tuple[MemoryBlock, ...]], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

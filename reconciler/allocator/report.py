@@ -74,6 +74,8 @@ def _quantities(r: Resources) -> dict[str, dict[str, str]]:
             block["memory"] = str(mem)
         for name, count in r.extended:
             block[name] = str(count)
+        for name, size in r.hugepages:
+            block[name] = str(size)
         if block:
             out[section] = block
     return out

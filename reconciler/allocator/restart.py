@@ -14,11 +14,14 @@ included. This module is the model's own restart path and works on ``NodeModel``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.model import NodeModel
+from reconciler.allocator.node_memory import update_reusable
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
+    MemoryAfterBlock,
     Refused,
     Work,
     container_cpus,
@@ -53,7 +56,7 @@ class RestartResult:
 def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
     """Restart the kubelet (minor version ``kubelet``, by default the model's) on
     ``model``'s state, changing the model as the kubelet would."""
-    error = start_error(model)
+    error = start_error(model) or memory_start_error(model)
     if error is not None:
         return RestartResult(error)
     version = kubelet or model.config.kubelet_version
@@ -92,32 +95,142 @@ def start_error(model: NodeModel) -> str | None:
     return None if error is None else f"cpu manager start: {error}"
 
 
+def memory_start_error(model: NodeModel) -> str | None:
+    """The Static memory policy's ``validateState``: the machine state must be what the
+    assignments add up to (pod-level blocks for a pod that has them, else each container's)
+    on a fresh machine; a restart that pinned a pod's memory again breaks that."""
+    if not model.memory_enabled:
+        return None
+    expected = MachineState.fresh(model.topo.memory_types())
+    groups: dict[int, set[tuple[int, ...]]] = {}
+    for p in model.pods.values():
+        blocks = p.block_memory or tuple(b for _, bs in p.mem_entries for b in bs)
+        for b in blocks:
+            expected.update(frozenset(b.numa_nodes), b.memory_type, b.size)
+            for n in b.numa_nodes:
+                groups.setdefault(n, set()).add(tuple(sorted(b.numa_nodes)))
+    # A node under blocks of different NUMA sets (a single-node block a merged hint put on
+    # a node of a group) gets the group of whichever block the kubelet's walk over its
+    # assignment maps, in Go's random order, meets last: the check then fails more often
+    # than not, and the model says it fails (docs/design.md#memory-in-the-model).
+    mixed = any(len(sets) > 1 for sets in groups.values())
+    if not mixed and expected.matches(model.mem):
+        return None
+    return ("memory manager start: [memorymanager] the expected machine state is different "
+            "from the real one")
+
+
 # ---- one pod admitted again -------------------------------------------------------------
 
 
 def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
     """``None`` when the pod is admitted again (the model updated), else the refusal."""
-    if old.path == "none" or not model.config.static:
-        return None  # nothing pinned: no hints, nothing to allocate
+    if not model.config.static:
+        return None
+    if old.path == "none":
+        # Nothing pinned but, for a pod-scope pod with a fractional budget, its memory.
+        return _memory_pod_again(model, old) if old.block_memory else None
     pod = old.spec
     wants = {c.name: _wants(old, c.name, init) for c, init in in_start_order(pod)}
     held = _entries(old)
     policy = model.config.topology_policy
-    hint: frozenset[int] | None = None
+    merged: tuple[frozenset[int] | None, bool] = (None, False)
+    work = Work(free=set(model.free), mem=model.mem.copy())
     if policy != "none" and model.config.scope == "pod":
-        requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
-        ok, hint = model.held_pod_hint(requested, [(wants[n], held.get(n)) for n in wants])
+        ok, merged = _pod_hint_again(model, old, wants, held)
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
-    elif policy != "none":
-        for name, n in wants.items():
-            if n and not model.merge_cpu_hints(
-                    model.held_cpu_hints(n, held.get(name, frozenset())))[0]:
-                return _REFUSAL
     if old.block:
-        return _allocate_pod_again(model, old, hint)
+        return _allocate_pod_again(model, old, merged)
+    refusal = _containers_again(model, old, wants, held, work,
+                                merged if model.config.scope == "pod" else None)
+    if refusal is not None:
+        return refusal
+    model.mem = work.mem
     if smt_first:
         return _smt_again(model, old, wants)
+    return None
+
+
+def _pod_hint_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
+                    held: dict[str, frozenset[int]]
+                    ) -> tuple[bool, tuple[frozenset[int] | None, bool]]:
+    """The pod scope's merge of the hints regenerated from what the pod holds: its CPUs,
+    and its first container's memory blocks."""
+    pod = old.spec
+    work = Work(free=set(model.free), mem=model.mem)  # read only: hints
+    mem_held = dict(old.mem_entries)
+    requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
+    cpu = model.held_pod_hint_list(requested, [(wants[n], held.get(n)) for n in wants])
+    first = next((mem_held[n] for n in wants if n in mem_held), None)
+    return model.merge_held(cpu, model.pod_memory_hints(pod, work, first),
+                            _asked(model, model.pod_memory_requested(pod)))
+
+
+def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
+                     held: dict[str, frozenset[int]], work: Work,
+                     pod_hint: tuple[frozenset[int] | None, bool] | None) -> str | None:
+    """Each container admitted again in order: under the container scope the merge of
+    the hints regenerated from its CPUs and memory blocks (``pod_hint`` is the pod
+    scope's), then the memory manager's ``Allocate``, which skips a container in its state
+    but places again one it dropped (an ordinary init container, gone once the next
+    container was added) and then drops it again. The refusal, or ``None``."""
+    pod = old.spec
+    mem_held = dict(old.mem_entries)
+    policy = model.config.topology_policy
+    merged: tuple[frozenset[int] | None, bool] = pod_hint or (None, False)
+    for c, ordinary_init in in_start_order(pod):
+        n = wants[c.name]
+        asked = 0 if model._skipped(pod) else _asked(model, model.memory_requested(pod, c))
+        if pod_hint is None and policy != "none" and (n or asked):
+            cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
+            mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
+            ok, merged = model.merge_held(cpu, mem, asked)
+            if not ok:
+                return _REFUSAL
+        if asked and c.name in mem_held:
+            update_reusable(work.mem_reuse, False, mem_held[c.name])
+        elif asked:
+            try:
+                model.allocate_memory(pod, c, ordinary_init, merged, work)
+            except Refused as exc:
+                return f"UnexpectedAdmissionError: Allocate failed due to {exc}"
+    for c in pod.init_containers:
+        if not c.sidecar and c.name in work.mem_entries:
+            work.mem.release(work.mem_entries.pop(c.name))
+    return None
+
+
+def _asked(model: NodeModel, requested: dict[str, int]) -> int:
+    if not model.memory_enabled:
+        return 0
+    return requested.get("memory", 0) or sum(requested.values())
+
+
+def _memory_pod_again(model: NodeModel, old: PodPlacement) -> str | None:
+    """A pod whose only pinned resource is its pod-level memory: the pod scope merges the
+    memory hints regenerated from its first container's blocks, and ``AllocatePod`` pins
+    the pod's memory once more, the old blocks staying reserved."""
+    pod = old.spec
+    policy = model.config.topology_policy
+    if policy == "none" or model.config.scope != "pod":
+        return None
+    work = Work(free=set(model.free), mem=model.mem.copy())
+    mem_held = dict(old.mem_entries)
+    first = next((mem_held[c.name] for c, _ in in_start_order(pod) if c.name in mem_held),
+                 None)
+    ok, merged = model.merge_held(None, model.pod_memory_hints(pod, work, first),
+                                  _asked(model, model.pod_memory_requested(pod)))
+    if not ok:
+        return _POD_LEVEL_REFUSAL
+    try:
+        blocks = model.allocate_pod_memory(pod, merged, work)
+    except Refused as exc:
+        return f"UnexpectedAdmissionError: {exc}"
+    model.mem = work.mem
+    model.pods[old.key] = model.add_containers(
+        replace(old, block_memory=blocks, mem_entries=tuple(work.mem_entries.items())),
+        work.mem)
     return None
 
 
@@ -141,16 +254,26 @@ def _entries(placement: PodPlacement) -> dict[str, frozenset[int]]:
     return entries
 
 
-def _allocate_pod_again(model: NodeModel, old: PodPlacement, hint: frozenset[int] | None
-                        ) -> str | None:
-    """``AllocatePod`` once more: a new block from the free CPUs; the old one leaks."""
-    work = Work(free=set(model.free), mem_free=dict(model.mem_free))
+def _allocate_pod_again(model: NodeModel, old: PodPlacement,
+                        merged: tuple[frozenset[int] | None, bool]) -> str | None:
+    """``AllocatePod`` once more: a new block from the free CPUs, and the pod's memory
+    pinned again; the old block and memory leak."""
+    work = Work(free=set(model.free), mem=model.mem.copy())
     try:
-        placement = model._pod_scope(old.spec, len(old.block), work, hint)
+        placement = model._pod_scope(old.spec, len(old.block), work, merged)
+    except MemoryAfterBlock as exc:
+        # The CPU manager's new block is the pod's now, and goes back with it; the old one
+        # is in no entry any more.
+        model._unaccounted |= old.block
+        model.pods[old.key] = replace(old, block=frozenset(), init_held=frozenset(),
+                                      containers=tuple(replace(c, exclusive=frozenset())
+                                                       for c in old.containers))
+        return f"UnexpectedAdmissionError: {exc}"
     except Refused as exc:
         return f"UnexpectedAdmissionError: {exc}"
     model.free = work.free
-    model.pods[old.key] = placement
+    model.mem = work.mem
+    model.pods[old.key] = model.add_containers(placement, work.mem)
     model._unaccounted |= old.block
     return None
 

@@ -12,6 +12,7 @@ from reconciler.allocator.devices import DeviceWork
 from reconciler.allocator.hints import (
     Hint,
 )
+from reconciler.allocator.memory_state import MachineState, Reusable
 from reconciler.allocator.placement import ContainerTruth, PodPlacement
 from reconciler.kube import ContainerSpec, PodSpec
 from reconciler.snapshot import DeviceAlloc, MemoryBlock
@@ -118,6 +119,11 @@ class Leaked(Refused):
         self.block = block
 
 
+class MemoryAfterBlock(Refused):
+    """The memory manager's ``AllocatePod`` refuses after the CPU manager's took the pod's
+    block (which the CPU manager gives back with the pod's last container)."""
+
+
 class Auto:
     """No hint given: the topology manager works it out."""
 
@@ -130,9 +136,13 @@ class Work:
     """A tentative change to the node state, applied only when a pod is admitted."""
 
     free: set[int]
-    mem_free: dict[int, int]
-    mem_taken: dict[int, int] = field(default_factory=dict)
+    mem: MachineState
     dev: DeviceWork | None = None  # None on a node without devices
+    # The memory manager's entries for the pod being placed (every container's blocks, as
+    # its state holds them) and the init containers' memory later containers may reuse.
+    mem_entries: dict[str, tuple[MemoryBlock, ...]] = field(default_factory=dict)
+    mem_reuse: Reusable = field(default_factory=dict)
+    pod_memory: tuple[MemoryBlock, ...] = ()
 
 
 @dataclass(slots=True)

@@ -39,6 +39,9 @@ class CPUTopology:
     # NUMA distances as sysfs lists them (node, its distance to every node in node order);
     # the topology manager's prefer-closest-numa-nodes reads them (docs/design.md#allocator).
     distances: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    # Hugepages the Static memory manager may hand out: (node, "hugepages-2Mi", bytes).
+    # ``memory`` is then the regular memory left beside them (docs/design.md#allocator).
+    hugepages: tuple[tuple[int, str, int], ...] = ()
     # Derived lookups (filled in __post_init__).
     by_id: dict[int, CPUInfo] = field(default_factory=dict, compare=False, repr=False)
     core_cpus: dict[int, frozenset[int]] = field(default_factory=dict, compare=False,
@@ -108,6 +111,14 @@ class CPUTopology:
         rows = dict(self.distances)
         total = sum(rows[a][b] for a in mask for b in mask)
         return total / (len(mask) ** 2)
+
+    def memory_types(self) -> dict[int, dict[str, int]]:
+        """Per NUMA node, what each memory type offers: regular memory, and hugepages."""
+        out: dict[int, dict[str, int]] = {n: {"memory": self.memory_of(n)}
+                                          for n in self.numa_nodes}
+        for node, kind, size in self.hugepages:
+            out.setdefault(node, {"memory": 0})[kind] = size
+        return out
 
     def memory_of(self, numa: int) -> int:
         for node, size in self.memory:

@@ -62,6 +62,9 @@ type setupRequest struct {
 	FeatureGates     map[string]bool     `json:"feature_gates"`
 	StateDir         string              `json:"state_dir"`
 	KeepStateDir     bool                `json:"keep_state_dir"`
+
+	// Hugepages per NUMA node id: page size in KiB -> number of pages (hugepages.go).
+	Hugepages map[string]map[string]uint64 `json:"hugepages"`
 }
 
 type response struct {

@@ -95,6 +95,9 @@ func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
 	sort.Ints(ids)
 	mi := &machineInfoT{NumCores: len(cfg.CPUs), NumSockets: len(sockets)}
 	for _, id := range ids {
+		if err := addHugepages(cfg, nodes[id]); err != nil {
+			return nil, err
+		}
 		mi.Topology = append(mi.Topology, *nodes[id])
 		mi.MemoryCapacity += nodes[id].Memory
 	}
