@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from reconciler.allocator.config import RESIZE_INFEASIBLE, ModelConfig, ModelError
 from reconciler.allocator.devices import DeviceWork
+from reconciler.allocator.devices import report as report_devices
 from reconciler.allocator.node_paths import NodePaths
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
@@ -132,7 +133,9 @@ class NodeModel(NodePaths):
         self._mem_held[placement.key] = work.mem_taken
         if work.dev is not None:
             self.dev_free = work.dev.free
-            self._dev_held[placement.key] = work.dev.taken
+            self._dev_held[placement.key] = work.dev.containers
+            if work.dev.choices:
+                self.device_choices[placement.key] = work.dev.choices
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
@@ -142,7 +145,8 @@ class NodeModel(NodePaths):
         """Work out a placement without changing the state."""
         work = Work(free=set(self.free), mem_free=dict(self.mem_free))
         if self.devices:
-            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes)
+            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes,
+                                  self.config.kubelet_version)
         try:
             placement = self._place(pod, work)
             if work.dev is not None and placement.path == "none":
@@ -163,9 +167,34 @@ class NodeModel(NodePaths):
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
-        for resource, ids in self._dev_held.pop((namespace, name), {}).items():
-            self.dev_free.setdefault(resource, set()).update(ids)
+        self.device_choices.pop((namespace, name), None)
+        for held in self._dev_held.pop((namespace, name), {}).values():
+            for resource, ids in held.items():
+                self.dev_free.setdefault(resource, set()).update(ids)
         return placement
+
+    def adopt_devices(self, namespace: str, name: str,
+                      held: Mapping[str, Mapping[str, Iterable[str]]]) -> None:
+        """Take the devices the kubelet gave an admitted pod's containers (by container,
+        ordinary init containers too, and resource) in place of the model's own choice: where
+        ``devicesToAllocate`` walks a Go set the kubelet's pick is one of several
+        (``device_choices``), and later hints and takes depend on which."""
+        key = (namespace, name)
+        placement = self.pods[key]
+        for old in self._dev_held.pop(key, {}).values():
+            for resource, ids in old.items():
+                self.dev_free.setdefault(resource, set()).update(ids)
+        mine = {c: {r: frozenset(ids) for r, ids in by_r.items()} for c, by_r in held.items()}
+        for by_r in mine.values():
+            for resource, ids in by_r.items():
+                self.dev_free.setdefault(resource, set()).difference_update(ids)
+        self._dev_held[key] = mine
+        self.device_choices.pop(key, None)
+        by_name = self.devices.by_name
+        self.pods[key] = replace(placement, containers=tuple(
+            replace(c, devices=tuple(e for r, ids in sorted(mine.get(c.name, {}).items())
+                                     for e in report_devices(by_name, r, ids)))
+            for c in placement.containers))
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
                ) -> PodPlacement | Rejection:

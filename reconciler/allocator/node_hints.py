@@ -72,12 +72,31 @@ class NodeHints(NodeCore):
                       ) -> tuple[bool, frozenset[int] | None]:
         """The pod scope's merge when containers of the pod are already in the state
         (``held_pod_cpu_hints``): (admitted, affinity)."""
+        hints = self.held_pod_cpu_list(requested, containers)
+        return (True, None) if hints is None else self.merge_cpu_hints(hints)
+
+    def held_pod_cpu_list(self, requested: int,
+                          containers: list[tuple[int, frozenset[int] | None]]
+                          ) -> list[Hint] | None:
+        """The CPU manager's hints for a pod admitted again (``None``: it asks no CPUs, no
+        hints at all)."""
         if not requested:
-            return True, None
+            return None
         hints, assigned = self.held_pod_cpu_hints(requested, containers)
         if hints is None:
             hints = self.cpu_hints(requested, self.free | assigned, reusable=assigned)
-        return self.merge_cpu_hints(hints)
+        return hints
+
+    def merge_with_devices(self, devices: Mapping[str, list[Hint] | None],
+                           cpus: list[Hint] | None) -> tuple[bool, frozenset[int] | None]:
+        """The topology manager's merge of the device manager's hints (its first provider)
+        and the CPU manager's (``None``: no CPU hints): (admitted, affinity)."""
+        providers = [*devices.values(), *([cpus] if cpus is not None else [])]
+        try:
+            return True, kubelet_merge(self.config.topology_policy, providers,
+                                       frozenset(self.topo.numa_nodes), self._closest)
+        except HintError:
+            return False, None
 
     def _cpu_hints(self, n: int, available: Iterable[int], candidates: list[int],
                    reusable: frozenset[int] = frozenset()) -> list[Hint]:

@@ -54,19 +54,33 @@ class NodePaths(NodeHints):
                     hint = self._hint(0, (), 0, {}, what, dev_hints)
                 except Refused as exc:
                     raise Refused(f"{what}: {exc}") from None
-            self._take_devices(work, c, hint, ordinary_init, slices)
-        return with_devices(placement, slices.devices)
+            self._take_devices(work, c, hint, ordinary_init, slices, pod)
+        return with_devices(placement, slices.devices, slices.device_errors)
 
     def _take_devices(self, work: Work, c: ContainerSpec, hint: frozenset[int] | None,
-                      ordinary_init: bool, slices: Slices) -> None:
+                      ordinary_init: bool, slices: Slices, pod: PodSpec | None = None
+                      ) -> None:
+        """``pod``: given when the kubelet allocates the devices when the container starts
+        (``_devices_at_start``); too few then fails the start, not the admission."""
         if work.dev is None:
             return
         try:
             got = work.dev.take(c, hint, ordinary_init)
         except DevicesUnavailable as exc:
-            raise Refused(str(exc)) from None
+            if pod is None or not self._devices_at_start(pod):
+                raise Refused(str(exc)) from None
+            slices.device_errors[c.name] = str(exc)
+            return
         if not ordinary_init:
             slices.devices[c.name] = got
+
+    def _devices_at_start(self, pod: PodSpec) -> bool:
+        """A pod with pod-level resources admitted by the pod scope under pod-level resource
+        managers goes through ``AllocatePod``, which the device manager does not implement:
+        its containers get their devices when they start, with the pod's hint."""
+        cfg = self.config
+        return (cfg.pod_level and cfg.scope == "pod" and cfg.topology_policy != "none"
+                and pod.resources is not None and pod.resources.is_set)
 
     def _place(self, pod: PodSpec, work: Work) -> PodPlacement:
         cfg = self.config
@@ -208,7 +222,7 @@ class NodePaths(NodeHints):
                               devices=work.dev.pod_hints(pod) if work.dev else None)
         slices = Slices()
         for c, ordinary_init in in_start_order(pod):
-            self._take_devices(work, c, hint, ordinary_init, slices)
+            self._take_devices(work, c, hint, ordinary_init, slices, pod)
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         block_memory = self._take_memory(work, pod_mem, hint, block, "pod budget")
@@ -238,7 +252,7 @@ class NodePaths(NodeHints):
         return with_devices(PodPlacement(pod.namespace, pod.name, pod.uid, pod, "pod", block,
                                           block_memory, tuple(containers), hint,
                                           init_slices=tuple(init_slices.items())),
-                             slices.devices)
+                             slices.devices, slices.device_errors)
 
     def _carve_slices(self, pod: PodSpec, block: frozenset[int],
                       init_slices: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:

@@ -46,6 +46,10 @@ class PodPlacement:
     # The exclusive CPUs each ordinary init container was given, by name: still in the CPU
     # manager's state after it finished, which a restart's hints look at.
     init_slices: tuple[tuple[str, frozenset[int]], ...] = ()
+    # Containers that fail to start for want of devices, with why: a pod-level pod under the
+    # pod scope gets its devices only when its containers start
+    # (docs/design.md#devices-in-the-model).
+    device_errors: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

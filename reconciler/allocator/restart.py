@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reconciler.allocator.devices import container_request, held_hints, pod_request
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
@@ -97,28 +98,60 @@ def start_error(model: NodeModel) -> str | None:
 
 def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
     """``None`` when the pod is admitted again (the model updated), else the refusal."""
-    if old.path == "none" or not model.config.static:
-        return None  # nothing pinned: no hints, nothing to allocate
+    pinned = old.path != "none" and model.config.static
     pod = old.spec
-    wants = {c.name: _wants(old, c.name, init) for c, init in in_start_order(pod)}
-    held = _entries(old)
-    policy = model.config.topology_policy
+    wants = {c.name: _wants(old, c.name, init) if pinned else 0
+             for c, init in in_start_order(pod)}
+    held = _entries(old) if pinned else {}
     hint: frozenset[int] | None = None
-    if policy != "none" and model.config.scope == "pod":
-        requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
-        ok, hint = model.held_pod_hint(requested, [(wants[n], held.get(n)) for n in wants])
+    if model.config.topology_policy != "none" and (pinned or model._dev_held.get(old.key)):
+        ok, hint = _held_affinity(model, old, wants, held)
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
-    elif policy != "none":
-        for name, n in wants.items():
-            if n and not model.merge_cpu_hints(
-                    model.held_cpu_hints(n, held.get(name, frozenset())))[0]:
-                return _REFUSAL
+    if not pinned:
+        return None  # nothing pinned: nothing to allocate
     if old.block:
         return _allocate_pod_again(model, old, hint)
     if smt_first:
         return _smt_again(model, old, wants)
     return None
+
+
+def _held_affinity(model: NodeModel, old: PodPlacement, wants: dict[str, int],
+                   held: dict[str, frozenset[int]]) -> tuple[bool, frozenset[int] | None]:
+    """The topology manager's merge for a pod admitted again: the CPU manager's hints
+    regenerated from the CPUs held and, first, the device manager's from the devices held
+    (``held_hints``). Pod scope: one merge for the pod; container scope: one a container."""
+    pod = old.spec
+    dev_held = model._dev_held.get(old.key, {})
+    numa, version = model.topo.numa_nodes, model.config.kubelet_version
+    if model.config.scope == "pod":
+        requested = len(old.block) if old.block else pod_guaranteed_cpus(pod) \
+            if any(wants.values()) else 0
+        containers = [(wants[n], held.get(n)) for n in wants]
+        request = pod_request(pod, model.devices) if dev_held else {}
+        if not request:
+            return model.held_pod_hint(requested, containers)
+        union: dict[str, set[str]] = {}
+        for by_resource in dev_held.values():
+            for name, ids in by_resource.items():
+                union.setdefault(name, set()).update(ids)
+        devices = held_hints(model.devices, request, union, model.dev_free, numa, version)
+        return model.merge_with_devices(devices, model.held_pod_cpu_list(requested,
+                                                                         containers))
+    for c, _ in in_start_order(pod):
+        n, mine = wants[c.name], held.get(c.name, frozenset())
+        request = container_request(c, model.devices) if dev_held else {}
+        if request:
+            devices = held_hints(model.devices, request, dev_held.get(c.name, {}),
+                                 model.dev_free, numa, version)
+            ok = model.merge_with_devices(
+                devices, model.held_cpu_hints(n, mine) if n else None)[0]
+        else:
+            ok = not n or model.merge_cpu_hints(model.held_cpu_hints(n, mine))[0]
+        if not ok:
+            return False, None
+    return True, None
 
 
 def _wants(placement: PodPlacement, name: str, ordinary_init: bool) -> int:
