@@ -335,15 +335,17 @@ class _Taking:
 
 def take_choice(devs: tuple[Device, ...], resource: str, needed: int, free: set[str],
                 reusable: set[str], hint: frozenset[int] | None,
-                preference: tuple[str, ...] | None = None
-                ) -> tuple[tuple[str, ...], Choice]:
+                preference: tuple[str, ...] | None = None,
+                pick: Iterable[str] | None = None) -> tuple[tuple[str, ...], Choice]:
     """``devicesToAllocate``: reusable devices (an init container's) first; then, when too
     few devices are free, the kubelet's refusal; else the free devices by
     ``filterByAffinity`` (on the hinted NUMA nodes, elsewhere, without topology), with the
     plugin's preferred allocation (``preference``: its order, ``None``: it offers none)
     asked among the hinted devices when they are more than needed, else before the others.
-    Takes the devices out of ``free``/``reusable``; returns them and what the kubelet could
-    have taken instead (:class:`Choice`). Raises :class:`DevicesUnavailable`."""
+    ``pick``: the devices the kubelet took, taken instead of the model's own when the
+    choice allows them. Takes the devices out of ``free``/``reusable``; returns them and
+    what the kubelet could have taken (:class:`Choice`). Raises
+    :class:`DevicesUnavailable`."""
     required = needed
     walk = _Taking(needed)
     if not walk.take_from(sorted(reusable)):
@@ -352,6 +354,8 @@ def take_choice(devs: tuple[Device, ...], resource: str, needed: int, free: set[
         _take_free(walk, devs, free, hint, preference, required)
     assert walk.choice is not None
     got = walk.got
+    if pick is not None and walk.choice.allows(pick):
+        got = sorted(pick)
     reusable.difference_update(got)
     free.difference_update(got)
     return tuple(got), walk.choice
@@ -415,10 +419,13 @@ class DeviceWork:
     """One pod's tentative device take, applied to the node only when the pod is admitted:
     the free devices left, the devices its ordinary init containers hand on to later
     containers (``devicesToReuse``), what each container took, and what the kubelet could
-    have taken instead (:class:`Choice`, by container and resource)."""
+    have taken instead (:class:`Choice`, by container and resource). ``picks``: the devices
+    the kubelet took (by container and resource), taken where the model's choice allows
+    them; ``misses`` names those it does not."""
 
     def __init__(self, devices: NodeDevices, free: Mapping[str, set[str]],
-                 numa_nodes: Iterable[int], kubelet_version: str = "1.37") -> None:
+                 numa_nodes: Iterable[int], kubelet_version: str = "1.37",
+                 picks: Mapping[str, Mapping[str, frozenset[str]]] | None = None) -> None:
         self.devices = devices
         self._by_name = devices.by_name
         self._preference = dict(devices.preference)
@@ -428,6 +435,8 @@ class DeviceWork:
         self.reusable: dict[str, set[str]] = {}
         self.containers: dict[str, dict[str, frozenset[str]]] = {}
         self.choices: dict[tuple[str, str], Choice] = {}
+        self._picks = picks or {}
+        self.misses: list[str] = []
 
     @property
     def taken(self) -> dict[str, set[str]]:
@@ -452,9 +461,12 @@ class DeviceWork:
         out: list[DeviceAlloc] = []
         for name, n in sorted(container_request(c, self.devices).items()):
             reusable = self.reusable.setdefault(name, set())
+            pick = self._picks.get(c.name, {}).get(name)
             got, choice = take_choice(self._by_name[name], name, n,
                                       self.free.setdefault(name, set()), reusable, hint,
-                                      self._preference.get(name))
+                                      self._preference.get(name), pick)
+            if pick is not None and not choice.allows(pick):
+                self.misses.append(f"{c.name}/{name}")
             self.containers.setdefault(c.name, {})[name] = frozenset(got)
             self.choices[(c.name, name)] = choice
             if ordinary_init:

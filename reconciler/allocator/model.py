@@ -34,7 +34,6 @@ from dataclasses import replace
 
 from reconciler.allocator.config import RESIZE_INFEASIBLE, ModelConfig, ModelError
 from reconciler.allocator.devices import DeviceWork
-from reconciler.allocator.devices import report as report_devices
 from reconciler.allocator.node_paths import NodePaths
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
@@ -134,8 +133,9 @@ class NodeModel(NodePaths):
         if work.dev is not None:
             self.dev_free = work.dev.free
             self._dev_held[placement.key] = work.dev.containers
-            if work.dev.choices:
-                self.device_choices[placement.key] = work.dev.choices
+            if work.dev.misses:
+                self.device_misses[placement.key] = work.dev.misses
+        self.device_picks.pop(pod.uid, None)
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
@@ -146,7 +146,7 @@ class NodeModel(NodePaths):
         work = Work(free=set(self.free), mem_free=dict(self.mem_free))
         if self.devices:
             work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes,
-                                  self.config.kubelet_version)
+                                  self.config.kubelet_version, self.device_picks.get(pod.uid))
         try:
             placement = self._place(pod, work)
             if work.dev is not None and placement.path == "none":
@@ -167,34 +167,11 @@ class NodeModel(NodePaths):
         self.free |= placement.held
         for node, size in self._mem_held.pop((namespace, name), {}).items():
             self.mem_free[node] += size
-        self.device_choices.pop((namespace, name), None)
+        self.device_misses.pop((namespace, name), None)
         for held in self._dev_held.pop((namespace, name), {}).values():
             for resource, ids in held.items():
                 self.dev_free.setdefault(resource, set()).update(ids)
         return placement
-
-    def adopt_devices(self, namespace: str, name: str,
-                      held: Mapping[str, Mapping[str, Iterable[str]]]) -> None:
-        """Take the devices the kubelet gave an admitted pod's containers (by container,
-        ordinary init containers too, and resource) in place of the model's own choice: where
-        ``devicesToAllocate`` walks a Go set the kubelet's pick is one of several
-        (``device_choices``), and later hints and takes depend on which."""
-        key = (namespace, name)
-        placement = self.pods[key]
-        for old in self._dev_held.pop(key, {}).values():
-            for resource, ids in old.items():
-                self.dev_free.setdefault(resource, set()).update(ids)
-        mine = {c: {r: frozenset(ids) for r, ids in by_r.items()} for c, by_r in held.items()}
-        for by_r in mine.values():
-            for resource, ids in by_r.items():
-                self.dev_free.setdefault(resource, set()).difference_update(ids)
-        self._dev_held[key] = mine
-        self.device_choices.pop(key, None)
-        by_name = self.devices.by_name
-        self.pods[key] = replace(placement, containers=tuple(
-            replace(c, devices=tuple(e for r, ids in sorted(mine.get(c.name, {}).items())
-                                     for e in report_devices(by_name, r, ids)))
-            for c in placement.containers))
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
                ) -> PodPlacement | Rejection:
@@ -220,8 +197,7 @@ class NodeModel(NodePaths):
             return Rejection(namespace, name, str(exc))
         self.free -= grown - truth.exclusive
         self.free |= truth.exclusive - grown
-        resized = ContainerTruth(truth.name, truth.sidecar, truth.eligible, truth.assignment,
-                                 truth.memory_assignment, grown, grown, truth.memory)
+        resized = replace(truth, exclusive=grown, cpus=grown)
         self.pods[placement.key] = replace(placement, containers=tuple(
             resized if c.name == container else c for c in placement.containers))
         return self.pods[placement.key]

@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from reconciler.allocator.config import ModelConfig, ModelError
-from reconciler.allocator.devices import Choice, NodeDevices
+from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.hints import HintRecord, MaskTable
 from reconciler.allocator.placement import PodPlacement
 from reconciler.allocator.rules import (
@@ -42,9 +42,12 @@ class NodeCore:
         self.dev_free: dict[str, set[str]] = self.devices.free()
         # By pod, container (ordinary init containers too) and resource: device IDs.
         self._dev_held: dict[tuple[str, str], dict[str, dict[str, frozenset[str]]]] = {}
-        # By pod, container and resource: what the kubelet could have taken instead of the
-        # model's devices (Go set order), until ``adopt_devices`` takes its actual choice.
-        self.device_choices: dict[tuple[str, str], dict[tuple[str, str], Choice]] = {}
+        # Where ``devicesToAllocate`` walks a Go set the kubelet's pick is one of several:
+        # the devices it took (by pod UID, container and resource) when they are known (the
+        # differential reads them back), which the pod's admission takes where the model's
+        # choice allows them, and by pod the "container/resource" where it does not.
+        self.device_picks: dict[str, dict[str, dict[str, frozenset[str]]]] = {}
+        self.device_misses: dict[tuple[str, str], list[str]] = {}
         self.reserved: frozenset[int] = self._reserve()
         online = topo.online
         # CPUs that may be handed out exclusively: default set − reserved.

@@ -14,7 +14,7 @@ included. This module is the model's own restart path and works on ``NodeModel``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reconciler.allocator.devices import container_request, held_hints, pod_request
 from reconciler.allocator.model import NodeModel
@@ -183,7 +183,10 @@ def _allocate_pod_again(model: NodeModel, old: PodPlacement, hint: frozenset[int
     except Refused as exc:
         return f"UnexpectedAdmissionError: {exc}"
     model.free = work.free
-    model.pods[old.key] = placement
+    # The devices stay where they are: AllocatePod does not touch them.
+    devices = {c.name: c.devices for c in old.containers}
+    model.pods[old.key] = replace(placement, device_errors=old.device_errors, containers=tuple(
+        replace(c, devices=devices.get(c.name, ())) for c in placement.containers))
     model._unaccounted |= old.block
     return None
 

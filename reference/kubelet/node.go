@@ -49,7 +49,8 @@ type node struct {
 	logger     klog.Logger
 	ctx        context.Context
 	server     *podResourcesServer
-	fakes      *fakes // the running managers' sources-ready and runtime stand-ins
+	fakes      *fakes   // the running managers' sources-ready and runtime stand-ins
+	devs       *devices // the device manager and its plugins (devices.go); nil without devices
 }
 
 func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
@@ -185,6 +186,9 @@ func (n *node) start() error {
 	if err != nil {
 		return fmt.Errorf("topology manager: %w", err)
 	}
+	if err := n.newDevices(tm); err != nil {
+		return err
+	}
 	cpu, err := cpumanager.NewManager(n.logger, orDefault(cfg.CPUPolicy, "static"), cfg.CPUPolicyOptions,
 		reconcilePeriod, n.machine, specific, res, n.dir, tm)
 	if err != nil {
@@ -207,6 +211,9 @@ func (n *node) start() error {
 	}
 	if err := mem.Start(n.ctx, n.activePods, f, f, f, n.containers.Clone()); err != nil {
 		return fmt.Errorf("memory manager start: %w", err)
+	}
+	if err := n.startDevices(); err != nil {
+		return err
 	}
 	n.tm, n.cpu, n.mem = tm, cpu, mem
 	return nil
@@ -255,6 +262,7 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 		return result.Reason, result.Message, nil
 	}
 	n.addContainers(&pod)
+	n.startContainers(&pod)
 	return "", "", nil
 }
 
@@ -285,6 +293,7 @@ func (n *node) remove(uid, container string) error {
 	names := []string{container}
 	if container == "" {
 		n.pods = append(n.pods[:idx:idx], n.pods[idx+1:]...)
+		n.forgetPod(uid)
 		names = nil
 		for _, c := range allContainers(pod) {
 			names = append(names, c.Name)
@@ -344,6 +353,9 @@ func (n *node) restart() ([]readmission, error) {
 }
 
 func (n *node) close() {
+	if n.devs != nil {
+		n.devs.close(n.logger)
+	}
 	if n.server != nil {
 		n.server.stop()
 	}
@@ -383,6 +395,7 @@ func (n *node) report() *stateReport {
 		}
 	}
 	n.podLevel(r)
+	n.reportDevices(r)
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		r.Affinity[uid] = map[string]affinity{}

@@ -464,20 +464,24 @@ def test_hints_span_every_numa_node_on_1_35_only():
                           (frozenset({0, 2}), False), (frozenset({0, 1, 2}), False)]}
 
 
-def test_adopting_the_kubelets_pick_moves_the_devices():
+def test_the_kubelets_pick_is_taken_where_the_choice_allows_it():
     topo = from_spec("2x2x1")
     node = NodeDevices.of({GPU: [numa(f"g{i}", 0) for i in range(3)]})
     m = NodeModel(topo, ModelConfig(topology_policy="best-effort"), node)
-    pod = PodSpec("default", "p", "uid-p", (ContainerSpec(
-        "app", Resources(1000, 1000, GI, GI, ((GPU, 1),))),))
-    placed = m.admit(pod)
+
+    def pod(name: str) -> PodSpec:
+        return PodSpec("default", name, f"uid-{name}", (ContainerSpec(
+            "app", Resources(1000, 1000, GI, GI, ((GPU, 1),))),))
+
+    m.device_picks["uid-p"] = {"app": {GPU: frozenset({"g2"})}}
+    placed = m.admit(pod("p"))
     assert isinstance(placed, PodPlacement)
-    choice = m.device_choices[("default", "p")][("app", GPU)]
-    kubelet = next(iter(choice.pool - {d.device_ids[0] for d in placed.containers[0].devices}))
-    m.adopt_devices("default", "p", {"app": {GPU: {kubelet}}})
-    assert [d.device_ids for d in m.pods[("default", "p")].containers[0].devices] == \
-        [(kubelet,)]
-    assert m.dev_free == {GPU: {f"g{i}" for i in range(3)} - {kubelet}}
-    assert ("default", "p") not in m.device_choices
+    assert [d.device_ids for d in placed.containers[0].devices] == [("g2",)]
+    assert m.dev_free == {GPU: {"g0", "g1"}} and not m.device_picks and not m.device_misses
+    # A pick the kubelet could not have made (a taken device) is named, not taken.
+    m.device_picks["uid-q"] = {"app": {GPU: frozenset({"g2"})}}
+    assert isinstance(m.admit(pod("q")), PodPlacement)
+    assert m.device_misses == {("default", "q"): ["app/" + GPU]}
+    m.release("default", "q")
     m.release("default", "p")
-    assert m.dev_free == {GPU: {f"g{i}" for i in range(3)}}
+    assert m.dev_free == {GPU: {"g0", "g1", "g2"}} and not m.device_misses
