@@ -25,9 +25,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import reference_devices
 from bench.reference_memory import compare_memory, memory_setup, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
+from reconciler.allocator.devices import NodeDevices
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.report import pod_to_json
 from reconciler.allocator.restart import restart
@@ -188,6 +190,8 @@ class Case:
     # Memory the kubelet reserves per NUMA node (reservedMemory, memory manager Static): the
     # model's topology holds what is left of each node, the reference its capacity.
     reserved_memory: tuple[tuple[int, int], ...] = ()
+    # Device-plugin devices (bench/reference_devices.py); none on most cases.
+    devices: NodeDevices = field(default_factory=NodeDevices)
 
     def describe(self) -> str:
         cores = len(self.topo.core_cpus)
@@ -199,7 +203,8 @@ class Case:
                 f"topology {c.topology_policy}/{c.scope} {topo_options or '-'}, options "
                 f"{','.join(sorted(c.options)) or '-'}, reserved "
                 f"{format_cpuset(c.reserved_cpus) if c.reserved_cpus else f'{c.reserved_cpu_m}m'}"
-                f", pod-level {'on' if c.pod_level else 'off'}")
+                f", pod-level {'on' if c.pod_level else 'off'}"
+                f"{reference_devices.describe(self.devices)}")
 
 
 def random_topology(rng: random.Random) -> CPUTopology:
@@ -342,16 +347,20 @@ def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bo
 
 
 def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
-                topology_options: bool = True) -> Case:
+                topology_options: bool = True, devices: bool | None = None) -> Case:
     """``memory``: under the Static memory manager (``reference_memory.with_memory``);
     ``topology_options``: with the topology manager's options and NUMA distances
-    (:func:`_with_topology_options`; off, the case of a seed as it was before them)."""
+    (:func:`_with_topology_options`; off, the case of a seed as it was before them, and
+    before devices); ``devices``: device-plugin devices on every case (``True``), none
+    (``False``) or on a share of them (``None``, bench/reference_devices.py)."""
     case = _random_case(seed, version, ops=ops)
     if topology_options:
         # No machine past 8 NUMA nodes with memory: the topology manager's merge walks every
         # permutation of the CPU and memory hints, 4,095 masks each on 12 nodes, which the
         # kubelet itself takes minutes over.
         case = _with_topology_options(case, version, seed, many_numa=not memory)
+        if devices is not False:
+            case = reference_devices.with_devices(case, version, seed, always=bool(devices))
     return with_memory(case, version, seed) if memory else case
 
 
@@ -415,6 +424,8 @@ def setup_request(case: Case) -> dict[str, Any]:
         "topology_policy": c.topology_policy, "topology_scope": c.scope,
         "memory_policy": c.memory_policy, "feature_gates": case.gates,
     }
+    if case.devices:
+        setup["devices"] = reference_devices.setup_devices(case.devices)
     if c.reserved_cpus:
         setup["reserved_cpus"] = format_cpuset(c.reserved_cpus)
     else:
@@ -460,6 +471,8 @@ def compare(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSp
                        f"model {format_cpuset(got_pod) or '-'}")
     if model.memory_enabled:
         out += compare_memory(model, state, live)
+    if model.devices:
+        out += reference_devices.compare_devices(model, state, live)
     want_default = parse_cpuset(state["default"])
     if want_default != model.default_set:
         out.append(f"default set: kubelet {format_cpuset(want_default) or '-'}, "
@@ -484,7 +497,7 @@ class Outcome:
 def run_case(ref: Reference, case: Case) -> Outcome:
     answer = ref.request(setup_request(case))
     try:
-        model = NodeModel(case.topo, case.config)
+        model = NodeModel(case.topo, case.config, case.devices)
     except ModelError as exc:
         if answer.get("ok"):
             return Outcome(case, [f"setup: kubelet starts, model refuses: {exc}"], op="setup")
@@ -510,6 +523,7 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
         answer = ref.request({"op": "admit", "pod": pod_to_json(pod)})
         if "state" not in answer:
             raise ReferenceUnavailable(f"admit: {answer.get('error')}")
+        reference_devices.tell_picks(model, answer["state"], pod)
         placed = model.admit(pod)
         if answer["ok"] != isinstance(placed, PodPlacement):
             if isinstance(placed, Rejection):
@@ -549,15 +563,16 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
 
 
 def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
-        memory: bool = False) -> Iterator[Outcome]:
+        memory: bool = False, devices: bool | None = None) -> Iterator[Outcome]:
     """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one);
-    ``memory``: under the Static memory manager."""
+    ``memory``: under the Static memory manager; ``devices``: as :func:`random_case`."""
     if ref is None:
         with Reference(version) as own:
-            yield from run(version, seed, count, own, memory=memory)
+            yield from run(version, seed, count, own, memory=memory, devices=devices)
         return
     for i in range(count):
-        yield run_case(ref, random_case(seed * 1_000_003 + i, version, memory=memory))
+        yield run_case(ref, random_case(seed * 1_000_003 + i, version, memory=memory,
+                                        devices=devices))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -574,6 +589,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true",
                         help="run the workloads under the Static memory manager, with "
                              "reserved memory per NUMA node, and compare memory blocks too")
+    parser.add_argument("--devices", action="store_true",
+                        help="give every workload device-plugin devices (by default a share "
+                             "of them has some) and compare each container's devices")
     parser.add_argument("--build-only", action="store_true",
                         help="build the reference for --version if needed, and stop")
     parser.add_argument("--show", type=int, default=5,
@@ -594,7 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     agree = shown = skipped = 0
-    for outcome in run(args.version, args.seed, args.count, memory=args.memory):
+    for outcome in run(args.version, args.seed, args.count, memory=args.memory,
+                       devices=args.devices or None):
         if outcome.agrees:
             agree += 1
             skipped += bool(outcome.skipped)

@@ -102,6 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory", action="store_true",
                         help="run the workloads under the Static memory manager "
                              "(python -m bench.reference --memory)")
+    parser.add_argument("--devices", action="store_true",
+                        help="give every workload device-plugin devices "
+                             "(python -m bench.reference --devices)")
     parser.add_argument("--functions", action="store_true",
                         help="also list the functions of FILES that are not fully covered")
     args = parser.parse_args(argv)
@@ -117,12 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         covdir = Path(tmp)
         agree = 0
         with Reference(args.version, binary, {"GOCOVERDIR": str(covdir)}) as ref:
-            for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory):
+            for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory,
+                               devices=args.devices or None):
                 agree += outcome.agrees
         packages = package_percent(go, covdir)
         files = file_percent(go, covdir)
         print(f"kubelet {args.version}: statement coverage after {args.count} workloads "
-              f"from seed {args.seed}{' (Static memory manager)' if args.memory else ''}")
+              f"from seed {args.seed}{' (Static memory manager)' if args.memory else ''}"
+              f"{' (devices on every workload)' if args.devices else ''}")
         for pkg in COVERED[1:]:
             shown = f"{packages[pkg]:5.1f} %" if pkg in packages else "not linked"
             print(f"  {pkg.removeprefix(KUBELET + '/'):36} {shown}")

@@ -49,6 +49,9 @@ class NodeDevices:
     devices."""
 
     resources: tuple[tuple[str, tuple[Device, ...]], ...] = ()
+    # Resources whose plugin answers ``GetPreferredAllocation``, with its order of
+    # preference (device IDs): the devices it must include, then these, up to the size.
+    preference: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.resources)
@@ -58,7 +61,16 @@ class NodeDevices:
         return dict(self.resources)
 
     @classmethod
-    def of(cls, devices: Mapping[str, Iterable[Device]]) -> NodeDevices:
+    def of(cls, devices: Mapping[str, Iterable[Device]],
+           preference: Mapping[str, Iterable[str]] | None = None) -> NodeDevices:
+        """``preference``: per resource whose plugin offers a preferred allocation, its
+        order of the resource's devices."""
+        prefs = {name: tuple(order) for name, order in (preference or {}).items()}
+        for name, order in prefs.items():
+            known = {d.id for d in devices.get(name, ())}
+            if name not in devices or set(order) != known or len(order) != len(known):
+                raise DeviceError(f"{name}: a preferred order must list each of its devices "
+                                  "once")
         out = []
         for name in sorted(devices):
             devs = tuple(sorted(devices[name], key=lambda d: d.id))
@@ -66,7 +78,7 @@ class NodeDevices:
             if len(set(ids)) != len(ids):
                 raise DeviceError(f"{name}: a device ID is listed twice")
             out.append((name, devs))
-        return cls(tuple(out))
+        return cls(tuple(out), tuple(sorted(prefs.items())))
 
     @classmethod
     def parse(cls, specs: Iterable[str], numa_nodes: Iterable[int] | None = None
@@ -155,14 +167,26 @@ def _has_topology(devs: tuple[Device, ...]) -> bool:
     return any(d.numa for d in devs)
 
 
+def _hint_nodes(devs: tuple[Device, ...], known: frozenset[int], kubelet_version: str
+                ) -> list[int]:
+    """The NUMA nodes whose masks the hints walk: those holding the resource's devices
+    (``deviceNUMANodes``), or, on 1.35, every node of the machine."""
+    everything = sorted(known)
+    if kubelet_version == "1.35":
+        return everything
+    return sorted({n for d in devs for n in d.numa} & known) or everything
+
+
 def generate_hints(devs: tuple[Device, ...], available: Iterable[str], reusable: Iterable[str],
-                   request: int, machine_numa: Iterable[int]) -> list[Hint]:
+                   request: int, machine_numa: Iterable[int], kubelet_version: str = "1.37"
+                   ) -> list[Hint]:
     """``generateDeviceTopologyHints``: every mask of the NUMA nodes that host this
-    resource's devices with enough available (and every reusable) device; preferred when
-    as narrow as the narrowest mask that all devices, used or not, could fill."""
+    resource's devices (1.35: of every NUMA node of the machine) with enough available (and
+    every reusable) device; preferred when as narrow as the narrowest mask that all
+    devices, used or not, could fill."""
     known = frozenset(machine_numa)
     numa_of = {d.id: frozenset(d.numa) for d in devs}
-    nodes = sorted({n for d in devs for n in d.numa} & known) or sorted(known)
+    nodes = _hint_nodes(devs, known, kubelet_version)
     min_size = len(nodes)
     avail = [numa_of[d] for d in available]
     reuse = [numa_of[d] for d in reusable if numa_of[d]]
@@ -182,7 +206,8 @@ def generate_hints(devs: tuple[Device, ...], available: Iterable[str], reusable:
 
 def provider_hints(devices: NodeDevices, request: Mapping[str, int],
                    free: Mapping[str, set[str]], reusable: Mapping[str, set[str]],
-                   machine_numa: Iterable[int]) -> dict[str, list[Hint] | None]:
+                   machine_numa: Iterable[int], kubelet_version: str = "1.37"
+                   ) -> dict[str, list[Hint] | None]:
     """``GetTopologyHints``/``GetPodTopologyHints`` for a request with nothing allocated
     yet: per resource (by name), ``None`` (no topology: no preference), ``[]`` (too few
     devices: no possible affinity) or the hints."""
@@ -198,7 +223,31 @@ def provider_hints(devices: NodeDevices, request: Mapping[str, int],
         if len(avail | reuse) < n:
             out[name] = []
             continue
-        out[name] = generate_hints(devs, sorted(avail - reuse), sorted(reuse), n, numa)
+        out[name] = generate_hints(devs, sorted(avail - reuse), sorted(reuse), n, numa,
+                                   kubelet_version)
+    return out
+
+
+def held_hints(devices: NodeDevices, request: Mapping[str, int],
+               held: Mapping[str, Iterable[str]], free: Mapping[str, set[str]],
+               machine_numa: Iterable[int], kubelet_version: str = "1.37"
+               ) -> dict[str, list[Hint] | None]:
+    """The hints of a container or pod admitted again (after a kubelet restart): for a
+    resource it already holds devices of, regenerated from those alone, or none possible
+    (``[]``) when it holds another number than it asks; else as for a new request."""
+    by_name = devices.by_name
+    numa = list(machine_numa)
+    out: dict[str, list[Hint] | None] = {}
+    for name in sorted(request):
+        allocated = sorted(held.get(name, ()))
+        if not allocated or not _has_topology(by_name[name]):
+            out.update(provider_hints(devices, {name: request[name]}, free, {}, numa,
+                                      kubelet_version))
+        elif len(allocated) != request[name]:
+            out[name] = []
+        else:
+            out[name] = generate_hints(by_name[name], allocated, (), request[name], numa,
+                                       kubelet_version)
     return out
 
 
@@ -209,39 +258,139 @@ def unavailable(resource: str, requested: int, available: int) -> str:
             f"Requested: {requested}, Available: {available}, which is unexpected")
 
 
-def take(devs: tuple[Device, ...], resource: str, needed: int, free: set[str],
-         reusable: set[str], hint: frozenset[int] | None) -> tuple[str, ...]:
-    """``devicesToAllocate``: reusable devices (an init container's) first, then the
-    available ones on the hinted NUMA nodes (``filterByAffinity``'s nodes in the hint,
-    fewest devices first), then those elsewhere, then those without topology. Takes them
-    out of ``free``/``reusable``; raises :class:`DevicesUnavailable`."""
-    got = sorted(reusable)[:needed]
-    needed -= len(got)
-    if not needed:
-        reusable.difference_update(got)
-        return tuple(got)
-    if len(free) < needed:
-        raise DevicesUnavailable(unavailable(resource, needed, len(free)))
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What ``devicesToAllocate`` leaves to chance for one container and resource: it
+    always takes ``fixed``, then any ``count`` of ``pool`` (the kubelet walks a Go set
+    there, in random order). The model takes one such choice; the kubelet's, whichever it
+    is, is one that :meth:`allows`."""
+
+    fixed: frozenset[str]
+    pool: frozenset[str]
+    count: int
+
+    def allows(self, ids: Iterable[str]) -> bool:
+        got = set(ids)
+        rest = got - self.fixed
+        return self.fixed <= got and len(rest) == self.count and rest <= self.pool
+
+
+def _preferred(preference: tuple[str, ...], available: Iterable[str], must: list[str],
+               size: int) -> list[str]:
+    """A plugin's ``GetPreferredAllocation`` as the model knows plugins: the devices it must
+    include, then the available ones in its order of preference, up to ``size``."""
+    avail = set(available) - set(must)
+    extra = [d for d in preference if d in avail][:max(0, size - len(must))]
+    return [*must, *extra]
+
+
+def _affinity_tiers(devs: tuple[Device, ...], available: list[str],
+                    hint: frozenset[int] | None) -> tuple[list[str], list[str], list[str]]:
+    """``filterByAffinity``: the available devices on the hinted NUMA nodes, those on other
+    nodes, those without topology; each ordered by its first node in the kubelet's order
+    (hinted nodes with fewer devices first), then by ID. Without a hint, or for a resource
+    without topology, every device is in the last list."""
+    if hint is None or not _has_topology(devs):
+        return [], [], list(available)
     numa_of = {d.id: d.numa for d in devs}
-    order = sorted(free)
-    if hint is not None and _has_topology(devs):
-        per_node: dict[int, list[str]] = {}
-        for d in order:
-            for n in numa_of[d] or (_NO_TOPOLOGY,):
-                per_node.setdefault(n, []).append(d)
+    per_node: dict[int, list[str]] = {}
+    for d in available:
+        for n in numa_of[d] or (_NO_TOPOLOGY,):
+            per_node.setdefault(n, []).append(d)
 
-        def rank(n: int) -> tuple[int, int, int]:
-            group = 0 if n in hint else (2 if n == _NO_TOPOLOGY else 1)
-            return (group, len(per_node[n]), n)
+    def rank(n: int) -> tuple[int, int, int]:
+        group = 0 if n in hint else (2 if n == _NO_TOPOLOGY else 1)
+        return (group, len(per_node[n]), n)
 
-        nodes = sorted(per_node, key=rank)
-        first_node = {d: min(nodes.index(n) for n in numa_of[d] or (_NO_TOPOLOGY,))
-                      for d in order}
-        order.sort(key=lambda d: (first_node[d], d))
-    taken = order[:needed]
+    nodes = sorted(per_node, key=rank)
+    first = {d: min(nodes.index(n) for n in numa_of[d] or (_NO_TOPOLOGY,)) for d in available}
+    tiers: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for d in sorted(available, key=lambda d: (first[d], d)):
+        n = nodes[first[d]]
+        tiers[0 if n in hint else (2 if n == _NO_TOPOLOGY else 1)].append(d)
+    return tiers
+
+
+class _Taking:
+    """``allocateRemainingFrom`` over the tiers ``devicesToAllocate`` walks: the first tier
+    with more devices left than still needed is where the kubelet's choice is random."""
+
+    def __init__(self, needed: int) -> None:
+        self.needed = needed
+        self.got: list[str] = []
+        self.choice: Choice | None = None
+
+    def take_from(self, tier: Iterable[str]) -> bool:
+        taken = set(self.got)
+        rest = [d for d in tier if d not in taken]
+        if len(rest) >= self.needed:
+            self.choice = Choice(frozenset(self.got), frozenset(rest), self.needed)
+            self.got += rest[:self.needed]
+            self.needed = 0
+            return True
+        self.got += rest
+        self.needed -= len(rest)
+        return False
+
+
+def take_choice(devs: tuple[Device, ...], resource: str, needed: int, free: set[str],
+                reusable: set[str], hint: frozenset[int] | None,
+                preference: tuple[str, ...] | None = None,
+                pick: Iterable[str] | None = None) -> tuple[tuple[str, ...], Choice]:
+    """``devicesToAllocate``: reusable devices (an init container's) first; then, when too
+    few devices are free, the kubelet's refusal; else the free devices by
+    ``filterByAffinity`` (on the hinted NUMA nodes, elsewhere, without topology), with the
+    plugin's preferred allocation (``preference``: its order, ``None``: it offers none)
+    asked among the hinted devices when they are more than needed, else before the others.
+    ``pick``: the devices the kubelet took, taken instead of the model's own when the
+    choice allows them. Takes the devices out of ``free``/``reusable``; returns them and
+    what the kubelet could have taken (:class:`Choice`). Raises
+    :class:`DevicesUnavailable`."""
+    required = needed
+    walk = _Taking(needed)
+    if not walk.take_from(sorted(reusable)):
+        if len(free) < walk.needed:
+            raise DevicesUnavailable(unavailable(resource, walk.needed, len(free)))
+        _take_free(walk, devs, free, hint, preference, required)
+    assert walk.choice is not None
+    got = walk.got
+    if pick is not None and walk.choice.allows(pick):
+        got = sorted(pick)
     reusable.difference_update(got)
-    free.difference_update(taken)
-    return tuple(got + taken)
+    free.difference_update(got)
+    return tuple(got), walk.choice
+
+
+def _take_free(walk: _Taking, devs: tuple[Device, ...], free: set[str],
+               hint: frozenset[int] | None, preference: tuple[str, ...] | None,
+               required: int) -> None:
+    aligned, unaligned, no_topology = _affinity_tiers(devs, sorted(free), hint)
+
+    def preferred(available: Iterable[str], within: list[str]) -> list[str]:
+        if preference is None:
+            return []
+        chosen = set(_preferred(preference, available, list(walk.got), required))
+        return [d for d in within if d in chosen]
+
+    if walk.needed < len(aligned):
+        if walk.take_from(preferred([*aligned, *walk.got], aligned)):
+            return
+        walk.take_from(aligned)
+        return
+    if walk.take_from(aligned):
+        return
+    everything = sorted(free)
+    if walk.take_from(preferred([*everything, *walk.got], everything)):
+        return
+    if not walk.take_from(unaligned):
+        walk.take_from(no_topology)
+
+
+def take(devs: tuple[Device, ...], resource: str, needed: int, free: set[str],
+         reusable: set[str], hint: frozenset[int] | None,
+         preference: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """:func:`take_choice`'s devices alone."""
+    return take_choice(devs, resource, needed, free, reusable, hint, preference)[0]
 
 
 def report(devs_by_name: Mapping[str, tuple[Device, ...]], resource: str,
@@ -269,24 +418,42 @@ def allocatable(devices: NodeDevices) -> tuple[DeviceAlloc, ...]:
 class DeviceWork:
     """One pod's tentative device take, applied to the node only when the pod is admitted:
     the free devices left, the devices its ordinary init containers hand on to later
-    containers (``devicesToReuse``), and every device the pod took."""
+    containers (``devicesToReuse``), what each container took, and what the kubelet could
+    have taken instead (:class:`Choice`, by container and resource). ``picks``: the devices
+    the kubelet took (by container and resource), taken where the model's choice allows
+    them; ``misses`` names those it does not."""
 
     def __init__(self, devices: NodeDevices, free: Mapping[str, set[str]],
-                 numa_nodes: Iterable[int]) -> None:
+                 numa_nodes: Iterable[int], kubelet_version: str = "1.37",
+                 picks: Mapping[str, Mapping[str, frozenset[str]]] | None = None) -> None:
         self.devices = devices
         self._by_name = devices.by_name
+        self._preference = dict(devices.preference)
         self._numa = tuple(numa_nodes)
+        self._version = kubelet_version
         self.free = {name: set(ids) for name, ids in free.items()}
         self.reusable: dict[str, set[str]] = {}
-        self.taken: dict[str, set[str]] = {}
+        self.containers: dict[str, dict[str, frozenset[str]]] = {}
+        self.choices: dict[tuple[str, str], Choice] = {}
+        self._picks = picks or {}
+        self.misses: list[str] = []
+
+    @property
+    def taken(self) -> dict[str, set[str]]:
+        """Every device the pod holds, by resource."""
+        out: dict[str, set[str]] = {}
+        for held in self.containers.values():
+            for name, ids in held.items():
+                out.setdefault(name, set()).update(ids)
+        return out
 
     def container_hints(self, c: ContainerSpec) -> dict[str, list[Hint] | None]:
         return provider_hints(self.devices, container_request(c, self.devices), self.free,
-                              self.reusable, self._numa)
+                              self.reusable, self._numa, self._version)
 
     def pod_hints(self, pod: PodSpec) -> dict[str, list[Hint] | None]:
         return provider_hints(self.devices, pod_request(pod, self.devices), self.free, {},
-                              self._numa)
+                              self._numa, self._version)
 
     def take(self, c: ContainerSpec, hint: frozenset[int] | None, ordinary_init: bool
              ) -> tuple[DeviceAlloc, ...]:
@@ -294,9 +461,14 @@ class DeviceWork:
         out: list[DeviceAlloc] = []
         for name, n in sorted(container_request(c, self.devices).items()):
             reusable = self.reusable.setdefault(name, set())
-            got = take(self._by_name[name], name, n, self.free.setdefault(name, set()),
-                       reusable, hint)
-            self.taken.setdefault(name, set()).update(got)
+            pick = self._picks.get(c.name, {}).get(name)
+            got, choice = take_choice(self._by_name[name], name, n,
+                                      self.free.setdefault(name, set()), reusable, hint,
+                                      self._preference.get(name), pick)
+            if pick is not None and not choice.allows(pick):
+                self.misses.append(f"{c.name}/{name}")
+            self.containers.setdefault(c.name, {})[name] = frozenset(got)
+            self.choices[(c.name, name)] = choice
             if ordinary_init:
                 reusable.update(got)
             out.extend(report(self._by_name, name, got))

@@ -134,7 +134,10 @@ class NodeModel(NodePaths):
         self.pods[placement.key] = placement
         if work.dev is not None:
             self.dev_free = work.dev.free
-            self._dev_held[placement.key] = work.dev.taken
+            self._dev_held[placement.key] = work.dev.containers
+            if work.dev.misses:
+                self.device_misses[placement.key] = work.dev.misses
+        self.device_picks.pop(pod.uid, None)
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
@@ -144,10 +147,12 @@ class NodeModel(NodePaths):
         """Work out a placement without changing the state."""
         work = Work(free=set(self.free), mem=self.mem.copy())
         if self.devices:
-            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes)
+            work.dev = DeviceWork(self.devices, self.dev_free, self.topo.numa_nodes,
+                                  self.config.kubelet_version, self.device_picks.get(pod.uid))
         try:
             placement = self._place(pod, work)
-            if work.dev is not None and placement.path == "none":
+            if work.dev is not None and placement.path == "none" \
+                    and not placement.block_memory:  # _fractional took them
                 placement = self._shared_devices(pod, work, placement)
             return self.add_containers(placement, work.mem), work
         except Leaked as exc:
@@ -167,8 +172,10 @@ class NodeModel(NodePaths):
         self.release_memory(entries, placement.block_memory,
                             [c.name for c in (*placement.spec.init_containers,
                                               *placement.spec.containers)])
-        for resource, ids in self._dev_held.pop((namespace, name), {}).items():
-            self.dev_free.setdefault(resource, set()).update(ids)
+        self.device_misses.pop((namespace, name), None)
+        for held in self._dev_held.pop((namespace, name), {}).values():
+            for resource, ids in held.items():
+                self.dev_free.setdefault(resource, set()).update(ids)
         return placement
 
     def resize(self, namespace: str, name: str, container: str, cpus: int
@@ -195,8 +202,7 @@ class NodeModel(NodePaths):
             return Rejection(namespace, name, str(exc))
         self.free -= grown - truth.exclusive
         self.free |= truth.exclusive - grown
-        resized = ContainerTruth(truth.name, truth.sidecar, truth.eligible, truth.assignment,
-                                 truth.memory_assignment, grown, grown, truth.memory)
+        resized = replace(truth, exclusive=grown, cpus=grown)
         self.pods[placement.key] = replace(placement, containers=tuple(
             resized if c.name == container else c for c in placement.containers))
         return self.pods[placement.key]

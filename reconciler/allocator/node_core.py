@@ -39,7 +39,14 @@ class NodeCore:
         # what each pod holds.
         self.devices = devices or NodeDevices()
         self.dev_free: dict[str, set[str]] = self.devices.free()
-        self._dev_held: dict[tuple[str, str], dict[str, set[str]]] = {}
+        # By pod, container (ordinary init containers too) and resource: device IDs.
+        self._dev_held: dict[tuple[str, str], dict[str, dict[str, frozenset[str]]]] = {}
+        # Where ``devicesToAllocate`` walks a Go set the kubelet's pick is one of several:
+        # the devices it took (by pod UID, container and resource) when they are known (the
+        # differential reads them back), which the pod's admission takes where the model's
+        # choice allows them, and by pod the "container/resource" where it does not.
+        self.device_picks: dict[str, dict[str, dict[str, frozenset[str]]]] = {}
+        self.device_misses: dict[tuple[str, str], list[str]] = {}
         self.reserved: frozenset[int] = self._reserve()
         online = topo.online
         # CPUs that may be handed out exclusively: default set − reserved.

@@ -73,16 +73,14 @@ class NodeHints(NodeMemory):
                       ) -> tuple[bool, frozenset[int] | None]:
         """The pod scope's merge when containers of the pod are already in the state
         (``held_pod_cpu_hints``): (admitted, affinity)."""
-        hints = self.held_pod_hint_list(requested, containers)
-        if hints is None:
-            return True, None
-        return self.merge_cpu_hints(hints)
+        hints = self.held_pod_cpu_list(requested, containers)
+        return (True, None) if hints is None else self.merge_cpu_hints(hints)
 
-    def held_pod_hint_list(self, requested: int,
-                           containers: list[tuple[int, frozenset[int] | None]]
-                           ) -> list[Hint] | None:
-        """The CPU manager's pod hints when containers of the pod are already in the state;
-        ``None`` when the pod asks for no CPUs."""
+    def held_pod_cpu_list(self, requested: int,
+                          containers: list[tuple[int, frozenset[int] | None]]
+                          ) -> list[Hint] | None:
+        """The CPU manager's hints for a pod admitted again (``None``: it asks no CPUs, no
+        hints at all)."""
         if not requested:
             return None
         hints, assigned = self.held_pod_cpu_hints(requested, containers)
@@ -90,17 +88,21 @@ class NodeHints(NodeMemory):
             hints = self.cpu_hints(requested, self.free | assigned, reusable=assigned)
         return hints
 
-    def merge_held(self, cpu: list[Hint] | None, memory: MemoryHints, asked: int
+    def merge_held(self, cpu: list[Hint] | None, memory: MemoryHints, asked: int,
+                   devices: Mapping[str, list[Hint] | None] | None = None
                    ) -> tuple[bool, tuple[frozenset[int] | None, bool]]:
         """A restart's merge of the hints regenerated from what a container (or pod)
-        holds: the CPU manager's (``None``: it gives none) and the memory manager's for
-        ``asked`` bytes. (admitted, (affinity, preferred))."""
-        if not asked:
+        holds, in the order the container manager registers the providers: the device
+        manager's per resource, the CPU manager's (``None``: it gives none) and the memory
+        manager's for ``asked`` bytes. (admitted, (affinity, preferred))."""
+        if not asked and not devices:
             if cpu is None:
                 return True, (None, False)
             ok, mask = self.merge_cpu_hints(cpu)
             return ok, (mask, True)
-        providers: list[list[Hint] | None] = [cpu, *(memory if memory is not None else [None])]
+        providers: list[list[Hint] | None] = [*(devices or {}).values(), cpu]
+        if asked:
+            providers += memory if memory is not None else [None]
         try:
             return True, kubelet_merge_hint(self.config.topology_policy, providers,
                                             frozenset(self.topo.numa_nodes), self._closest)

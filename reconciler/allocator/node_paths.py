@@ -57,19 +57,33 @@ class NodePaths(NodeHints):
                     hint = self._hint(0, (), None, what, dev_hints)
                 except Refused as exc:
                     raise Refused(f"{what}: {exc}") from None
-            self._take_devices(work, c, hint, ordinary_init, slices)
-        return with_devices(placement, slices.devices)
+            self._take_devices(work, c, hint, ordinary_init, slices, pod)
+        return with_devices(placement, slices.devices, slices.device_errors)
 
     def _take_devices(self, work: Work, c: ContainerSpec, hint: frozenset[int] | None,
-                      ordinary_init: bool, slices: Slices) -> None:
+                      ordinary_init: bool, slices: Slices, pod: PodSpec | None = None
+                      ) -> None:
+        """``pod``: given when the kubelet allocates the devices when the container starts
+        (``_devices_at_start``); too few then fails the start, not the admission."""
         if work.dev is None:
             return
         try:
             got = work.dev.take(c, hint, ordinary_init)
         except DevicesUnavailable as exc:
-            raise Refused(str(exc)) from None
+            if pod is None or not self._devices_at_start(pod):
+                raise Refused(str(exc)) from None
+            slices.device_errors[c.name] = str(exc)
+            return
         if not ordinary_init:
             slices.devices[c.name] = got
+
+    def _devices_at_start(self, pod: PodSpec) -> bool:
+        """A pod with pod-level resources admitted by the pod scope under pod-level resource
+        managers goes through ``AllocatePod``, which the device manager does not implement:
+        its containers get their devices when they start, with the pod's hint."""
+        cfg = self.config
+        return (cfg.pod_level and cfg.scope == "pod" and cfg.topology_policy != "none"
+                and pod.resources is not None and pod.resources.is_set)
 
     def _place(self, pod: PodSpec, work: Work) -> PodPlacement:
         cfg = self.config
@@ -101,13 +115,22 @@ class NodePaths(NodeHints):
         manager's ``AllocatePod`` still pins its memory, aligned by the memory hints."""
         placement = all_shared(pod, "fractional pod budget: no exclusive CPUs")
         merged = self._merged(0, (), self.pod_memory_hints(pod, work),
+                              devices=work.dev.pod_hints(pod) if work.dev else None,
                               asked=self._asked(self.pod_memory_requested(pod), pod))
         pod_blocks = self.allocate_pod_memory(pod, merged, work)
         if not pod_blocks:
+            return placement  # devices, if any, as for any pod pinning nothing
+        placement = PodPlacement(pod.namespace, pod.name, pod.uid, pod, "none", frozenset(),
+                                 pod_blocks, placement.containers, merged[0], placement.note,
+                                 mem_entries=tuple(work.mem_entries.items()))
+        if work.dev is None:
             return placement
-        return PodPlacement(pod.namespace, pod.name, pod.uid, pod, "none", frozenset(),
-                            pod_blocks, placement.containers, merged[0], placement.note,
-                            mem_entries=tuple(work.mem_entries.items()))
+        # One merge of every provider's pod hints: the devices follow the same hint as the
+        # memory, taken when the containers start (``_devices_at_start``).
+        slices = Slices()
+        for c, ordinary_init in in_start_order(pod):
+            self._take_devices(work, c, merged[0], ordinary_init, slices, pod)
+        return with_devices(placement, slices.devices, slices.device_errors)
 
     def _asked(self, requested: dict[str, int], pod: PodSpec) -> int:
         """The bytes of memory the memory manager is a provider for (0: it gives none)."""
@@ -240,7 +263,7 @@ class NodePaths(NodeHints):
         hint = merged[0]
         slices = Slices()
         for c, ordinary_init in in_start_order(pod):
-            self._take_devices(work, c, hint, ordinary_init, slices)
+            self._take_devices(work, c, hint, ordinary_init, slices, pod)
         block = self._take(work.free, budget, hint, "pod budget")
         work.free -= block
         init_slices: dict[str, frozenset[int]] = {}
@@ -272,7 +295,7 @@ class NodePaths(NodeHints):
                                           block_memory, tuple(containers), hint,
                                           init_slices=tuple(init_slices.items()),
                                           mem_entries=tuple(work.mem_entries.items())),
-                             slices.devices)
+                             slices.devices, slices.device_errors)
 
     def _carve_slices(self, pod: PodSpec, block: frozenset[int],
                       init_slices: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:

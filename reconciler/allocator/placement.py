@@ -50,6 +50,10 @@ class PodPlacement:
     # state holds it (docs/design.md#memory-in-the-model): what is given back on removal
     # and what a restart's hints are regenerated from.
     mem_entries: tuple[tuple[str, tuple[MemoryBlock, ...]], ...] = ()
+    # Containers that fail to start for want of devices, with why: a pod-level pod under the
+    # pod scope gets its devices only when its containers start
+    # (docs/design.md#devices-in-the-model).
+    device_errors: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

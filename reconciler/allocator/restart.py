@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from reconciler.allocator.devices import container_request, held_hints, pod_request
+from reconciler.allocator.hints import Hint
 from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.node_memory import update_reusable
@@ -31,6 +33,7 @@ from reconciler.allocator.rules import (
     smt_alignment_error,
 )
 from reconciler.allocator.start import validate_state
+from reconciler.kube import ContainerSpec
 
 _POD_LEVEL_REFUSAL = ("TopologyAffinityError: pod with pod-level resources failed admission "
                       "under pod-scope topology manager")
@@ -125,11 +128,8 @@ def memory_start_error(model: NodeModel) -> str | None:
 
 def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
     """``None`` when the pod is admitted again (the model updated), else the refusal."""
-    if not model.config.static:
-        return None
-    if old.path == "none":
-        # Nothing pinned but, for a pod-scope pod with a fractional budget, its memory.
-        return _memory_pod_again(model, old) if old.block_memory else None
+    if old.path == "none" or not model.config.static:
+        return _unpinned_again(model, old)
     pod = old.spec
     wants = {c.name: _wants(old, c.name, init) for c, init in in_start_order(pod)}
     held = _entries(old)
@@ -152,26 +152,69 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     return None
 
 
+def _unpinned_again(model: NodeModel, old: PodPlacement) -> str | None:
+    """A pod with no CPUs pinned: under the pod scope its pod-level memory, if pinned, is
+    pinned again (:func:`_memory_pod_again`); otherwise only the devices it holds give
+    hints, and nothing is allocated again."""
+    if model.config.topology_policy == "none":
+        return None
+    if model.config.static and old.block_memory:
+        return _memory_pod_again(model, old)
+    if not model._dev_held.get(old.key):
+        return None
+    if model.config.scope == "pod":
+        ok = model.merge_held(None, None, 0, _held_device_hints(model, old))[0]
+        return None if ok else _REFUSAL
+    for c, _ in in_start_order(old.spec):
+        devices = _held_device_hints(model, old, c)
+        if devices and not model.merge_held(None, None, 0, devices)[0]:
+            return _REFUSAL
+    return None
+
+
+def _held_device_hints(model: NodeModel, old: PodPlacement, c: ContainerSpec | None = None
+                       ) -> dict[str, list[Hint] | None]:
+    """The device manager's hints regenerated from the devices held (``held_hints``): the
+    pod's, over every container's devices, or container ``c``'s; empty when it asks none."""
+    dev_held = model._dev_held.get(old.key)
+    if not dev_held:
+        return {}
+    numa, version = model.topo.numa_nodes, model.config.kubelet_version
+    if c is not None:
+        request = container_request(c, model.devices)
+        return held_hints(model.devices, request, dev_held.get(c.name, {}), model.dev_free,
+                          numa, version) if request else {}
+    request = pod_request(old.spec, model.devices)
+    if not request:
+        return {}
+    union: dict[str, set[str]] = {}
+    for by_resource in dev_held.values():
+        for name, ids in by_resource.items():
+            union.setdefault(name, set()).update(ids)
+    return held_hints(model.devices, request, union, model.dev_free, numa, version)
+
+
 def _pod_hint_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
                     held: dict[str, frozenset[int]]
                     ) -> tuple[bool, tuple[frozenset[int] | None, bool]]:
-    """The pod scope's merge of the hints regenerated from what the pod holds: its CPUs,
-    and its first container's memory blocks."""
+    """The pod scope's merge of the hints regenerated from what the pod holds: its
+    devices, its CPUs, and its first container's memory blocks."""
     pod = old.spec
     work = Work(free=set(model.free), mem=model.mem)  # read only: hints
     mem_held = dict(old.mem_entries)
     requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
-    cpu = model.held_pod_hint_list(requested, [(wants[n], held.get(n)) for n in wants])
+    cpu = model.held_pod_cpu_list(requested, [(wants[n], held.get(n)) for n in wants])
     first = next((mem_held[n] for n in wants if n in mem_held), None)
     return model.merge_held(cpu, model.pod_memory_hints(pod, work, first),
-                            _asked(model, model.pod_memory_requested(pod)))
+                            _asked(model, model.pod_memory_requested(pod)),
+                            _held_device_hints(model, old))
 
 
 def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
                      held: dict[str, frozenset[int]], work: Work,
                      pod_hint: tuple[frozenset[int] | None, bool] | None) -> str | None:
     """Each container admitted again in order: under the container scope the merge of
-    the hints regenerated from its CPUs and memory blocks (``pod_hint`` is the pod
+    the hints regenerated from its devices, CPUs and memory blocks (``pod_hint`` is the pod
     scope's), then the memory manager's ``Allocate``, which skips a container in its state
     but places again one it dropped (an ordinary init container, gone once the next
     container was added) and then drops it again. The refusal, or ``None``."""
@@ -182,10 +225,11 @@ def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]
     for c, ordinary_init in in_start_order(pod):
         n = wants[c.name]
         asked = 0 if model._skipped(pod) else _asked(model, model.memory_requested(pod, c))
-        if pod_hint is None and policy != "none" and (n or asked):
+        devices = _held_device_hints(model, old, c) if pod_hint is None else {}
+        if pod_hint is None and policy != "none" and (n or asked or devices):
             cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
             mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
-            ok, merged = model.merge_held(cpu, mem, asked)
+            ok, merged = model.merge_held(cpu, mem, asked, devices)
             if not ok:
                 return _REFUSAL
         if asked and c.name in mem_held:
@@ -209,8 +253,8 @@ def _asked(model: NodeModel, requested: dict[str, int]) -> int:
 
 def _memory_pod_again(model: NodeModel, old: PodPlacement) -> str | None:
     """A pod whose only pinned resource is its pod-level memory: the pod scope merges the
-    memory hints regenerated from its first container's blocks, and ``AllocatePod`` pins
-    the pod's memory once more, the old blocks staying reserved."""
+    hints regenerated from its devices and its first container's memory blocks, and
+    ``AllocatePod`` pins the pod's memory once more, the old blocks staying reserved."""
     pod = old.spec
     policy = model.config.topology_policy
     if policy == "none" or model.config.scope != "pod":
@@ -220,7 +264,8 @@ def _memory_pod_again(model: NodeModel, old: PodPlacement) -> str | None:
     first = next((mem_held[c.name] for c, _ in in_start_order(pod) if c.name in mem_held),
                  None)
     ok, merged = model.merge_held(None, model.pod_memory_hints(pod, work, first),
-                                  _asked(model, model.pod_memory_requested(pod)))
+                                  _asked(model, model.pod_memory_requested(pod)),
+                                  _held_device_hints(model, old))
     if not ok:
         return _POD_LEVEL_REFUSAL
     try:
@@ -273,7 +318,11 @@ def _allocate_pod_again(model: NodeModel, old: PodPlacement,
         return f"UnexpectedAdmissionError: {exc}"
     model.free = work.free
     model.mem = work.mem
-    model.pods[old.key] = model.add_containers(placement, work.mem)
+    # The devices stay where they are: AllocatePod does not touch them.
+    devices = {c.name: c.devices for c in old.containers}
+    placement = model.add_containers(placement, work.mem)
+    model.pods[old.key] = replace(placement, device_errors=old.device_errors, containers=tuple(
+        replace(c, devices=devices.get(c.name, ())) for c in placement.containers))
     model._unaccounted |= old.block
     return None
 

@@ -154,6 +154,8 @@ class Slices:
     reusable: set[int] = field(default_factory=set)
     devices: dict[str, tuple[DeviceAlloc, ...]] = field(default_factory=dict)
     init: dict[str, frozenset[int]] = field(default_factory=dict)  # ordinary init containers
+    # Containers whose start fails for want of devices (``NodePaths._devices_at_start``).
+    device_errors: dict[str, str] = field(default_factory=dict)
 
 
 def shown_hints(devices: tuple[tuple[str, list[Hint] | None], ...]
@@ -161,8 +163,10 @@ def shown_hints(devices: tuple[tuple[str, list[Hint] | None], ...]
     return tuple((name, hints or []) for name, hints in devices)
 
 
-def with_devices(p: PodPlacement, devices: Mapping[str, tuple[DeviceAlloc, ...]]
-                  ) -> PodPlacement:
+def with_devices(p: PodPlacement, devices: Mapping[str, tuple[DeviceAlloc, ...]],
+                 errors: Mapping[str, str] | None = None) -> PodPlacement:
+    if errors:
+        p = replace(p, device_errors=tuple(sorted(errors.items())))
     if not any(devices.values()):
         return p
     return replace(p, containers=tuple(replace(c, devices=devices.get(c.name, ()))

@@ -60,6 +60,7 @@ type setupRequest struct {
 	ReservedCPU      string              `json:"reserved_cpu"`    // kubeReserved+systemReserved cpu quantity
 	ReservedMemory   map[string]uint64   `json:"reserved_memory"` // reservedMemory per NUMA node
 	FeatureGates     map[string]bool     `json:"feature_gates"`
+	Devices          []deviceResource    `json:"devices"` // device plugins' resources (devices.go)
 	StateDir         string              `json:"state_dir"`
 	KeepStateDir     bool                `json:"keep_state_dir"`
 

@@ -49,7 +49,8 @@ type node struct {
 	logger     klog.Logger
 	ctx        context.Context
 	server     *podResourcesServer
-	fakes      *fakes // the running managers' sources-ready and runtime stand-ins
+	fakes      *fakes   // the running managers' sources-ready and runtime stand-ins
+	devs       *devices // the device manager and its plugins (devices.go); nil without devices
 }
 
 func machineInfo(cfg *setupRequest) (*machineInfoT, error) {
@@ -188,6 +189,9 @@ func (n *node) start() error {
 	if err != nil {
 		return fmt.Errorf("topology manager: %w", err)
 	}
+	if err := n.newDevices(tm); err != nil {
+		return err
+	}
 	cpu, err := cpumanager.NewManager(n.logger, orDefault(cfg.CPUPolicy, "static"), cfg.CPUPolicyOptions,
 		reconcilePeriod, n.machine, specific, res, n.dir, tm)
 	if err != nil {
@@ -210,6 +214,9 @@ func (n *node) start() error {
 	}
 	if err := mem.Start(n.ctx, n.activePods, f, f, f, n.containers.Clone()); err != nil {
 		return fmt.Errorf("memory manager start: %w", err)
+	}
+	if err := n.startDevices(); err != nil {
+		return err
 	}
 	n.tm, n.cpu, n.mem = tm, cpu, mem
 	return nil
@@ -258,6 +265,7 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 		return result.Reason, result.Message, nil
 	}
 	n.addContainers(&pod)
+	n.startContainers(&pod)
 	return "", "", nil
 }
 
@@ -288,6 +296,7 @@ func (n *node) remove(uid, container string) error {
 	names := []string{container}
 	if container == "" {
 		n.pods = append(n.pods[:idx:idx], n.pods[idx+1:]...)
+		n.forgetPod(uid)
 		names = nil
 		for _, c := range allContainers(pod) {
 			names = append(names, c.Name)
@@ -347,6 +356,9 @@ func (n *node) restart() ([]readmission, error) {
 }
 
 func (n *node) close() {
+	if n.devs != nil {
+		n.devs.close(n.logger)
+	}
 	if n.server != nil {
 		n.server.stop()
 	}
@@ -386,6 +398,7 @@ func (n *node) report() *stateReport {
 		}
 	}
 	n.podLevel(r)
+	n.reportDevices(r)
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		r.Affinity[uid] = map[string]affinity{}

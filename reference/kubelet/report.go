@@ -12,6 +12,10 @@ type stateReport struct {
 	PodMemory map[string][]memBlock            `json:"pod_memory"`
 	// The topology manager's stored affinity per container ("" for none), as bits.
 	Affinity map[string]map[string]affinity `json:"affinity"`
+	// The device manager's devices per container (resource -> ids), and the containers whose
+	// start failed to get theirs (devices.go); absent on a node without devices.
+	Devices           map[string]map[string]map[string][]string `json:"devices,omitempty"`
+	DeviceStartErrors map[string]map[string]string              `json:"device_start_errors,omitempty"`
 	// GetAllocatableCPUs: what the PodResources server reports as allocatable.
 	Allocatable string `json:"allocatable"`
 	// The checkpoint files, byte for byte, and the directory they are in.

@@ -12,6 +12,7 @@ from reconciler.allocator.devices import (
     NodeDevices,
     provider_hints,
     take,
+    take_choice,
 )
 from reconciler.allocator.hints import kubelet_merge
 from reconciler.allocator.model import ModelConfig, NodeModel, PodPlacement, Rejection
@@ -397,3 +398,90 @@ def test_merge_agrees_with_the_kubelets_own_merge():
             continue
         assert want["admit"], case
         assert got == (None if want["mask"] is None else frozenset(want["mask"])), case
+
+
+def _many(*groups: tuple[range, int]) -> list[Device]:
+    return [numa(f"Dev{i}", node) for ids, node in groups for i in ids]
+
+
+# Source: v1.37.2 topology_hints_test.go TestTopologyAlignedAllocation, the cases with a
+# plugin's preferred allocation. The kubelet's test plugin answers a fixed list; the model
+# knows a plugin by its order of preference, so that list comes first in it, then the rest
+# by ID.
+PREFERRED_CASES = [
+    ("Request for 5, socket 0, preferred aligned accepted", 5,
+     _many((range(0, 100), 0), (range(100, 200), 1)), {0},
+     ["Dev0", "Dev19", "Dev83", "Dev42", "Dev77"],
+     ["Dev0", "Dev19", "Dev83", "Dev42", "Dev77"], {0: 5}),
+    ("Request for 5, socket 0, preferred aligned accepted, unaligned ignored", 5,
+     _many((range(0, 100), 0), (range(100, 200), 1)), {0},
+     ["Dev0", "Dev19", "Dev83", "Dev150", "Dev186"], ["Dev0", "Dev19", "Dev83"], {0: 5}),
+    ("Request for 5, multisocket, preferred accepted", 5,
+     _many((range(0, 3), 0), (range(3, 100), 1)), {0},
+     ["Dev0", "Dev1", "Dev2", "Dev42", "Dev83"],
+     ["Dev0", "Dev1", "Dev2", "Dev42", "Dev83"], {0: 3, 1: 2}),
+]
+
+
+@pytest.mark.parametrize(("request_", "devices", "hint", "plugin", "expected", "alignment"),
+                         [c[1:] for c in PREFERRED_CASES], ids=[c[0] for c in PREFERRED_CASES])
+def test_preferred_allocation(request_, devices, hint, plugin, expected, alignment):
+    node = NodeDevices.of({"resource": devices}, {
+        "resource": plugin + sorted({d.id for d in devices} - set(plugin))})
+    devs = node.by_name["resource"]
+    got, choice = take_choice(devs, "resource", request_, {d.id for d in devs}, set(),
+                              frozenset(hint), dict(node.preference)["resource"])
+    assert set(expected) <= set(got) and len(got) == request_
+    numa_of = {d.id: d.numa[0] for d in devs}
+    counted: dict[int, int] = {}
+    for d in got:
+        counted[numa_of[d]] = counted.get(numa_of[d], 0) + 1
+    assert counted == alignment
+    # With a preference for every device the kubelet's pick is fixed.
+    assert choice.allows(got) and len(choice.pool) == choice.count
+
+
+def test_without_a_preference_any_aligned_pick_is_the_kubelets():
+    # Four GPUs on NUMA node 0 and the hint {0}: the kubelet takes any two of them (Go set
+    # order), never one of node 1.
+    devs = NodeDevices.of({GPU: [numa(f"g{i}", 0) for i in range(4)] + [numa("g9", 1)]}
+                          ).by_name[GPU]
+    got, choice = take_choice(devs, GPU, 2, {d.id for d in devs}, set(), frozenset({0}))
+    assert choice.allows(got) and choice.allows({"g2", "g3"}) and choice.allows({"g0", "g3"})
+    assert not choice.allows({"g0", "g9"}) and not choice.allows({"g0"})
+
+
+def test_hints_span_every_numa_node_on_1_35_only():
+    # Two GPUs on NUMA node 0 of a three-node machine, one asked. 1.36 and 1.37 walk only
+    # the nodes that hold the resource's devices (deviceNUMANodes); 1.35.4 walks every NUMA
+    # node of the machine, so a merge can land on a mask holding nodes without a GPU.
+    node = NodeDevices.of({GPU: [numa("g0", 0), numa("g1", 0)]})
+    free = node.free()
+    narrow = provider_hints(node, {GPU: 1}, free, {}, [0, 1, 2], "1.37")
+    wide = provider_hints(node, {GPU: 1}, free, {}, [0, 1, 2], "1.35")
+    assert narrow == {GPU: [(frozenset({0}), True)]}
+    assert wide == {GPU: [(frozenset({0}), True), (frozenset({0, 1}), False),
+                          (frozenset({0, 2}), False), (frozenset({0, 1, 2}), False)]}
+
+
+def test_the_kubelets_pick_is_taken_where_the_choice_allows_it():
+    topo = from_spec("2x2x1")
+    node = NodeDevices.of({GPU: [numa(f"g{i}", 0) for i in range(3)]})
+    m = NodeModel(topo, ModelConfig(topology_policy="best-effort"), node)
+
+    def pod(name: str) -> PodSpec:
+        return PodSpec("default", name, f"uid-{name}", (ContainerSpec(
+            "app", Resources(1000, 1000, GI, GI, ((GPU, 1),))),))
+
+    m.device_picks["uid-p"] = {"app": {GPU: frozenset({"g2"})}}
+    placed = m.admit(pod("p"))
+    assert isinstance(placed, PodPlacement)
+    assert [d.device_ids for d in placed.containers[0].devices] == [("g2",)]
+    assert m.dev_free == {GPU: {"g0", "g1"}} and not m.device_picks and not m.device_misses
+    # A pick the kubelet could not have made (a taken device) is named, not taken.
+    m.device_picks["uid-q"] = {"app": {GPU: frozenset({"g2"})}}
+    assert isinstance(m.admit(pod("q")), PodPlacement)
+    assert m.device_misses == {("default", "q"): ["app/" + GPU]}
+    m.release("default", "q")
+    m.release("default", "p")
+    assert m.dev_free == {GPU: {"g0", "g1", "g2"}} and not m.device_misses

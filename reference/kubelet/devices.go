@@ -1,0 +1,358 @@
+package main
+
+// The kubelet's device manager in the reference (docs/design.md#reference): created as
+// pkg/kubelet/cm/container_manager_linux.go creates it (right after the topology manager, and
+// its first hint provider, before the CPU and memory managers), started after them, and fed
+// by fake device plugins served in-process over the device plugin API
+// (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1), the pattern of realnode/deviceplugin: each
+// resource is one plugin endpoint that registers with the manager's Registration service,
+// which then connects back, asks GetDevicePluginOptions and reads ListAndWatch.
+//
+// The exported constructor fixes the socket at /var/lib/kubelet/device-plugins/kubelet.sock,
+// a host path that every reference running at once would share (and its checkpoint with it).
+// The reference calls the manager's own unexported constructor instead, with a socket in a
+// private temporary folder; that is the only difference from the kubelet's NewManagerImpl.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	_ "unsafe" // go:linkname
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+)
+
+//go:linkname newDeviceManager k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.newManagerImpl
+func newDeviceManager(logger klog.Logger, socketPath string, topology []numaNodeT,
+	store topologymanager.Store) (*devicemanager.ManagerImpl, error)
+
+// deviceResource is one resource a plugin serves: its devices in the plugin's order of
+// preference, each with the NUMA nodes of its topology (none: the plugin gives no topology).
+type deviceResource struct {
+	Name string `json:"name"`
+	// Preferred: the plugin offers GetPreferredAllocation, answering the devices it must
+	// include, then the available ones in the order of Devices, up to the size asked.
+	Preferred bool         `json:"preferred"`
+	Devices   []deviceSpec `json:"devices"`
+}
+
+type deviceSpec struct {
+	ID   string  `json:"id"`
+	NUMA []int64 `json:"numa"`
+}
+
+// devices is the node's device manager and its plugins.
+type devices struct {
+	dir     string // the device-plugin folder: kubelet.sock, the plugins' sockets, the checkpoint
+	dm      *devicemanager.ManagerImpl
+	plugins []*fakePlugin
+	// Per pod UID and container: why starting it failed (the device manager's allocation at
+	// container start, which is where a pod with pod-level resources gets its devices).
+	startErrors map[string]map[string]string
+}
+
+func (n *node) newDevices(tm topologymanager.Manager) error {
+	if len(n.cfg.Devices) == 0 {
+		return nil
+	}
+	if n.devs == nil {
+		dir, err := os.MkdirTemp("", "podres-dp-")
+		if err != nil {
+			return err
+		}
+		n.devs = &devices{dir: dir, startErrors: map[string]map[string]string{}}
+		for _, r := range n.cfg.Devices {
+			if err := validDeviceResource(r); err != nil {
+				return err
+			}
+			n.devs.plugins = append(n.devs.plugins, &fakePlugin{res: r, dir: dir})
+		}
+	} else {
+		n.devs.stop(n.logger)
+	}
+	dm, err := newDeviceManager(n.logger, filepath.Join(n.devs.dir, "kubelet.sock"),
+		n.machine.Topology, tm)
+	if err != nil {
+		return fmt.Errorf("device manager: %w", err)
+	}
+	n.devs.dm = dm
+	tm.AddHintProvider(n.logger, dm)
+	return nil
+}
+
+func validDeviceResource(r deviceResource) error {
+	if !strings.Contains(r.Name, "/") || len(r.Devices) == 0 {
+		return fmt.Errorf("setup: device resource %q: a DOMAIN/NAME with devices", r.Name)
+	}
+	seen := map[string]bool{}
+	for _, d := range r.Devices {
+		if d.ID == "" || seen[d.ID] {
+			return fmt.Errorf("setup: device resource %s: empty or repeated id %q", r.Name, d.ID)
+		}
+		seen[d.ID] = true
+	}
+	return nil
+}
+
+// startDevices starts the device manager as the container manager does, last, with the
+// containers known so far (all of them running but ordinary init containers, which have
+// finished), then lets every plugin register and waits until the manager lists its devices:
+// the plugins are back before the pods are admitted again.
+func (n *node) startDevices() error {
+	if n.devs == nil {
+		return nil
+	}
+	running := sets.New[string]()
+	for _, p := range n.pods {
+		for _, c := range p.Spec.InitContainers {
+			if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+				running.Insert(containerID(string(p.UID), c.Name))
+			}
+		}
+		for _, c := range p.Spec.Containers {
+			running.Insert(containerID(string(p.UID), c.Name))
+		}
+	}
+	dm := n.devs.dm
+	if err := dm.Start(n.logger, devicemanager.ActivePodsFunc(n.activePods), n.fakes,
+		n.containers.Clone(), running); err != nil {
+		return fmt.Errorf("device manager start: %w", err)
+	}
+	sock := filepath.Join(n.devs.dir, "kubelet.sock")
+	for _, p := range n.devs.plugins {
+		if err := p.serve(); err != nil {
+			return err
+		}
+		if err := p.register(n.ctx, sock); err != nil {
+			return fmt.Errorf("device plugin %s: register: %w", p.res.Name, err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !n.devicesListed() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("device plugins: the device manager did not list their devices")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+func (n *node) devicesListed() bool {
+	listed := allocatableDevices(n)
+	for _, p := range n.devs.plugins {
+		if len(listed[p.res.Name]) != len(p.res.Devices) {
+			return false
+		}
+	}
+	return true
+}
+
+// startContainers is what the kubelet does when it starts a pod's containers: it asks the
+// device manager for each container's run options, which allocates the devices a container
+// was not given at admission (a pod with pod-level resources under the pod scope, whose
+// AllocatePod the device manager does not implement), with the topology manager's stored
+// hint. A failure fails that container's start, not the pod's admission.
+func (n *node) startContainers(pod *v1.Pod) {
+	if n.devs == nil {
+		return
+	}
+	for _, c := range allContainers(pod) {
+		if _, err := n.devs.dm.GetDeviceRunContainerOptions(n.ctx, pod, &c); err != nil {
+			uid := string(pod.UID)
+			if n.devs.startErrors[uid] == nil {
+				n.devs.startErrors[uid] = map[string]string{}
+			}
+			n.devs.startErrors[uid][c.Name] = err.Error()
+		}
+	}
+}
+
+// reportDevices adds each container's devices (resource -> sorted ids) and start errors.
+func (n *node) reportDevices(r *stateReport) {
+	if n.devs == nil {
+		return
+	}
+	r.Devices = map[string]map[string]map[string][]string{}
+	r.DeviceStartErrors = map[string]map[string]string{}
+	for _, p := range n.pods {
+		uid := string(p.UID)
+		for _, c := range allContainers(p) {
+			got := n.devs.dm.GetDevices(uid, c.Name)
+			if len(got) == 0 {
+				continue
+			}
+			if r.Devices[uid] == nil {
+				r.Devices[uid] = map[string]map[string][]string{}
+			}
+			r.Devices[uid][c.Name] = map[string][]string{}
+			for resource, ids := range got {
+				list := make([]string, 0, len(ids))
+				for id := range ids {
+					list = append(list, id)
+				}
+				sort.Strings(list)
+				r.Devices[uid][c.Name][resource] = list
+			}
+		}
+		if errs := n.devs.startErrors[uid]; len(errs) > 0 {
+			r.DeviceStartErrors[uid] = errs
+		}
+	}
+}
+
+// forgetPod drops what the node remembers of a deleted pod's container starts.
+func (n *node) forgetPod(uid string) {
+	if n.devs != nil {
+		delete(n.devs.startErrors, uid)
+	}
+}
+
+func (d *devices) stop(logger klog.Logger) {
+	if d.dm != nil {
+		_ = d.dm.Stop(logger)
+	}
+	for _, p := range d.plugins {
+		p.stop()
+	}
+}
+
+func (d *devices) close(logger klog.Logger) {
+	d.stop(logger)
+	_ = os.RemoveAll(d.dir)
+}
+
+// fakePlugin serves one resource (realnode/deviceplugin's plugin, in-process).
+type fakePlugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	res    deviceResource
+	dir    string
+	mu     sync.Mutex
+	server *grpc.Server
+	done   chan struct{}
+}
+
+func (p *fakePlugin) socket() string {
+	return "fake-" + strings.NewReplacer("/", "_", ".", "_").Replace(p.res.Name) + ".sock"
+}
+
+func (p *fakePlugin) serve() error {
+	p.stop()
+	path := filepath.Join(p.dir, p.socket())
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("device plugin %s: %w", p.res.Name, err)
+	}
+	p.mu.Lock()
+	p.server = grpc.NewServer()
+	p.done = make(chan struct{})
+	pluginapi.RegisterDevicePluginServer(p.server, p)
+	server := p.server
+	p.mu.Unlock()
+	go func() { _ = server.Serve(l) }()
+	return nil
+}
+
+func (p *fakePlugin) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.server != nil {
+		close(p.done)
+		p.server.Stop()
+		p.server = nil
+	}
+	_ = os.Remove(filepath.Join(p.dir, p.socket()))
+}
+
+func (p *fakePlugin) register(ctx context.Context, kubeletSock string) error {
+	conn, err := grpc.NewClient("unix://"+kubeletSock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: p.socket(), ResourceName: p.res.Name,
+		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.res.Preferred},
+	})
+	return err
+}
+
+func (p *fakePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.res.Preferred}, nil
+}
+
+func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	devs := make([]*pluginapi.Device, 0, len(p.res.Devices))
+	for _, d := range p.res.Devices {
+		dev := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
+		if len(d.NUMA) > 0 {
+			dev.Topology = &pluginapi.TopologyInfo{}
+			for _, id := range d.NUMA {
+				dev.Topology.Nodes = append(dev.Topology.Nodes, &pluginapi.NUMANode{ID: id})
+			}
+		}
+		devs = append(devs, dev)
+	}
+	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-stream.Context().Done():
+	case <-done:
+	}
+	return nil
+}
+
+// GetPreferredAllocation: the devices it must include, then the available ones in the
+// plugin's order of preference, up to the size asked.
+func (p *fakePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.ContainerRequests {
+		avail := sets.New(c.AvailableDeviceIDs...)
+		chosen := append([]string(nil), c.MustIncludeDeviceIDs...)
+		taken := sets.New(chosen...)
+		for _, d := range p.res.Devices {
+			if len(chosen) >= int(c.AllocationSize) {
+				break
+			}
+			if avail.Has(d.ID) && !taken.Has(d.ID) {
+				chosen = append(chosen, d.ID)
+				taken.Insert(d.ID)
+			}
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses,
+			&pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: chosen})
+	}
+	return resp, nil
+}
+
+func (p *fakePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for range req.ContainerRequests {
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
+	}
+	return resp, nil
+}
+
+func (p *fakePlugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
