@@ -437,7 +437,10 @@ def _random_case(seed: int, version: str, *, ops: int = 12) -> Case:
 def setup_request(case: Case) -> dict[str, Any]:
     c = case.config
     cpus = [{"id": cpu.id, "core": cpu.core, "socket": cpu.socket, "numa": cpu.numa_node,
-             "l3": case.topo.uncore_of[cpu.id] if case.topo.uncore else -1}
+             # A cache that is the socket's is sent as none: the kubelet then takes the
+             # socket id (getUncoreCacheID), the same grouping.
+             "l3": (case.topo.uncore_of[cpu.id] if case.topo.uncore
+                    and case.topo.uncore_of[cpu.id] != cpu.socket else -1)}
             for cpu in case.topo.cpus]
     topology_options = {}
     if c.prefer_closest_numa:

@@ -123,9 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--functions", action="store_true",
                         help="also list the functions of FILES and of the CPU and topology "
                              "managers' packages that are not fully covered")
-    parser.add_argument("--options", type=int, default=300, metavar="N",
+    parser.add_argument("--options", type=int, default=1000, metavar="N",
                         help="also run N random kubelet configurations, good and bad "
-                             "(python -m bench.reference_options; default 300, 0 for none)")
+                             "(python -m bench.reference_options; default 1000, 0 for none)")
+    parser.add_argument("--covdir", type=Path, default=None,
+                        help="keep the coverage counters in this directory (default: a "
+                             "temporary one)")
     args = parser.parse_args(argv)
     go = go_binary()
     try:
@@ -136,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reference {args.version}: unavailable: {exc}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="podres-cover-") as tmp:
-        covdir = Path(tmp)
+        covdir = args.covdir or Path(tmp)
+        covdir.mkdir(parents=True, exist_ok=True)
         agree = options_agree = 0
         with Reference(args.version, binary, {"GOCOVERDIR": str(covdir)}) as ref:
             for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory):

@@ -9,8 +9,9 @@ reconcile loop, and the ``none`` CPU policy.
   kubelet's version (reconciler/allocator/report.py) and the cpuset the model runs the
   container on.
 * **Reconcile.** Now and then a step runs the CPU manager's reconcile loop with random pod
-  statuses (running, waiting, terminated, no container ID, no state, or no status for the
-  pod): afterwards each running container must run on the cpuset the model gives it.
+  statuses (running, waiting, terminated, no container ID, no state, a runtime that fails
+  the update, or no status for the pod): afterwards each running container whose update did
+  not fail must run on the cpuset the model gives it.
 * **The none policy.** One workload in ten runs the ``none`` CPU policy: no exclusive CPUs,
   nothing allocatable, and a default set the kubelet leaves empty (containers are not
   pinned), which the model states as every online CPU.
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 NONE_POLICY_SHARE = 0.1
 RECONCILE_SHARE = 0.35
 # A long-running container's state in a reconcile, and how often (the rest: running).
+# "update-fails": running, but the runtime fails the cpuset update (the loop retries next time).
 _STATES = (("waiting", 0.06), ("terminated", 0.05), ("no-id", 0.04), ("no-state", 0.03),
-           ("missing", 0.02))
+           ("missing", 0.02), ("update-fails", 0.05))
 
 
 def with_cpu_manager(case: Case, version: str, seed: int) -> Case:

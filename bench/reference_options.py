@@ -4,8 +4,9 @@
 
 sets up random nodes through the reference with random raw configurations: CPU and topology
 policy options with good and bad names and values (``maybe``, ``+9``, ``-3``, ``abc``), the
-option gates on, off or left at their defaults, the ``none`` CPU policy with options, no CPU
-reservation, ``prefer-closest-numa-nodes`` with and without NUMA distances. The kubelet
+option gates on, off or left at their defaults, the ``none`` CPU policy with options, a CPU
+policy name the kubelet does not know (``Static``), no CPU reservation, two sockets in one
+NUMA node, ``prefer-closest-numa-nodes`` with and without NUMA distances. The kubelet
 either creates its managers or refuses; the model must do the same, through the path the
 exporter takes from ``/configz``: :func:`~reconciler.allocator.config.kubelet_refusal`, then
 ``ModelConfig.from_kubelet_config`` and the model node. Prints the disagreements, then
@@ -34,6 +35,7 @@ from bench.reference import (
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import kubelet_refusal
 from reconciler.kube import KubeletConfig
+from reconciler.snapshot import CPUInfo
 
 BOOLS = ("true", "false", "1", "0", "T", "False", "maybe", "yes", "")
 NUMBERS = ("8", "12", "16", "+9", "08", "7", "-3", "0", "abc", "", "9.5")
@@ -56,7 +58,8 @@ class OptionsOutcome:
 
 def random_config(rng: random.Random) -> KubeletConfig:
     """A raw kubelet configuration, good or bad, as ``/configz`` would carry it."""
-    cpu_policy = "none" if rng.random() < 0.15 else "static"
+    # The kubelet's configuration validation checks no CPU policy name: NewManager refuses.
+    cpu_policy = rng.choices(("static", "none", "Static"), (0.82, 0.15, 0.03))[0]
     cpu_options: dict[str, str] = {}
     for name in rng.sample((*OPTIONS, "bogus-option"), rng.choice((0, 1, 1, 2, 3))):
         cpu_options[name] = rng.choice(("true", "true", "true", *BOOLS))
@@ -78,6 +81,13 @@ def random_config(rng: random.Random) -> KubeletConfig:
         topology_manager_scope=rng.choice(("container", "pod")),
         topology_manager_policy_options=tuple(sorted(topology_options.items())),
         feature_gates=gates, kube_reserved=reserved)
+
+
+def two_sockets_one_numa() -> CPUTopology:
+    """Two sockets in one NUMA node, which align-by-socket refuses
+    (ValidateStaticPolicyOptions)."""
+    cpus = tuple(CPUInfo(id=c, core=c, socket=c // 2, numa_node=0) for c in range(4))
+    return CPUTopology(cpus=cpus, memory=((0, 8 * 2**30),))
 
 
 def model_refusal(cfg: KubeletConfig, topo: CPUTopology, version: str) -> str:
@@ -116,7 +126,7 @@ def _setup(cfg: KubeletConfig, topo: CPUTopology, version: str) -> dict[str, Any
 
 def run_one(ref: Reference, seed: int, version: str) -> OptionsOutcome:
     rng = random.Random(f"{version}:{seed}:options")
-    topo = random_topology(rng)
+    topo = two_sockets_one_numa() if rng.random() < 0.08 else random_topology(rng)
     if rng.random() < 0.7:
         topo = CPUTopology(topo.cpus, topo.memory, topo.uncore, topo.counts,
                            random_distances(rng, topo))

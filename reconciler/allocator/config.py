@@ -97,13 +97,14 @@ def _cpu_refusal(cfg: KubeletConfig, version: str) -> str | None:
     and value (cpumanager/policy_none.go, policy_options.go), and ``NewManager``'s of the
     static policy's reservation."""
     pairs = cfg.cpu_manager_policy_options
-    policy = cfg.cpu_manager_policy.lower()
+    policy = cfg.cpu_manager_policy
+    if policy not in ("none", "static"):
+        # Compared as written (cpu_manager.go: NewManager); the model reads it lowercased.
+        return f'unknown policy: "{policy}"'
     if policy == "none":
         if pairs:
             return f"None policy: received unsupported options={dict(pairs)}"
         return None
-    if policy != "static":
-        return None  # ModelConfig refuses it
     if not cfg.reserved_system_cpus and cfg.reserved_cpu_quantity_m() <= 0:
         return ("[cpumanager] the static policy requires systemreserved.cpu + "
                 "kubereserved.cpu to be greater than zero")
@@ -127,7 +128,9 @@ def kubelet_refusal(cfg: KubeletConfig, version: str = "1.37") -> str | None:
     ``cfg``, from the configuration alone (option names, gates, values, the static policy's
     reservation), or ``None``; what depends on the machine is :class:`ModelConfig`'s and
     the model node's to refuse (docs/design.md#reference)."""
-    if cfg.topology_manager_policy.lower() != "none":
+    if cfg.topology_manager_policy not in TOPOLOGY_POLICIES:
+        return f'unknown policy: "{cfg.topology_manager_policy}"'  # written as it is
+    if cfg.topology_manager_policy != "none":
         refusal = _topology_refusal(cfg.topology_manager_policy_options)
         if refusal:
             return refusal

@@ -4,13 +4,14 @@ package main
 // manager's Start launches runs once at start-up and then every reconcilePeriod, on a
 // goroutine of its own, which would make its outcome depend on the scheduler; so the
 // reference calls the same method, the kubelet's reconcileState, from the request loop, with
-// the pod statuses the request gives (running, waiting, terminated, no container ID, or no
-// status for the pod), against a fake runtime that remembers the cpuset each container was
+// the pod statuses the request gives (running, running with a runtime that fails the update,
+// waiting, terminated, no container ID, no state, or no status for the pod), against a fake runtime that remembers the cpuset each container was
 // created with (GetCPUAffinity, as the kubelet's PreCreateContainer pins it) and each
 // cpuset the loop pushes. The answer is the cpuset each container runs on afterwards.
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"unsafe"
@@ -44,6 +45,8 @@ type fakeRuntime struct {
 	// then container name), and whether one runs: outside of it, no pod has a status.
 	statuses map[string]map[string]string
 	active   bool
+	// Containers whose UpdateContainerResources fails in this reconcile (a runtime error).
+	failing map[string]bool
 }
 
 var runtimeMu sync.Mutex
@@ -88,7 +91,7 @@ func (n *node) reconcile(statuses map[string]map[string]string) *reconcileReport
 		rt.mu.Unlock()
 	})
 	rt.mu.Lock()
-	rt.statuses, rt.active = statuses, true
+	rt.statuses, rt.active, rt.failing = statuses, true, map[string]bool{}
 	rt.mu.Unlock()
 	success, failure := cpuReconcileState(reflect.ValueOf(n.cpu).UnsafePointer(), n.ctx)
 	rt.mu.Lock()
@@ -125,6 +128,9 @@ func (rt *fakeRuntime) podStatus(uid types.UID) (v1.PodStatus, bool) {
 			switch byName[c.Name] {
 			case "running":
 				cs.State.Running = &v1.ContainerStateRunning{}
+			case "update-fails":
+				cs.State.Running = &v1.ContainerStateRunning{}
+				rt.failing[containerID(string(uid), c.Name)] = true
 			case "waiting":
 				cs.State.Waiting = &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
 			case "terminated":
@@ -151,7 +157,10 @@ func (rt *fakeRuntime) update(id string, r *runtimeapi.ContainerResources) error
 		return err
 	}
 	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.failing[id] {
+		return fmt.Errorf("the fake runtime fails this update of %s", id)
+	}
 	rt.cpus[id] = set
-	rt.mu.Unlock()
 	return nil
 }

@@ -44,6 +44,9 @@ TABLE: list[tuple[str, KubeletConfig, bool]] = [
     ("plain", _cfg(), False),
     ("none policy with an option", _cfg("none", (("full-pcpus-only", "false"),)), True),
     ("none policy, no reservation", _cfg("none", reserved=()), False),
+    # Policy names are compared as written; the model reads /configz lowercased.
+    ("CPU policy Static", _cfg("Static"), True),
+    ("topology policy Best-Effort", _cfg(topology="Best-Effort"), True),
     ("static without a reservation", _cfg(reserved=()), True),
     ("static with a zero reservation", _cfg(reserved=(("cpu", "0"),)), True),
     ("unknown CPU option", _cfg(cpu_options=(("bogus", "true"),)), True),
