@@ -40,7 +40,7 @@ RECONCILE_SHARE = 0.35
 # A long-running container's state in a reconcile, and how often (the rest: running).
 # "update-fails": running, but the runtime fails the cpuset update (the loop retries next time).
 _STATES = (("waiting", 0.06), ("terminated", 0.05), ("no-id", 0.04), ("no-state", 0.03),
-           ("missing", 0.02), ("update-fails", 0.05))
+           ("missing", 0.02), ("update-fails", 0.05), ("bad-id", 0.02))
 
 
 def with_cpu_manager(case: Case, version: str, seed: int) -> Case:

@@ -60,9 +60,13 @@ def random_config(rng: random.Random) -> KubeletConfig:
     """A raw kubelet configuration, good or bad, as ``/configz`` would carry it."""
     # The kubelet's configuration validation checks no CPU policy name: NewManager refuses.
     cpu_policy = rng.choices(("static", "none", "Static"), (0.82, 0.15, 0.03))[0]
+    clean = rng.random() < 0.5
+    # Half the configurations are well formed (known names, good values, the gates on), so
+    # that the checks of valid options against each other and the machine are met too.
     cpu_options: dict[str, str] = {}
-    for name in rng.sample((*OPTIONS, "bogus-option"), rng.choice((0, 1, 1, 2, 3))):
-        cpu_options[name] = rng.choice(("true", "true", "true", *BOOLS))
+    for name in rng.sample(OPTIONS if clean else (*OPTIONS, "bogus-option"),
+                           rng.choice((0, 1, 1, 2, 3))):
+        cpu_options[name] = "true" if clean else rng.choice(("true", "true", "true", *BOOLS))
     topology_options: dict[str, str] = {}
     if rng.random() < 0.5:
         topology_options["prefer-closest-numa-nodes"] = rng.choice(("true", *BOOLS))
@@ -70,8 +74,13 @@ def random_config(rng: random.Random) -> KubeletConfig:
         topology_options["max-allowable-numa-nodes"] = rng.choice(NUMBERS)
     if rng.random() < 0.08:
         topology_options["bogus-topology-option"] = "true"
-    gates = tuple(sorted((g, rng.random() < 0.5) for g in GATES if rng.random() < 0.7))
-    roll = rng.random()
+    if clean:
+        topology_options = {k: v for k, v in topology_options.items()
+                            if k != "bogus-topology-option" and v in ("true", "false", "8",
+                                                                      "12", "16")}
+    gates = tuple(sorted((g, clean or rng.random() < 0.5) for g in GATES
+                         if clean or rng.random() < 0.7))
+    roll = 1.0 if clean else rng.random()
     reserved = () if roll < 0.08 else (("cpu", "0"),) if roll < 0.12 else (("cpu", "1"),)
     return KubeletConfig(
         cpu_manager_policy=cpu_policy,

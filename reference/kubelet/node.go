@@ -144,9 +144,9 @@ func (n *node) reservation() (v1.ResourceList, []kubeletconfig.MemoryReservation
 		if err != nil {
 			return nil, nil, specific, fmt.Errorf("reserved_cpu: %w", err)
 		}
-		if !q.IsZero() {
-			res[v1.ResourceCPU] = q
-		}
+		// Kept when zero, as the kubelet's node allocatable reservation keeps a
+		// kubeReserved cpu of "0": the static policy then refuses it as zero.
+		res[v1.ResourceCPU] = q
 	}
 	var reserved []kubeletconfig.MemoryReservation
 	total := resource.NewQuantity(0, resource.BinarySI)

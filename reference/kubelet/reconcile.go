@@ -138,6 +138,9 @@ func (rt *fakeRuntime) podStatus(uid types.UID) (v1.PodStatus, bool) {
 			case "no-id":
 				cs.ContainerID = ""
 				cs.State.Waiting = &v1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			case "bad-id": // a container ID the kubelet cannot parse
+				cs.ContainerID = "no-runtime-prefix"
+				cs.State.Running = &v1.ContainerStateRunning{}
 			case "no-state":
 			default: // no status for this container
 				continue
