@@ -363,7 +363,8 @@ def _with_topology_options(case: Case, version: str, seed: int) -> Case:
     with or without max-allowable-numa-nodes."""
     rng = random.Random(f"{version}:{seed}:topology-options")
     topo = case.topo
-    if rng.random() < 0.08:
+    many = rng.random() < 0.08
+    if many:
         topo = _many_numa(rng)
     topo = CPUTopology(topo.cpus, topo.memory, topo.uncore, topo.counts,
                        random_distances(rng, topo))
@@ -375,7 +376,9 @@ def _with_topology_options(case: Case, version: str, seed: int) -> Case:
         max_numa = rng.choice((8, 12))
     closest = rng.random() < 0.4
     config = replace(case.config, prefer_closest_numa=closest, max_numa_nodes=max_numa)
-    if topo is not case.topo and config.reserved_cpus:
+    # Only a new machine loses the reserved set drawn for the old one (an earlier test of
+    # "topo is not case.topo" dropped every explicit set, the distances making a new topology).
+    if many and config.reserved_cpus:
         config = replace(config, reserved_cpus=None, reserved_cpu_m=1000)
     return replace(case, topo=topo, config=config)
 
