@@ -437,6 +437,8 @@ class DeviceWork:
         self.choices: dict[tuple[str, str], Choice] = {}
         self._picks = picks or {}
         self.misses: list[str] = []
+        # Whether a placement path has walked the pod's containers through ``take`` yet.
+        self.walked = False
 
     @property
     def taken(self) -> dict[str, set[str]]:

@@ -151,8 +151,8 @@ class NodeModel(NodePaths):
                                   self.config.kubelet_version, self.device_picks.get(pod.uid))
         try:
             placement = self._place(pod, work)
-            if work.dev is not None and placement.path == "none" \
-                    and not placement.block_memory:  # _fractional took them
+            # A pod whose memory is pinned took its devices on that path's hint.
+            if work.dev is not None and placement.path == "none" and not work.dev.walked:
                 placement = self._shared_devices(pod, work, placement)
             return self.add_containers(placement, work.mem), work
         except Leaked as exc:

@@ -67,6 +67,7 @@ class NodePaths(NodeHints):
         (``_devices_at_start``); too few then fails the start, not the admission."""
         if work.dev is None:
             return
+        work.dev.walked = True
         try:
             got = work.dev.take(c, hint, ordinary_init)
         except DevicesUnavailable as exc:
@@ -88,7 +89,7 @@ class NodePaths(NodeHints):
     def _place(self, pod: PodSpec, work: Work) -> PodPlacement:
         cfg = self.config
         if not cfg.static:
-            return all_shared(pod, "the CPU manager policy is none")
+            return self._memory_only(pod, work)
         pod_level = pod.resources is not None and pod.resources.is_set
         if not pod_level:
             return self._legacy(pod, work)
@@ -109,6 +110,21 @@ class NodePaths(NodeHints):
             return self._fractional(pod, work)
         validate_pod_scope(pod)
         return self._pod_scope(pod, budget, work)
+
+    def _memory_only(self, pod: PodSpec, work: Work) -> PodPlacement:
+        """The none CPU policy pins no CPU, but the Static memory manager runs beside it
+        all the same: a Guaranteed pod's memory is pinned as under the static policy, on
+        the hints of the memory (and device) managers alone (docs/design.md#memory-in-the-model)."""
+        shared = all_shared(pod, "the CPU manager policy is none")
+        cfg = self.config
+        if not self.memory_enabled or not pod.guaranteed or self._skipped(pod):
+            return shared
+        pod_level = pod.resources is not None and pod.resources.is_set
+        if pod_level and cfg.scope == "pod" and cfg.topology_policy != "none":
+            return self._fractional(pod, work)
+        placement = self._legacy(pod, work)
+        return replace(placement, path="none", note=shared.note, init_held=frozenset(),
+                       init_slices=())
 
     def _fractional(self, pod: PodSpec, work: Work) -> PodPlacement:
         """A pod-scope pod with a fractional budget: no CPUs of its own, but the memory
@@ -146,7 +162,8 @@ class NodePaths(NodeHints):
         if self.config.scope == "pod" and held and self.config.topology_policy != "none":
             merged = (self._held_pod_affinity(pod, held), True)
         elif self.config.scope == "pod":
-            merged = self._merged(pod_guaranteed_cpus(pod), work.free,
+            merged = self._merged(pod_guaranteed_cpus(pod) if self.config.static else 0,
+                                  work.free,
                                   self.pod_memory_hints(pod, work),
                                   devices=work.dev.pod_hints(pod) if work.dev else None,
                                   asked=self._asked(self.pod_memory_requested(pod), pod))
@@ -199,7 +216,7 @@ class NodePaths(NodeHints):
                           merged: Merged, work: Work, slices: Slices,
                           held: frozenset[int] | None = None) -> Merged:
         eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
-        n = container_cpus(pod, c) if eligible else 0
+        n = container_cpus(pod, c) if eligible and self.config.static else 0
         what = f"container {c.name}"
         if held is not None and n:
             hint = self._keep_held(n, held, merged[0], work, what)

@@ -128,16 +128,19 @@ def memory_start_error(model: NodeModel) -> str | None:
 
 def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
     """``None`` when the pod is admitted again (the model updated), else the refusal."""
-    if old.path == "none" or not model.config.static:
+    cpus = old.path != "none" and model.config.static
+    if not cpus and (old.block_memory or not old.mem_entries):
         return _unpinned_again(model, old)
+    # CPUs pinned, or (under the none CPU policy) only each container's memory.
     pod = old.spec
-    wants = {c.name: _wants(old, c.name, init) for c, init in in_start_order(pod)}
-    held = _entries(old)
+    wants = {c.name: _wants(old, c.name, init) if cpus else 0
+             for c, init in in_start_order(pod)}
+    held = _entries(old) if cpus else {}
     policy = model.config.topology_policy
     merged: tuple[frozenset[int] | None, bool] = (None, False)
     work = Work(free=set(model.free), mem=model.mem.copy())
     if policy != "none" and model.config.scope == "pod":
-        ok, merged = _pod_hint_again(model, old, wants, held)
+        ok, merged = _pod_hint_again(model, old, wants, held, cpus)
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
     if old.block:
@@ -147,7 +150,7 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     if refusal is not None:
         return refusal
     model.mem = work.mem
-    if smt_first:
+    if smt_first and cpus:
         return _smt_again(model, old, wants)
     return None
 
@@ -158,7 +161,7 @@ def _unpinned_again(model: NodeModel, old: PodPlacement) -> str | None:
     hints, and nothing is allocated again."""
     if model.config.topology_policy == "none":
         return None
-    if model.config.static and old.block_memory:
+    if old.block_memory:
         return _memory_pod_again(model, old)
     if not model._dev_held.get(old.key):
         return None
@@ -195,14 +198,14 @@ def _held_device_hints(model: NodeModel, old: PodPlacement, c: ContainerSpec | N
 
 
 def _pod_hint_again(model: NodeModel, old: PodPlacement, wants: dict[str, int],
-                    held: dict[str, frozenset[int]]
+                    held: dict[str, frozenset[int]], cpus: bool = True
                     ) -> tuple[bool, tuple[frozenset[int] | None, bool]]:
     """The pod scope's merge of the hints regenerated from what the pod holds: its
     devices, its CPUs, and its first container's memory blocks."""
     pod = old.spec
     work = Work(free=set(model.free), mem=model.mem)  # read only: hints
     mem_held = dict(old.mem_entries)
-    requested = len(old.block) if old.block else pod_guaranteed_cpus(pod)
+    requested = len(old.block) if old.block else pod_guaranteed_cpus(pod) if cpus else 0
     cpu = model.held_pod_cpu_list(requested, [(wants[n], held.get(n)) for n in wants])
     first = next((mem_held[n] for n in wants if n in mem_held), None)
     return model.merge_held(cpu, model.pod_memory_hints(pod, work, first),
