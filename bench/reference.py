@@ -571,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="random workloads to run (default 100)")
     parser.add_argument("--memory", action="store_true",
                         help="run the workloads under the Static memory manager, with "
-                             "reserved memory per NUMA node, and compare memory blocks too")
+                             "reserved memory and hugepages per NUMA node, and compare memory "
+                             "blocks and machine state too")
     parser.add_argument("--build-only", action="store_true",
                         help="build the reference for --version if needed, and stop")
     parser.add_argument("--show", type=int, default=5,
