@@ -600,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="random workloads to run (default 100)")
     parser.add_argument("--memory", action="store_true",
                         help="run the workloads under the Static memory manager, with "
-                             "reserved memory per NUMA node, and compare memory blocks too")
+                             "reserved memory and hugepages per NUMA node, and compare memory "
+                             "blocks and machine state too")
     parser.add_argument("--devices", action="store_true",
                         help="give every workload device-plugin devices (by default a share "
                              "of them has some) and compare each container's devices")

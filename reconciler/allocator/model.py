@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from reconciler.allocator.config import RESIZE_INFEASIBLE, ModelConfig, ModelError
 from reconciler.allocator.devices import DeviceWork
+from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.node_paths import NodePaths
 from reconciler.allocator.placement import ContainerTruth, PodPlacement, Rejection
 from reconciler.allocator.resize import take_distributed_for_resize
@@ -121,6 +122,8 @@ class NodeModel(NodePaths):
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            if result.memory_after is not None:
+                self.mem = result.memory_after
             if result.leaked:
                 self.free -= result.leaked
                 self.orphan_blocks[pod.uid] = result.leaked
@@ -156,9 +159,21 @@ class NodeModel(NodePaths):
                 placement = self._shared_devices(pod, work, placement)
             return self.add_containers(placement, work.mem), work
         except Leaked as exc:
-            return Rejection(pod.namespace, pod.name, str(exc), exc.block)
+            return Rejection(pod.namespace, pod.name, str(exc), exc.block,
+                             self._swept(work))
         except Refused as exc:
-            return Rejection(pod.namespace, pod.name, str(exc))
+            return Rejection(pod.namespace, pod.name, str(exc), memory_after=self._swept(work))
+
+    @staticmethod
+    def _swept(work: Work) -> MachineState | None:
+        """The machine state after the sweep that follows a refusal: the blocks given to
+        the pod's containers go back, but a node keeps the group a block set while it
+        holds another block."""
+        if not work.mem_entries or work.pod_memory:
+            return None
+        for blocks in work.mem_entries.values():
+            work.mem.release(blocks)
+        return work.mem
 
     def release(self, namespace: str, name: str) -> PodPlacement | None:
         """Remove a pod: its whole block (or its exclusive sets) and memory go back."""

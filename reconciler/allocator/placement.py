@@ -3,9 +3,10 @@ assignment and cpuset) or the kubelet's reason to reject it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.topology import CPUTopology
 from reconciler.kube import PodSpec
 from reconciler.pools import Assignment
@@ -92,6 +93,10 @@ class Rejection:
     # CPUs the kubelet took out of the default set before it refused, and never gives back
     # (a pod-level block whose carving failed; docs/design.md#allocator).
     leaked: frozenset[int] = frozenset()
+    # The memory manager's machine state once the stale-state sweep has given back what
+    # the refused pod's containers had been given: groups a block set stay set
+    # (docs/design.md#memory-in-the-model). None when nothing was given.
+    memory_after: MachineState | None = field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:

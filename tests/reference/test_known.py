@@ -645,3 +645,23 @@ def test_more_numa_nodes_than_the_limit_need_max_allowable_numa_nodes() -> None:
     with pytest.raises(ModelError, match="should not be less than 8"):
         ModelConfig(topology_policy="best-effort", max_numa_nodes=4)
     ModelConfig(max_numa_nodes=4)  # the none policy reads no option (test_options.py)
+
+
+# Memory cases (the --memory mix, random_case(..., memory=True)) the runner found while the
+# model learnt the memory manager (docs/design.md#memory-in-the-model): the init containers
+# AddContainer drops (1000008) and a restart places again (1000036), the CPU block that leaks
+# when AllocatePod fails on memory at a restart (1000007), the start check on a node under
+# blocks of different NUMA sets (1000020), the sweep after a refusal (20261264783680).
+MEMORY_SEEDS = [("1.37", 1000007), ("1.37", 1000008), ("1.37", 1000020), ("1.37", 1000036),
+                ("1.35", 20261264783680)]
+
+
+@pytest.mark.parametrize(("version", "seed"), MEMORY_SEEDS,
+                         ids=[f"{v}-{s}" for v, s in MEMORY_SEEDS])
+def test_memory_cases_the_runner_found(version: str, seed: int,
+                                       need_reference: Callable[[str], None]) -> None:
+    from bench.reference import random_case
+    need_reference(version)
+    with Reference(version) as ref:
+        outcome = run_case(ref, random_case(seed, version, memory=True))
+    assert outcome.agrees, outcome.disagreements
