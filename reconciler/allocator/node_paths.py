@@ -64,10 +64,15 @@ class NodePaths(NodeHints):
         (``_devices_at_start``); too few then fails the start, not the admission."""
         if work.dev is None:
             return
+        at_start = pod is not None and self._devices_at_start(pod)
+        if at_start and pod is not None \
+                and (why := work.dev.unstartable(pod.uid, c)) is not None:
+            slices.device_errors[c.name] = why
+            return
         try:
             got = work.dev.take(c, hint, ordinary_init)
         except DevicesUnavailable as exc:
-            if pod is None or not self._devices_at_start(pod):
+            if not at_start:
                 raise Refused(str(exc)) from None
             slices.device_errors[c.name] = str(exc)
             return

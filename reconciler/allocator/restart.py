@@ -59,12 +59,36 @@ def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
         return RestartResult(error)
     version = kubelet or model.config.kubelet_version
     out: list[Readmission] = []
+    # The device manager starts from its checkpoint: devices of pods gone since it was last
+    # written, and of pods killed now, stay taken until sources are ready, after the pods
+    # are admitted again (its sweep skips before).
+    held_back = _stale_devices(model)
     for key, placement in list(model.pods.items()):
         reason = _readmit(model, placement, smt_first=version in ("1.35", "1.36"))
         if reason is not None:
+            before = {n: set(ids) for n, ids in model.dev_free.items()}
             model.release(*key)
+            for name, ids in model.dev_free.items():
+                held_back.setdefault(name, set()).update(ids - before.get(name, set()))
+                ids.intersection_update(before.get(name, set()))
         out.append(Readmission(placement.uid, reason is None, reason or ""))
+    for name, ids in held_back.items():
+        model.dev_free.setdefault(name, set()).update(ids)
     return RestartResult(None, tuple(out))
+
+
+def _stale_devices(model: NodeModel) -> dict[str, set[str]]:
+    """Takes out of the free devices those the device checkpoint still gives to pods that
+    are gone, and returns them."""
+    stale: dict[str, set[str]] = {}
+    for key, by_resource in model._dev_ckpt.items():
+        if key in model.pods:
+            continue
+        for name, ids in by_resource.items():
+            gone = set(ids) & model.dev_free.get(name, set())
+            model.dev_free.get(name, set()).difference_update(gone)
+            stale.setdefault(name, set()).update(gone)
+    return stale
 
 
 def start_error(model: NodeModel) -> str | None:
@@ -104,7 +128,8 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
              for c, init in in_start_order(pod)}
     held = _entries(old) if pinned else {}
     hint: frozenset[int] | None = None
-    if model.config.topology_policy != "none" and (pinned or model._dev_held.get(old.key)):
+    asks_devices = bool(model.devices) and bool(pod_request(pod, model.devices))
+    if model.config.topology_policy != "none" and (pinned or asks_devices):
         ok, hint = _held_affinity(model, old, wants, held)
         if not ok:
             return _POD_LEVEL_REFUSAL if old.block else _REFUSAL
@@ -129,7 +154,7 @@ def _held_affinity(model: NodeModel, old: PodPlacement, wants: dict[str, int],
         requested = len(old.block) if old.block else pod_guaranteed_cpus(pod) \
             if any(wants.values()) else 0
         containers = [(wants[n], held.get(n)) for n in wants]
-        request = pod_request(pod, model.devices) if dev_held else {}
+        request = pod_request(pod, model.devices)
         if not request:
             return model.held_pod_hint(requested, containers)
         union: dict[str, set[str]] = {}
@@ -141,7 +166,7 @@ def _held_affinity(model: NodeModel, old: PodPlacement, wants: dict[str, int],
                                                                          containers))
     for c, _ in in_start_order(pod):
         n, mine = wants[c.name], held.get(c.name, frozenset())
-        request = container_request(c, model.devices) if dev_held else {}
+        request = container_request(c, model.devices)
         if request:
             devices = held_hints(model.devices, request, dev_held.get(c.name, {}),
                                  model.dev_free, numa, version)

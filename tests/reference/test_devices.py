@@ -39,6 +39,13 @@ FOUND = [
     ("1.37", 13000055, "held devices' hints at a restart"),
     # A plugin's preferred allocation decides among the hinted devices.
     ("1.37", 13000044, "preferred allocation"),
+    # A plugin that asks for PreStartContainer fails the start of a container that gets
+    # its devices at start (a pod-level pod under the pod scope): it is asked before the
+    # devices are allocated.
+    ("1.37", 14000069, "PreStartContainer before the allocation at start"),
+    # A restart reads the device checkpoint as last written, with the devices of pods gone
+    # since: they stay taken while the pods are admitted again.
+    ("1.37", 14000118, "a stale device checkpoint at a restart"),
 ]
 
 
