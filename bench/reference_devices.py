@@ -34,7 +34,7 @@ def random_devices(rng: random.Random, numa_nodes: tuple[int, ...]) -> NodeDevic
     """One to three resources of one to eight devices. Each resource's devices sit on one
     NUMA node each, now and then on two, or (one resource in six) have no topology; a few
     devices of a resource with topology may have none. Half the plugins offer a preferred
-    allocation, in an order of their own."""
+    allocation, in an order of their own; the others ask for PreStartContainer."""
     devices: dict[str, list[Device]] = {}
     preference: dict[str, list[str]] = {}
     for kind in rng.sample(_KINDS, rng.randint(1, 3)):
@@ -53,7 +53,8 @@ def random_devices(rng: random.Random, numa_nodes: tuple[int, ...]) -> NodeDevic
             order = [d.id for d in devs]
             rng.shuffle(order)
             preference[name] = order
-    return NodeDevices.of(devices, preference)
+    # A plugin without a preferred allocation asks for PreStartContainer instead.
+    return NodeDevices.of(devices, preference, set(devices) - set(preference))
 
 
 def _ask(rng: random.Random, c: ContainerSpec, devices: NodeDevices, most: int
@@ -94,13 +95,14 @@ def with_devices(case: Case, version: str, seed: int, *, always: bool = False) -
 
 def setup_devices(devices: NodeDevices) -> list[dict[str, Any]]:
     """The reference's ``devices`` setup: each resource's devices in its plugin's order of
-    preference (by ID when it offers none)."""
+    preference (by ID when it offers none), and whether it asks for PreStartContainer."""
     preference = dict(devices.preference)
     out = []
     for name, devs in devices.resources:
         by_id = {d.id: d for d in devs}
         order = preference.get(name, tuple(by_id))
         out.append({"name": name, "preferred": name in preference,
+                    "pre_start": name in devices.pre_start,
                     "devices": [{"id": i, "numa": list(by_id[i].numa)} for i in order]})
     return out
 
@@ -174,6 +176,10 @@ def compare_devices(model: NodeModel, state: Mapping[str, Any], live: Mapping[st
     out: list[str] = []
     placed = {p.uid: p for p in model.pods.values()}
     errors = state.get("device_start_errors") or {}
+    listed = {name: len(devs) for name, devs in model.devices.resources}
+    if state.get("device_allocatable", listed) != listed:
+        out.append(f"device allocatable: kubelet {state.get('device_allocatable')}, model "
+                   f"{listed}")
     for uid, pod in live.items():
         p = placed.get(uid)
         kubelet = _kubelet_held(state, uid)

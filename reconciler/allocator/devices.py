@@ -52,6 +52,8 @@ class NodeDevices:
     # Resources whose plugin answers ``GetPreferredAllocation``, with its order of
     # preference (device IDs): the devices it must include, then these, up to the size.
     preference: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Resources whose plugin asks for ``PreStartContainer`` before a container starts.
+    pre_start: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.resources)
@@ -62,9 +64,11 @@ class NodeDevices:
 
     @classmethod
     def of(cls, devices: Mapping[str, Iterable[Device]],
-           preference: Mapping[str, Iterable[str]] | None = None) -> NodeDevices:
+           preference: Mapping[str, Iterable[str]] | None = None,
+           pre_start: Iterable[str] = ()) -> NodeDevices:
         """``preference``: per resource whose plugin offers a preferred allocation, its
-        order of the resource's devices."""
+        order of the resource's devices; ``pre_start``: resources whose plugin asks for
+        ``PreStartContainer``."""
         prefs = {name: tuple(order) for name, order in (preference or {}).items()}
         for name, order in prefs.items():
             known = {d.id for d in devices.get(name, ())}
@@ -78,7 +82,7 @@ class NodeDevices:
             if len(set(ids)) != len(ids):
                 raise DeviceError(f"{name}: a device ID is listed twice")
             out.append((name, devs))
-        return cls(tuple(out), tuple(sorted(prefs.items())))
+        return cls(tuple(out), tuple(sorted(prefs.items())), frozenset(pre_start))
 
     @classmethod
     def parse(cls, specs: Iterable[str], numa_nodes: Iterable[int] | None = None
@@ -456,6 +460,16 @@ class DeviceWork:
     def pod_hints(self, pod: PodSpec) -> dict[str, list[Hint] | None]:
         return provider_hints(self.devices, pod_request(pod, self.devices), self.free, {},
                               self._numa, self._version)
+
+    def unstartable(self, pod_uid: str, c: ContainerSpec) -> str | None:
+        """Why ``GetDeviceRunContainerOptions`` fails a container that holds no devices yet:
+        it asks ``PreStartContainer`` of each plugin that wants it before it allocates, and
+        with nothing allocated that fails (``callPreStartContainerIfNeeded``)."""
+        for name in sorted(container_request(c, self.devices)):
+            if name in self.devices.pre_start:
+                return (f"no devices found allocated in local cache for pod {pod_uid}, "
+                        f"container {c.name}, resource {name}")
+        return None
 
     def take(self, c: ContainerSpec, hint: frozenset[int] | None, ordinary_init: bool
              ) -> tuple[DeviceAlloc, ...]:

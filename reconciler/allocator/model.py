@@ -140,11 +140,23 @@ class NodeModel(NodePaths):
             self._dev_held[placement.key] = work.dev.containers
             if work.dev.misses:
                 self.device_misses[placement.key] = work.dev.misses
+            if any(work.dev.containers.values()):
+                self._write_device_checkpoint()
         self.device_picks.pop(pod.uid, None)
         for c in placement.containers:
             if c.assignment == "node_exclusive":
                 self._admitted[(*placement.key, c.name)] = c.exclusive
         return placement
+
+    def _write_device_checkpoint(self) -> None:
+        out: dict[tuple[str, str], dict[str, frozenset[str]]] = {}
+        for key, by_container in self._dev_held.items():
+            pod: dict[str, frozenset[str]] = {}
+            for by_resource in by_container.values():
+                for name, ids in by_resource.items():
+                    pod[name] = pod.get(name, frozenset()) | ids
+            out[key] = pod
+        self._dev_ckpt = out
 
     def plan(self, pod: PodSpec) -> tuple[PodPlacement, Work] | Rejection:
         """Work out a placement without changing the state."""

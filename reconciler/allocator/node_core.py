@@ -47,6 +47,11 @@ class NodeCore:
         # choice allows them, and by pod the "container/resource" where it does not.
         self.device_picks: dict[str, dict[str, dict[str, frozenset[str]]]] = {}
         self.device_misses: dict[tuple[str, str], list[str]] = {}
+        # The device manager's checkpoint as last written (it writes when it allocates, not
+        # when it drops a gone pod's devices): by pod, resource and IDs. A restart reads it
+        # back, and the devices of pods no longer there stay taken until the restart is
+        # over (restart.py).
+        self._dev_ckpt: dict[tuple[str, str], dict[str, frozenset[str]]] = {}
         self.reserved: frozenset[int] = self._reserve()
         online = topo.online
         # CPUs that may be handed out exclusively: default set − reserved.

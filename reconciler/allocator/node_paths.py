@@ -68,10 +68,15 @@ class NodePaths(NodeHints):
         if work.dev is None:
             return
         work.dev.walked = True
+        at_start = pod is not None and self._devices_at_start(pod)
+        if at_start and pod is not None \
+                and (why := work.dev.unstartable(pod.uid, c)) is not None:
+            slices.device_errors[c.name] = why
+            return
         try:
             got = work.dev.take(c, hint, ordinary_init)
         except DevicesUnavailable as exc:
-            if pod is None or not self._devices_at_start(pod):
+            if not at_start:
                 raise Refused(str(exc)) from None
             slices.device_errors[c.name] = str(exc)
             return

@@ -64,12 +64,36 @@ def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
         return RestartResult(error)
     version = kubelet or model.config.kubelet_version
     out: list[Readmission] = []
+    # The device manager starts from its checkpoint: devices of pods gone since it was last
+    # written, and of pods killed now, stay taken until sources are ready, after the pods
+    # are admitted again (its sweep skips before).
+    held_back = _stale_devices(model)
     for key, placement in list(model.pods.items()):
         reason = _readmit(model, placement, smt_first=version in ("1.35", "1.36"))
         if reason is not None:
+            before = {n: set(ids) for n, ids in model.dev_free.items()}
             model.release(*key)
+            for name, ids in model.dev_free.items():
+                held_back.setdefault(name, set()).update(ids - before.get(name, set()))
+                ids.intersection_update(before.get(name, set()))
         out.append(Readmission(placement.uid, reason is None, reason or ""))
+    for name, ids in held_back.items():
+        model.dev_free.setdefault(name, set()).update(ids)
     return RestartResult(None, tuple(out))
+
+
+def _stale_devices(model: NodeModel) -> dict[str, set[str]]:
+    """Takes out of the free devices those the device checkpoint still gives to pods that
+    are gone, and returns them."""
+    stale: dict[str, set[str]] = {}
+    for key, by_resource in model._dev_ckpt.items():
+        if key in model.pods:
+            continue
+        for name, ids in by_resource.items():
+            gone = set(ids) & model.dev_free.get(name, set())
+            model.dev_free.get(name, set()).difference_update(gone)
+            stale.setdefault(name, set()).update(gone)
+    return stale
 
 
 def start_error(model: NodeModel) -> str | None:
@@ -163,7 +187,7 @@ def _unpinned_again(model: NodeModel, old: PodPlacement) -> str | None:
         return None
     if old.block_memory:
         return _memory_pod_again(model, old)
-    if not model._dev_held.get(old.key):
+    if not (model.devices and pod_request(old.spec, model.devices)):
         return None
     if model.config.scope == "pod":
         ok = model.merge_held(None, None, 0, _held_device_hints(model, old))[0]
@@ -178,10 +202,11 @@ def _unpinned_again(model: NodeModel, old: PodPlacement) -> str | None:
 def _held_device_hints(model: NodeModel, old: PodPlacement, c: ContainerSpec | None = None
                        ) -> dict[str, list[Hint] | None]:
     """The device manager's hints regenerated from the devices held (``held_hints``): the
-    pod's, over every container's devices, or container ``c``'s; empty when it asks none."""
-    dev_held = model._dev_held.get(old.key)
-    if not dev_held:
+    pod's, over every container's devices, or container ``c``'s (none held: from the free
+    ones); empty when it asks none."""
+    if not model.devices:
         return {}
+    dev_held = model._dev_held.get(old.key, {})
     numa, version = model.topo.numa_nodes, model.config.kubelet_version
     if c is not None:
         request = container_request(c, model.devices)

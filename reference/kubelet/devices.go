@@ -45,8 +45,10 @@ type deviceResource struct {
 	Name string `json:"name"`
 	// Preferred: the plugin offers GetPreferredAllocation, answering the devices it must
 	// include, then the available ones in the order of Devices, up to the size asked.
-	Preferred bool         `json:"preferred"`
-	Devices   []deviceSpec `json:"devices"`
+	Preferred bool `json:"preferred"`
+	// PreStart: the plugin asks for PreStartContainer before each container starts.
+	PreStart bool         `json:"pre_start"`
+	Devices  []deviceSpec `json:"devices"`
 }
 
 type deviceSpec struct {
@@ -211,6 +213,12 @@ func (n *node) reportDevices(r *stateReport) {
 			r.DeviceStartErrors[uid] = errs
 		}
 	}
+	// What the node status would advertise (GetCapacity, as the kubelet's status update
+	// asks it).
+	r.DeviceAllocatable = map[string]int64{}
+	for name, q := range deviceAllocatable(n) {
+		r.DeviceAllocatable[string(name)] = q.Value()
+	}
 }
 
 // forgetPod drops what the node remembers of a deleted pod's container starts.
@@ -288,13 +296,18 @@ func (p *fakePlugin) register(ctx context.Context, kubeletSock string) error {
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version: pluginapi.Version, Endpoint: p.socket(), ResourceName: p.res.Name,
-		Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.res.Preferred},
+		Options: p.options(),
 	})
 	return err
 }
 
+func (p *fakePlugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.res.Preferred,
+		PreStartRequired: p.res.PreStart}
+}
+
 func (p *fakePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: p.res.Preferred}, nil
+	return p.options(), nil
 }
 
 func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
@@ -345,10 +358,27 @@ func (p *fakePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Pr
 	return resp, nil
 }
 
+// Allocate answers what a real plugin hands the runtime (an environment variable, a mount,
+// a device node, an annotation and a CDI device per device), so that the manager's run
+// options and checkpoint carry them; nothing is attached to anything.
 func (p *fakePlugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	kind := p.res.Name[strings.LastIndex(p.res.Name, "/")+1:]
 	resp := &pluginapi.AllocateResponse{}
-	for range req.ContainerRequests {
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{})
+	for _, c := range req.ContainerRequests {
+		ids := append([]string(nil), c.DevicesIds...)
+		sort.Strings(ids)
+		r := &pluginapi.ContainerAllocateResponse{
+			Envs:        map[string]string{"FAKE_" + strings.ToUpper(kind): strings.Join(ids, ",")},
+			Annotations: map[string]string{"fake.example.com/" + kind: strings.Join(ids, ",")},
+		}
+		for _, id := range ids {
+			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: "/run/fake/" + id,
+				HostPath: filepath.Join(p.dir, id), ReadOnly: true})
+			r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/fake-" + id,
+				HostPath: "/dev/null", Permissions: "rw"})
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: p.res.Name + "=" + id})
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	return resp, nil
 }

@@ -2,8 +2,16 @@
 
 package main
 
-import "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+)
 
 func allocatableDevices(n *node) devicemanager.ResourceDeviceInstances {
 	return n.devs.dm.GetAllocatableDevices(n.logger)
+}
+
+func deviceAllocatable(n *node) v1.ResourceList {
+	_, allocatable, _ := n.devs.dm.GetCapacity(n.logger)
+	return allocatable
 }

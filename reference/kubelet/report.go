@@ -16,6 +16,7 @@ type stateReport struct {
 	// start failed to get theirs (devices.go); absent on a node without devices.
 	Devices           map[string]map[string]map[string][]string `json:"devices,omitempty"`
 	DeviceStartErrors map[string]map[string]string              `json:"device_start_errors,omitempty"`
+	DeviceAllocatable map[string]int64                          `json:"device_allocatable,omitempty"`
 	// GetAllocatableCPUs: what the PodResources server reports as allocatable.
 	Allocatable string `json:"allocatable"`
 	// The checkpoint files, byte for byte, and the directory they are in.

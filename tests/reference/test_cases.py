@@ -12,11 +12,34 @@ def test_without_the_new_streams_a_seed_keeps_its_case() -> None:
         plain = random_case(seed, "1.37", topology_options=False)
         assert plain.topo.distances == () and not plain.config.prefer_closest_numa
         assert plain.config.memory_policy == "None" and plain.reserved_memory == ()
-        full = random_case(seed, "1.37")
+        full = random_case(seed, "1.37", devices=False)
         if len(full.topo.numa_nodes) <= 8:  # no machine of many NUMA nodes drawn
             assert full.topo.cpus == plain.topo.cpus
             # The CPU manager's stream adds reconcile steps only (bench/reference_cpu.py).
             assert [op for op in full.ops if op[0] != "reconcile"] == plain.ops
+
+
+def test_devices_only_add_extended_resources() -> None:
+    with_devices = 0
+    for seed in range(60):
+        plain = random_case(seed, "1.35", devices=False)
+        case = random_case(seed, "1.35")
+        with_devices += bool(case.devices)
+        assert case.topo == plain.topo and case.config == plain.config
+        assert len(case.ops) == len(plain.ops)
+        for (op, pod), (op0, pod0) in zip(case.ops, plain.ops, strict=True):
+            assert op == op0
+            if pod is None or pod0 is None:
+                assert pod is pod0
+                continue
+            strip = [(c.name, c.resources.cpu_request_m, c.resources.memory_limit)
+                     for c in (*pod.containers, *pod.init_containers)]
+            assert strip == [(c.name, c.resources.cpu_request_m, c.resources.memory_limit)
+                             for c in (*pod0.containers, *pod0.init_containers)]
+            served = set(case.devices.by_name)
+            assert all(name in served for c in (*pod.containers, *pod.init_containers)
+                       for name, _ in c.resources.extended)
+    assert 5 <= with_devices <= 35  # about three in ten
 
 
 def test_distances_are_symmetric_and_uneven() -> None:

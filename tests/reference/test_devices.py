@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.reference import Reference, random_case, run, run_case
+from tests.reference.known import classify
 
 CASES = int(os.environ.get("PODRES_REFERENCE_DEVICE_CASES", "20"))
 SEED = int(os.environ.get("PODRES_REFERENCE_SEED", "20261202"))
@@ -20,7 +21,8 @@ def test_devices_agree_with_the_kubelets_device_manager(
         version: str, need_reference: Callable[[str], None]) -> None:
     need_reference(version)
     bad = [o.case.describe() + "\n  " + "\n  ".join(o.disagreements)
-           for o in run(version, SEED, CASES, devices=True) if not o.agrees]
+           for o in run(version, SEED, CASES, devices=True)
+           if not o.agrees and classify(o) is None]
     assert not bad, f"{len(bad)} of {CASES} device workloads disagree:\n" + "\n".join(bad[:3])
 
 
@@ -39,6 +41,13 @@ FOUND = [
     ("1.37", 13000055, "held devices' hints at a restart"),
     # A plugin's preferred allocation decides among the hinted devices.
     ("1.37", 13000044, "preferred allocation"),
+    # A plugin that asks for PreStartContainer fails the start of a container that gets
+    # its devices at start (a pod-level pod under the pod scope): it is asked before the
+    # devices are allocated.
+    ("1.37", 14000069, "PreStartContainer before the allocation at start"),
+    # A restart reads the device checkpoint as last written, with the devices of pods gone
+    # since: they stay taken while the pods are admitted again.
+    ("1.37", 14000118, "a stale device checkpoint at a restart"),
 ]
 
 
