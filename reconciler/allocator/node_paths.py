@@ -37,6 +37,18 @@ Merged = tuple[frozenset[int] | None, bool]  # the topology manager's hint, and 
 _HELD_REFUSAL = "TopologyAffinityError: Resources cannot be allocated with Topology locality"
 
 
+def _record(c: ContainerSpec, ordinary_init: bool, got: frozenset[int],
+            blocks: tuple[MemoryBlock, ...], slices: Slices) -> None:
+    """What one container of the legacy path took, in the slices of its pod."""
+    if ordinary_init:
+        slices.reusable |= got
+        if got:
+            slices.init[c.name] = got
+    else:
+        slices.exclusive[c.name] = got
+        slices.memory[c.name] = blocks
+
+
 class NodePaths(NodeHints):
     """The model node with the static policy's placement paths."""
 
@@ -225,7 +237,7 @@ class NodePaths(NodeHints):
         what = f"container {c.name}"
         if held is not None and n:
             hint = self._keep_held(n, held, merged[0], work, what)
-            self._record(c, ordinary_init, held, (), slices)
+            _record(c, ordinary_init, held, (), slices)
             return hint, True
         dev_hints = work.dev.container_hints(c) if work.dev else None
         mem = {} if self._skipped(pod) else self.memory_requested(pod, c)
@@ -249,7 +261,7 @@ class NodePaths(NodeHints):
             blocks = self.allocate_memory(pod, c, ordinary_init, merged, work)
         except Refused as exc:
             raise Refused(f"{what}: {exc}") from None
-        self._record(c, ordinary_init, got, blocks, slices)
+        _record(c, ordinary_init, got, blocks, slices)
         return merged
 
     def _nothing_asked(self) -> Merged:
@@ -261,17 +273,6 @@ class NodePaths(NodeHints):
         if policy == "single-numa-node":
             return None, True
         return frozenset(self.topo.numa_nodes), True
-
-    @staticmethod
-    def _record(c: ContainerSpec, ordinary_init: bool, got: frozenset[int],
-                blocks: tuple[MemoryBlock, ...], slices: Slices) -> None:
-        if ordinary_init:
-            slices.reusable |= got
-            if got:
-                slices.init[c.name] = got
-        else:
-            slices.exclusive[c.name] = got
-            slices.memory[c.name] = blocks
 
     def _pod_scope(self, pod: PodSpec, budget: int, work: Work,
                    merged: Merged | Auto = AUTO) -> PodPlacement:
