@@ -174,8 +174,10 @@ def test_container_lines_are_used_for_plain_names_only() -> None:
     family = "podres_container_cpus"
     plain = reconcile(NodeSnapshot((PodAlloc("ns", "p", (ContainerAlloc("c", (1,)),)),)))
     rows = exposition._per_pod_samples(plain, 1000)[0]
-    assert rows[family] == f'{family}{{namespace="ns",pod="p",container="c",' \
-                           'assignment="node_exclusive"} 1\n'
+    written = rows[family]
+    assert isinstance(written, exposition._Written)
+    assert "".join(written.pieces) == f'{family}{{namespace="ns",pod="p",container="c",' \
+                                      'assignment="node_exclusive"} 1\n'
     hostile = reconcile(NodeSnapshot((PodAlloc("ns", 'p"', (ContainerAlloc("c"),)),)))
     assert exposition._per_pod_samples(hostile, 1000)[0][family] == [
         (("ns", 'p"', "c", "node_shared"), 0)]
