@@ -70,25 +70,23 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # no identity is reused meanwhile.
     reports: dict[int, tuple[bool, bool, bool, bool, bool]] = {}
     pod_names = set(map(_POD_NAME_OF, snapshot.pods))
-    names_once = len(pod_names) == len(snapshot.pods)
+    names_once = len(pod_names) == len(snapshot.pods)  # and, below, in each pod
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
     memory_assigned: list[Assignment] = []
-    holding: list[PodAlloc] = []  # the pods whose containers hold devices
     for index, pod in enumerate(snapshot.pods):
-        spec = specs.get((pod.namespace, pod.name)) if specs else None
-        reported = reports.get(id(pod.containers))
+        # PodAlloc's fields in order (unpacking fails loudly if it changes shape).
+        namespace, name, pod_containers, cpu_ids, pod_mem_blocks = pod
+        spec = specs.get((namespace, name)) if specs else None
+        reported = reports.get(id(pod_containers))
         if reported is None:
-            reported = reports[id(pod.containers)] = _reports(pod.containers)
-        if not reported[2]:
-            names_once = False
-        if reported[4]:
-            holding.append(pod)
-        if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
-            view, pod_mem = _reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
-                                           bool(pod.memory) or reported[1], facts, ownership,
-                                           log, containers, pods, placement, device_checks)
+            reported = reports[id(pod_containers)] = _reports(pod_containers)
+        if cpu_ids or pod_mem_blocks or reported[0] or reported[1]:
+            view, pod_mem = _reconcile_pod(index, pod, spec, bool(cpu_ids) or reported[0],
+                                           bool(pod_mem_blocks) or reported[1], facts,
+                                           ownership, log, containers, pods, placement,
+                                           device_checks)
             memory.append(pod_mem)
             cpu_assigned += view.assignments
             memory_assigned += pod_mem.assignments
@@ -96,11 +94,16 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         # The common case: the pod reports nothing and owns nothing, so only its spec can
         # show something wrong.
         pods.append(plain_pod_entries(pod, spec, containers))
-        node_shared_containers += len(pod.containers)
+        node_shared_containers += len(pod_containers)
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
-                                                all_node_shared(len(pod.containers))[0],
+                                                all_node_shared(len(pod_containers))[0],
                                                 facts.pod_level_managers))
+    # Each name once in every pod, and the pods holding devices: from the facts of each
+    # distinct containers tuple, not looked at again pod by pod.
+    names_once = names_once and all(r[2] for r in reports.values())
+    holding = ([pod for pod in snapshot.pods if reports[id(pod.containers)][4]]
+               if any(r[4] for r in reports.values()) else [])
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
