@@ -31,6 +31,7 @@ from reconciler.ledger import (
     ContainerRun,
     DistinctContainers,
     Ledger,
+    PodEntries,
     PodEntry,
     each_entry,
 )
@@ -74,6 +75,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
+    holding: list[int] = []  # where the entries of pods that report anything are
     memory_assigned: list[Assignment] = []
     for index, pod in enumerate(snapshot.pods):
         # PodAlloc's fields in order (unpacking fails loudly if it changes shape).
@@ -83,6 +85,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         if reported is None:
             reported = reports[id(pod_containers)] = _reports(pod_containers)
         if cpu_ids or pod_mem_blocks or reported[0] or reported[1]:
+            holding.append(len(pods))
             view, pod_mem = _reconcile_pod(index, pod, spec, bool(cpu_ids) or reported[0],
                                            bool(pod_mem_blocks) or reported[1], facts,
                                            ownership, log, containers, pods, placement,
@@ -102,12 +105,14 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # Each name once in every pod, and the pods holding devices: from the facts of each
     # distinct containers tuple, not looked at again pod by pod.
     names_once = names_once and all(r[2] for r in reports.values())
-    holding = ([pod for pod in snapshot.pods if reports[id(pod.containers)][4]]
-               if any(r[4] for r in reports.values()) else [])
+    with_devices = ([pod for pod in snapshot.pods if reports[id(pod.containers)][4]]
+                    if any(r[4] for r in reports.values()) else [])
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
     pools, by_numa, cells = cpu_pools(facts, ownership.owner)
+    entries = PodEntries(pods, tuple(holding))
+    held = entries.held
     count = len(cpu_assigned) + node_shared_containers  # the entries, built or not
     return Ledger(
         node_name=snapshot.node_name,
@@ -117,18 +122,18 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools=pools,
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
-        pods=tuple(pods),
+        pods=entries,
         containers=DistinctContainers(
             tuple(containers), count, _counts(cpu_assigned, count), _counts(memory_assigned, count),
             all(r[3] for r in reports.values()) and _plain("".join(chain.from_iterable(pod_names))),
         ) if names_once else tuple(each_entry(containers)),
-        reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
-        reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
+        reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, held))),
+        reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, held))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
-        devices=device_ledger(snapshot, facts, holding),
+        devices=device_ledger(snapshot, facts, with_devices),
     )
 
 

@@ -24,7 +24,7 @@ from exporter.metrics.catalogue import (
     SelfFamily,
     SelfState,
 )
-from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger
+from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger, PodEntries
 
 _PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
 _POD_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, PodFamily))
@@ -209,7 +209,10 @@ def _per_pod_samples(ledger: Ledger, max_series: int,
     repeated series (the common case) takes one call of each family for all its pods or
     containers."""
     containers = ledger.containers
-    rows = {f.name: list(f.samples(ledger.pods) or ()) for f in _POD_FAMILIES}
+    # Only the pods that hold anything give per-pod series, in order: told by the
+    # reconciler, or all of them looked at.
+    pods = ledger.pods.held if isinstance(ledger.pods, PodEntries) else ledger.pods
+    rows = {f.name: list(f.samples(pods) or ()) for f in _POD_FAMILIES}
     rows.update({f.name: list(f.samples(containers) or ()) for f in _CONTAINER_FAMILIES
                  if f not in _CONTAINER_LINES})
     # A family with ``lines`` has a series per container.
