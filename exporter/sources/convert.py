@@ -95,6 +95,7 @@ class _ListReader:
         pods: list[PodAlloc] = []
         add = pods.append
         tails, new = self.tails, tuple.__new__
+        namespaces: dict[bytes, str] = {}
         i, end = 0, len(data)
         try:
             while i < end:
@@ -122,8 +123,13 @@ class _ListReader:
                         rest = tails.get(tail)
                         if rest is None:
                             rest = tails[tail] = self._pod_rest(tail)
-                        add(new(PodAlloc, (data[j + 2:k].decode(), data[i + 2:j].decode(),
-                                           *rest)))
+                        # A node's namespaces are few: one string each, shared by its
+                        # pods (and by their ledger entries, held until the next change).
+                        raw_namespace = data[j + 2:k]
+                        namespace = namespaces.get(raw_namespace)
+                        if namespace is None:
+                            namespace = namespaces[raw_namespace] = raw_namespace.decode()
+                        add(new(PodAlloc, (namespace, data[i + 2:j].decode(), *rest)))
                     else:
                         add(self._pod(i, stop))
                 except (_Unexpected, UnicodeDecodeError):

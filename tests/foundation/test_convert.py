@@ -376,3 +376,11 @@ def test_any_memory_blocks_read_as_their_fields(
     check(Message(pod_resources=[api_pb2.PodResources(
         namespace="ns", name="p", memory=memory,
         containers=[api_pb2.ContainerResources(name="app", memory=memory[::-1])])]))
+
+
+def test_pods_of_one_namespace_share_its_name() -> None:
+    pods = pods_from_wire(Message(pod_resources=[
+        api_pb2.PodResources(name=f"p{i}", namespace=ns)
+        for i, ns in enumerate(["team-a", "team-b", "team-a", "team-a"])]).SerializeToString())
+    assert [p.namespace for p in pods] == ["team-a", "team-b", "team-a", "team-a"]
+    assert pods[0].namespace is pods[2].namespace is pods[3].namespace
