@@ -10,6 +10,7 @@ their order in the ledger. Pod-level and container-level lists are never added t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 
@@ -28,6 +29,7 @@ from reconciler.kube import PodSpec
 from reconciler.kubelet_topology import Divergence, divergences
 from reconciler.ledger import (
     ASSIGNMENTS,
+    ContainerEntry,
     ContainerRun,
     DistinctContainers,
     Ledger,
@@ -71,7 +73,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # no identity is reused meanwhile.
     reports: dict[int, tuple[bool, bool, bool, bool, bool]] = {}
     pod_names = set(map(_POD_NAME_OF, snapshot.pods))
-    names_once = len(pod_names) == len(snapshot.pods)  # and, below, in each pod
+    names_once = len(pod_names) == len(snapshot.pods)
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
@@ -102,11 +104,6 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
             log.extend(index, missing_exclusive(pod, spec,
                                                 all_node_shared(len(pod_containers))[0],
                                                 facts.pod_level_managers))
-    # Each name once in every pod, and the pods holding devices: from the facts of each
-    # distinct containers tuple, not looked at again pod by pod.
-    names_once = names_once and all(r[2] for r in reports.values())
-    with_devices = ([pod for pod in snapshot.pods if reports[id(pod.containers)][4]]
-                    if any(r[4] for r in reports.values()) else [])
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
@@ -123,18 +120,40 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
         pods=entries,
-        containers=DistinctContainers(
-            tuple(containers), count, _counts(cpu_assigned, count), _counts(memory_assigned, count),
-            all(r[3] for r in reports.values()) and _plain("".join(chain.from_iterable(pod_names))),
-        ) if names_once else tuple(each_entry(containers)),
+        containers=_container_entries(containers, count, cpu_assigned, memory_assigned,
+                                      reports, pod_names if names_once else None),
         reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, held))),
         reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, held))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
-        devices=device_ledger(snapshot, facts, with_devices),
+        devices=device_ledger(snapshot, facts, _with_devices(snapshot.pods, reports)),
     )
+
+
+def _container_entries(runs: list[ContainerRun], count: int, cpu_assigned: list[Assignment],
+                       memory_assigned: list[Assignment],
+                       reports: dict[int, tuple[bool, bool, bool, bool, bool]],
+                       pod_names: set[tuple[str, str]] | None) -> Sequence[ContainerEntry]:
+    """The ledger's container entries: a ``DistinctContainers`` when every pod was listed
+    once (``pod_names``, else None) and names each container once, a tuple otherwise. Told
+    by the facts of each distinct containers tuple (``reports``), not looked at again pod
+    by pod."""
+    if pod_names is None or not all(r[2] for r in reports.values()):
+        return tuple(each_entry(runs))
+    plain = (all(r[3] for r in reports.values())
+             and _plain("".join(chain.from_iterable(pod_names))))
+    return DistinctContainers(tuple(runs), count, _counts(cpu_assigned, count),
+                              _counts(memory_assigned, count), plain)
+
+
+def _with_devices(pods: Sequence[PodAlloc],
+                  reports: dict[int, tuple[bool, bool, bool, bool, bool]]) -> list[PodAlloc]:
+    """The pods whose containers hold devices, from the facts of each distinct tuple."""
+    if not any(r[4] for r in reports.values()):
+        return []
+    return [pod for pod in pods if reports[id(pod.containers)][4]]
 
 
 # The last divergence check: (topology, policy, NUMA limit, result). A node's topology is
