@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import reference_cpu
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
 from reconciler.allocator.placement import PodPlacement, Rejection
@@ -177,7 +178,8 @@ class Reference:
 
 @dataclass
 class Case:
-    """A node and a script of operations: ("admit", pod), ("remove", pod), ("restart",)."""
+    """A node and a script of operations: ("admit", pod), ("remove", pod), ("restart",),
+    ("reconcile",) (bench/reference_cpu.py)."""
 
     seed: int
     topo: CPUTopology
@@ -198,7 +200,8 @@ class Case:
                 f"topology {c.topology_policy}/{c.scope} {topo_options or '-'}, options "
                 f"{','.join(sorted(c.options)) or '-'}, reserved "
                 f"{format_cpuset(c.reserved_cpus) if c.reserved_cpus else f'{c.reserved_cpu_m}m'}"
-                f", pod-level {'on' if c.pod_level else 'off'}")
+                f", pod-level {'on' if c.pod_level else 'off'}"
+                f"{'' if c.static else f', CPU policy {c.cpu_policy}'}")
 
 
 def random_topology(rng: random.Random) -> CPUTopology:
@@ -362,7 +365,8 @@ def _with_topology_options(case: Case, version: str, seed: int) -> Case:
     with or without max-allowable-numa-nodes."""
     rng = random.Random(f"{version}:{seed}:topology-options")
     topo = case.topo
-    if rng.random() < 0.08:
+    many = rng.random() < 0.08
+    if many:
         topo = _many_numa(rng)
     topo = CPUTopology(topo.cpus, topo.memory, topo.uncore, topo.counts,
                        random_distances(rng, topo))
@@ -374,7 +378,9 @@ def _with_topology_options(case: Case, version: str, seed: int) -> Case:
         max_numa = rng.choice((8, 12))
     closest = rng.random() < 0.4
     config = replace(case.config, prefer_closest_numa=closest, max_numa_nodes=max_numa)
-    if topo is not case.topo and config.reserved_cpus:
+    # Only a new machine loses the reserved set drawn for the old one (an earlier test of
+    # "topo is not case.topo" dropped every explicit set, the distances making a new topology).
+    if many and config.reserved_cpus:
         config = replace(config, reserved_cpus=None, reserved_cpu_m=1000)
     return replace(case, topo=topo, config=config)
 
@@ -383,10 +389,12 @@ def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
                 topology_options: bool = True) -> Case:
     """``memory``: under the Static memory manager (:func:`_with_memory`);
     ``topology_options``: with the topology manager's options and NUMA distances
-    (:func:`_with_topology_options`; off, the case of a seed as it was before them)."""
+    (:func:`_with_topology_options`), the none CPU policy and reconcile steps
+    (bench/reference_cpu.py); off, the case of a seed as it was before them."""
     case = _random_case(seed, version, ops=ops)
     if topology_options:
         case = _with_topology_options(case, version, seed)
+        case = reference_cpu.with_cpu_manager(case, version, seed)
     return _with_memory(case, version, seed) if memory else case
 
 
@@ -434,7 +442,10 @@ def _random_case(seed: int, version: str, *, ops: int = 12) -> Case:
 def setup_request(case: Case) -> dict[str, Any]:
     c = case.config
     cpus = [{"id": cpu.id, "core": cpu.core, "socket": cpu.socket, "numa": cpu.numa_node,
-             "l3": case.topo.uncore_of[cpu.id] if case.topo.uncore else -1}
+             # A cache that is the socket's is sent as none: the kubelet then takes the
+             # socket id (getUncoreCacheID), the same grouping.
+             "l3": (case.topo.uncore_of[cpu.id] if case.topo.uncore
+                    and case.topo.uncore_of[cpu.id] != cpu.socket else -1)}
             for cpu in case.topo.cpus]
     topology_options = {}
     if c.prefer_closest_numa:
@@ -496,11 +507,8 @@ def compare(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSp
                        f"model {format_cpuset(got_pod) or '-'}")
     if model.memory_enabled:
         out += compare_memory(model, state, live)
-    want_default = parse_cpuset(state["default"])
-    if want_default != model.default_set:
-        out.append(f"default set: kubelet {format_cpuset(want_default) or '-'}, "
-                   f"model {format_cpuset(model.default_set) or '-'}")
-    return out
+    return (out + reference_cpu.compare_default(model, state)
+            + reference_cpu.compare_answers(model, state, live))
 
 
 def _blocks(raw: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, int, tuple[int, ...]]]:
@@ -558,6 +566,11 @@ def run_case(ref: Reference, case: Case) -> Outcome:
                        op="setup")
     live: dict[str, PodSpec] = {}
     for step, (op, pod) in enumerate(case.ops):
+        if op == "reconcile":
+            rng = random.Random(f"{case.seed}:reconcile:{step}")
+            if problems := reference_cpu.reconcile_step(ref, model, live, rng):
+                return Outcome(case, [f"step {step} reconcile: {p}" for p in problems], op=op)
+            continue
         try:
             problems = _step(ref, model, live, op, pod)
         except _Stopped:

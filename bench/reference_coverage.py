@@ -6,8 +6,11 @@
 builds the reference with Go coverage of the kubelet's CPU, memory, topology and device
 managers and the PodResources server (``go build -cover``, ``bench.reference.COVERED``), runs
 the random workloads through it and the model with ``GOCOVERDIR`` set, and prints the
-statement coverage per package (``go tool covdata percent``) and for the files named in
-FILES (``go tool covdata textfmt`` read by ``go tool cover -func``), then the agreement.
+statement coverage per package (``go tool covdata percent``), for the CPU and topology
+managers' packages without their test fakes, and for the files named in FILES (``go tool
+covdata textfmt`` read by ``go tool cover -func``), then the agreement. The same process
+also meets ``--options`` random kubelet configurations, good and bad
+(bench/reference_options.py), whose refusals count too.
 """
 
 from __future__ import annotations
@@ -32,10 +35,15 @@ from bench.reference import (
     go_binary,
     run,
 )
+from bench.reference_options import run_options
 
 # Files whose own figure the issue's acceptance names, beside the packages.
 FILES = ("cm/memorymanager/policy_static.go", "cm/devicemanager/manager.go",
          "cm/devicemanager/topology_hints.go", "cm/devicemanager/pod_devices.go")
+# Packages whose functions --functions lists too, and whose figure is also given without
+# their test fakes (fake_cpu_manager.go, fake_topology_manager.go: what other kubelet
+# packages' tests run instead of the manager; no kubelet ever runs them).
+CPU_PACKAGES = ("cm/cpumanager", "cm/cpumanager/topology", "cm/topologymanager")
 _PERCENT = re.compile(r"^\s*(\S+)\s+coverage:\s+([\d.]+)% of statements")
 
 
@@ -72,6 +80,16 @@ def file_percent(go: str, covdir: Path) -> dict[str, tuple[int, int]]:
     return totals
 
 
+def without_fakes(files: dict[str, tuple[int, int]], pkg: str) -> tuple[int, int]:
+    """(covered, total) statements of package ``pkg``'s own files less its ``fake_*.go``."""
+    covered = total = 0
+    for name, (c, t) in files.items():
+        where, _, base = name.rpartition("/")
+        if where == pkg and not base.startswith("fake_"):
+            covered, total = covered + c, total + t
+    return covered, total
+
+
 def uncovered_functions(go: str, covdir: Path, version: str, files: Sequence[str]
                         ) -> list[str]:
     """``go tool cover -func`` lines below 100 % for ``files`` (run in the reference's module,
@@ -103,7 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the workloads under the Static memory manager "
                              "(python -m bench.reference --memory)")
     parser.add_argument("--functions", action="store_true",
-                        help="also list the functions of FILES that are not fully covered")
+                        help="also list the functions of FILES and of the CPU and topology "
+                             "managers' packages that are not fully covered")
+    parser.add_argument("--options", type=int, default=1000, metavar="N",
+                        help="also run N random kubelet configurations, good and bad "
+                             "(python -m bench.reference_options; default 1000, 0 for none)")
+    parser.add_argument("--covdir", type=Path, default=None,
+                        help="keep the coverage counters in this directory (default: a "
+                             "temporary one)")
     args = parser.parse_args(argv)
     go = go_binary()
     try:
@@ -114,11 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reference {args.version}: unavailable: {exc}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="podres-cover-") as tmp:
-        covdir = Path(tmp)
-        agree = 0
+        covdir = args.covdir or Path(tmp)
+        covdir.mkdir(parents=True, exist_ok=True)
+        agree = options_agree = 0
         with Reference(args.version, binary, {"GOCOVERDIR": str(covdir)}) as ref:
             for outcome in run(args.version, args.seed, args.count, ref, memory=args.memory):
                 agree += outcome.agrees
+            for option in run_options(args.version, args.seed, args.options, ref):
+                options_agree += option.agrees
         packages = package_percent(go, covdir)
         files = file_percent(go, covdir)
         print(f"kubelet {args.version}: statement coverage after {args.count} workloads "
@@ -126,14 +154,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for pkg in COVERED[1:]:
             shown = f"{packages[pkg]:5.1f} %" if pkg in packages else "not linked"
             print(f"  {pkg.removeprefix(KUBELET + '/'):36} {shown}")
+        for pkg in CPU_PACKAGES:
+            covered, total = without_fakes(files, f"{KUBELET}/{pkg}")
+            if total:
+                print(f"  {pkg + ' without test fakes':36} {100 * covered / total:5.1f} %  "
+                      f"({covered}/{total} statements)")
         for name in FILES:
             covered, total = files.get(f"{KUBELET}/{name}", (0, 0))
             shown = (f"{100 * covered / total:5.1f} %  ({covered}/{total} statements)"
                      if total else "not linked")
             print(f"  {name:36} {shown}")
         if args.functions:
-            for line in uncovered_functions(go, covdir, args.version, FILES):
+            listed = (*FILES, *(f"{pkg}/" for pkg in CPU_PACKAGES))
+            for line in uncovered_functions(go, covdir, args.version, listed):
                 print(f"    {line}")
+    if args.options:
+        print(f"options {args.version}: {options_agree}/{args.options} agree")
     print(f"reference {args.version}: {agree}/{args.count} agree")
     return 0
 

@@ -357,7 +357,7 @@ class KubeletConfig:
         number."""
         for key, value in self.topology_manager_policy_options:
             if key == "max-allowable-numa-nodes":
-                return int(value) if value.isascii() and value.isdigit() else None
+                return go_atoi(value)  # "+9" is 9; "-3" the kubelet refuses
         return None
 
     @property
@@ -376,6 +376,15 @@ class KubeletConfig:
                 if key == "cpu":
                     total += cpu_millis(value)
         return total
+
+
+def go_atoi(value: str) -> int | None:
+    """``strconv.Atoi``, as the kubelet reads a number option: an optional sign and ASCII
+    digits, else ``None``."""
+    digits = value[1:] if value[:1] in ("+", "-") else value
+    if not digits or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(value)
 
 
 def _pairs(obj: object) -> tuple[tuple[str, str], ...]:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reconciler.cpuset import format_cpuset
-from reconciler.kube import KubeletConfig
+from reconciler.kube import KubeletConfig, go_atoi
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
@@ -22,6 +22,15 @@ EXCLUSIVE_OPTIONS = (("full-pcpus-only", "distribute-cpus-across-cores"),
               ("distribute-cpus-across-numa", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"),
               ("prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"))
+
+# The options behind a feature gate (cpumanager/policy_options.go): an alpha one needs
+# CPUManagerPolicyAlphaOptions (off unless set), a beta one CPUManagerPolicyBetaOptions (on
+# unless set off). prefer-align-cpus-by-uncorecache went GA in 1.36.
+ALPHA_OPTIONS = frozenset({"align-by-socket", "distribute-cpus-across-cores"})
+BETA_OPTIONS = {"1.35": frozenset({"distribute-cpus-across-numa",
+                                   "prefer-align-cpus-by-uncorecache"}),
+                "1.36": frozenset({"distribute-cpus-across-numa"}),
+                "1.37": frozenset({"distribute-cpus-across-numa"})}
 
 # The topology manager's policy options (topologymanager/policy_options.go), all GA by 1.35.
 TOPOLOGY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
@@ -66,6 +75,68 @@ def parse_policy_options(options: Mapping[str, str] | Iterable[tuple[str, str]] 
     return frozenset(enabled)
 
 
+def _topology_refusal(pairs: Iterable[tuple[str, str]]) -> str | None:
+    """``NewPolicyOptions`` of the topology manager (topologymanager/policy_options.go)."""
+    for name, value in sorted(pairs):
+        if name not in TOPOLOGY_OPTIONS:
+            return f'unknown Topology Manager Policy option: "{name}"'
+        if name == "prefer-closest-numa-nodes" and value not in _TRUE | _FALSE:
+            return f'bad value for option "{name}": {value!r} is not a boolean'
+        if name == "max-allowable-numa-nodes":
+            number = go_atoi(value)
+            if number is None:
+                return f'unable to convert policy option to integer "{name}": {value!r}'
+            if number < DEFAULT_MAX_NUMA_NODES:
+                return (f'the minimum value of "{name}" should not be less than '
+                        f"{DEFAULT_MAX_NUMA_NODES}")
+    return None
+
+
+def _cpu_refusal(cfg: KubeletConfig, version: str) -> str | None:
+    """``NewNonePolicy`` and ``NewStaticPolicyOptions``' checks of each option's name, gate
+    and value (cpumanager/policy_none.go, policy_options.go), and ``NewManager``'s of the
+    static policy's reservation."""
+    pairs = cfg.cpu_manager_policy_options
+    policy = cfg.cpu_manager_policy
+    if policy not in ("none", "static"):
+        # Compared as written (cpu_manager.go: NewManager); the model reads it lowercased.
+        return f'unknown policy: "{policy}"'
+    if policy == "none":
+        if pairs:
+            return f"None policy: received unsupported options={dict(pairs)}"
+        return None
+    if not cfg.reserved_system_cpus and cfg.reserved_cpu_quantity_m() <= 0:
+        return ("[cpumanager] the static policy requires systemreserved.cpu + "
+                "kubereserved.cpu to be greater than zero")
+    for name, value in sorted(pairs):
+        if name not in KNOWN_OPTIONS:
+            return f'unknown CPU Manager Policy option: "{name}"'
+        if name in ALPHA_OPTIONS and cfg.gate("CPUManagerPolicyAlphaOptions") is not True:
+            return ("CPU Manager Policy Alpha-level Options not enabled, but option "
+                    f'"{name}" provided')
+        if name in BETA_OPTIONS.get(version, frozenset()) \
+                and cfg.gate("CPUManagerPolicyBetaOptions") is False:
+            return ("CPU Manager Policy Beta-level Options not enabled, but option "
+                    f'"{name}" provided')
+        if value not in _TRUE | _FALSE:
+            return f'bad value for option "{name}": {value!r} is not a boolean'
+    return None
+
+
+def kubelet_refusal(cfg: KubeletConfig, version: str = "1.37") -> str | None:
+    """Why the kubelet ``version``'s topology and CPU managers refuse to be created with
+    ``cfg``, from the configuration alone (option names, gates, values, the static policy's
+    reservation), or ``None``; what depends on the machine is :class:`ModelConfig`'s and
+    the model node's to refuse (docs/design.md#reference)."""
+    if cfg.topology_manager_policy not in TOPOLOGY_POLICIES:
+        return f'unknown policy: "{cfg.topology_manager_policy}"'  # written as it is
+    if cfg.topology_manager_policy != "none":
+        refusal = _topology_refusal(cfg.topology_manager_policy_options)
+        if refusal:
+            return refusal
+    return _cpu_refusal(cfg, version)
+
+
 def _true(pairs: Iterable[tuple[str, str]], name: str) -> bool:
     return any(key == name and value in _TRUE for key, value in pairs)
 
@@ -108,7 +179,8 @@ class ModelConfig:
         if self.exclusive_cpu_resize not in RESIZE_MODES:
             raise ModelError(f"exclusive_cpu_resize {self.exclusive_cpu_resize!r} is not one "
                              f"of {', '.join(RESIZE_MODES)}")
-        if self.max_numa_nodes < DEFAULT_MAX_NUMA_NODES:
+        # NewManager reads no option under the none policy (topology_manager.go).
+        if self.topology_policy != "none" and self.max_numa_nodes < DEFAULT_MAX_NUMA_NODES:
             raise ModelError(f'the minimum value of "max-allowable-numa-nodes" should not be '
                              f"less than {DEFAULT_MAX_NUMA_NODES}")
         unknown = sorted(self.options - set(KNOWN_OPTIONS))
@@ -132,6 +204,7 @@ class ModelConfig:
 
     @classmethod
     def from_kubelet_config(cls, cfg: KubeletConfig) -> ModelConfig:
+        read_options = cfg.topology_manager_policy.lower() != "none"
         return cls(
             cpu_policy=cfg.cpu_manager_policy.lower(),
             memory_policy="Static" if cfg.memory_manager_policy.lower() == "static" else "None",
@@ -141,21 +214,25 @@ class ModelConfig:
             reserved_cpus=cfg.reserved_system_cpus,
             reserved_cpu_m=cfg.reserved_cpu_quantity_m(),
             pod_level=cfg.pod_level_resource_managers,
-            prefer_closest_numa=_true(cfg.topology_manager_policy_options,
-                                      "prefer-closest-numa-nodes"),
-            max_numa_nodes=cfg.max_numa_nodes() or DEFAULT_MAX_NUMA_NODES,
+            # The none policy's NewManager reads no option (topology_manager.go).
+            prefer_closest_numa=read_options and _true(cfg.topology_manager_policy_options,
+                                                        "prefer-closest-numa-nodes"),
+            max_numa_nodes=(read_options and cfg.max_numa_nodes()) or DEFAULT_MAX_NUMA_NODES,
         )
 
     def to_configz(self) -> dict[str, object]:
         """The ``/configz`` body a kubelet with this configuration serves."""
+        gates = {"PodLevelResources": True, "PodLevelResourceManagers": self.pod_level}
+        if self.options & ALPHA_OPTIONS:
+            # An alpha option needs its gate, or the kubelet would not start (kubelet_refusal).
+            gates["CPUManagerPolicyAlphaOptions"] = True
         cfg: dict[str, object] = {
             "cpuManagerPolicy": self.cpu_policy,
             "cpuManagerPolicyOptions": {o: "true" for o in sorted(self.options)},
             "memoryManagerPolicy": self.memory_policy,
             "topologyManagerPolicy": self.topology_policy,
             "topologyManagerScope": self.scope,
-            "featureGates": {"PodLevelResources": True,
-                             "PodLevelResourceManagers": self.pod_level},
+            "featureGates": gates,
         }
         topology_options = {}
         if self.prefer_closest_numa:

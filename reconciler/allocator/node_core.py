@@ -89,8 +89,8 @@ class NodeCore:
         if cfg.topology_policy != "none" and len(topo.numa_nodes) > cfg.max_numa_nodes:
             raise ModelError(f"unsupported on machines with more than {cfg.max_numa_nodes} "
                              "NUMA Nodes")
-        if not cfg.prefer_closest_numa:
-            return None
+        if not cfg.prefer_closest_numa or cfg.topology_policy == "none":
+            return None  # the none policy's NewManager reads no option
         rows = dict(topo.distances)
         top = max(topo.numa_nodes)
         if any(len(rows.get(n, ())) <= top for n in topo.numa_nodes):
@@ -98,6 +98,8 @@ class NodeCore:
         return functools.cache(topo.average_distance)
 
     def _reserve(self) -> frozenset[int]:
+        if not self.config.static:
+            return frozenset()  # NewManager reserves nothing for the none policy
         online = self.topo.online
         if self.config.reserved_cpus:
             unknown = self.config.reserved_cpus - online

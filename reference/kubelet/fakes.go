@@ -16,9 +16,9 @@ import (
 //     a restart replaced. The managers' reconcile goroutines cannot be stopped, and one whose
 //     first stale-state sweep ran late, concurrently with a restart's re-admissions or after
 //     it, made the outcome depend on the scheduler (two workloads in 12,000, under load);
-//   - pod status provider: no status for any pod, so the CPU manager's reconcile loop skips
-//     every container (there is no runtime to push cpusets to);
-//   - container runtime: UpdateContainerResources accepts everything and does nothing.
+//   - pod status provider: no status for any pod, except while a "reconcile" request runs
+//     the CPU manager's reconcile loop with the statuses it gives (reconcile.go);
+//   - container runtime: UpdateContainerResources records the cpuset pushed (reconcile.go).
 type fakes struct {
 	n     *node
 	ready atomic.Bool
@@ -27,8 +27,16 @@ type fakes struct {
 func (f *fakes) AddSource(string) {}
 func (f *fakes) AllReady() bool   { return f.ready.Load() }
 
-func (f *fakes) GetPodStatus(types.UID) (v1.PodStatus, bool) { return v1.PodStatus{}, false }
+func (f *fakes) GetPodStatus(uid types.UID) (v1.PodStatus, bool) {
+	if rt := runtimeFor(f.n); rt != nil {
+		return rt.podStatus(uid) // only while a reconcile request runs (reconcile.go)
+	}
+	return v1.PodStatus{}, false
+}
 
-func (f *fakes) UpdateContainerResources(context.Context, string, *runtimeapi.ContainerResources) error {
+func (f *fakes) UpdateContainerResources(_ context.Context, id string, r *runtimeapi.ContainerResources) error {
+	if rt := runtimeFor(f.n); rt != nil {
+		return rt.update(id, r)
+	}
 	return nil
 }

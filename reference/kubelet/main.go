@@ -12,6 +12,7 @@
 //	restart  new managers on the same checkpoint directory: Start (the real state validation)
 //	         and every active pod admitted again, in admission order, as a restarted kubelet does
 //	state    the managers' state, the default CPU set and the checkpoint files' bytes
+//	reconcile the CPU manager's reconcile loop with the given pod statuses (reconcile.go)
 //	serve    the PodResources v1 server on a unix socket, backed by these managers
 //
 // What is faked, because it needs a container runtime or an API server (see fakes.go): the
@@ -34,6 +35,8 @@ type request struct {
 	PodUID    string          `json:"pod_uid,omitempty"`
 	Container string          `json:"container,omitempty"`
 	Socket    string          `json:"socket,omitempty"`
+	// reconcile: each pod's container states, by pod UID then container name (reconcile.go).
+	Statuses map[string]map[string]string `json:"statuses,omitempty"`
 }
 
 type cpuInfo struct {
@@ -72,6 +75,8 @@ type response struct {
 	State   *stateReport `json:"state,omitempty"`
 	// After a restart: each pod's second admission, in order.
 	Readmitted []readmission `json:"readmitted,omitempty"`
+	// After a reconcile: the cpuset each container runs on.
+	Reconciled *reconcileReport `json:"reconciled,omitempty"`
 }
 
 func main() {
@@ -144,6 +149,11 @@ func handle(np **node, req *request) response {
 		return response{OK: true, Readmitted: readmitted, State: n.report()}
 	case "state":
 		return response{OK: true, State: n.report()}
+	case "reconcile":
+		if orDefault(n.cfg.CPUPolicy, "static") == "none" {
+			return response{Error: "reconcile: the none policy runs no reconcile loop"}
+		}
+		return response{OK: true, Reconciled: n.reconcile(req.Statuses), State: n.report()}
 	case "serve":
 		if err := n.serve(req.Socket); err != nil {
 			return response{Error: err.Error()}

@@ -144,9 +144,9 @@ func (n *node) reservation() (v1.ResourceList, []kubeletconfig.MemoryReservation
 		if err != nil {
 			return nil, nil, specific, fmt.Errorf("reserved_cpu: %w", err)
 		}
-		if !q.IsZero() {
-			res[v1.ResourceCPU] = q
-		}
+		// Kept when zero, as the kubelet's node allocatable reservation keeps a
+		// kubeReserved cpu of "0": the static policy then refuses it as zero.
+		res[v1.ResourceCPU] = q
 	}
 	var reserved []kubeletconfig.MemoryReservation
 	total := resource.NewQuantity(0, resource.BinarySI)
@@ -254,14 +254,20 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 		n.collectGarbage()
 		return result.Reason, result.Message, nil
 	}
-	n.addContainers(&pod)
+	n.addContainers(&pod, true)
 	return "", "", nil
 }
 
-func (n *node) addContainers(pod *v1.Pod) {
+// created: the containers start now. After a restart they are running already, and the
+// kubelet's PreStartContainer, which calls the CPU manager's AddContainer (so recording
+// each exclusive cpuset as pushed), does not run for them: the reconcile loop pushes
+// their cpusets instead (reconcile.go).
+func (n *node) addContainers(pod *v1.Pod, created bool) {
 	for _, c := range allContainers(pod) {
 		id := containerID(string(pod.UID), c.Name)
-		n.cpu.AddContainer(n.logger, pod, &c, id)
+		if created {
+			n.cpu.AddContainer(n.logger, pod, &c, id)
+		}
 		n.mem.AddContainer(n.logger, pod, &c, id)
 		n.tmAddContainer(pod, &c, id)
 		n.containers.Add(string(pod.UID), c.Name, id)
@@ -334,7 +340,7 @@ func (n *node) restart() ([]readmission, error) {
 		out = append(out, readmission{UID: string(pod.UID), Admitted: result.Admit,
 			Reason: result.Reason, Message: result.Message})
 		if result.Admit {
-			n.addContainers(pod)
+			n.addContainers(pod, false)
 		} else if err := n.remove(string(pod.UID), ""); err != nil {
 			return out, err
 		}
@@ -383,6 +389,7 @@ func (n *node) report() *stateReport {
 		}
 	}
 	n.podLevel(r)
+	r.Answers = n.answers()
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		r.Affinity[uid] = map[string]affinity{}

@@ -17,6 +17,8 @@ type stateReport struct {
 	// The checkpoint files, byte for byte, and the directory they are in.
 	Checkpoints map[string]string `json:"checkpoints"`
 	StateDir    string            `json:"state_dir"`
+	// The PodResources server's and the CPU manager's answers (answers.go).
+	Answers *answers `json:"answers"`
 }
 
 type memBlock struct {

@@ -643,4 +643,5 @@ def test_more_numa_nodes_than_the_limit_need_max_allowable_numa_nodes() -> None:
     placed = model.admit(TWO_CPU_POD)
     assert isinstance(placed, PodPlacement) and placed.containers[0].exclusive == {1, 2}
     with pytest.raises(ModelError, match="should not be less than 8"):
-        ModelConfig(max_numa_nodes=4)
+        ModelConfig(topology_policy="best-effort", max_numa_nodes=4)
+    ModelConfig(max_numa_nodes=4)  # the none policy reads no option (test_options.py)
