@@ -20,8 +20,9 @@ measures, each against a floor measured in the same run:
 - memory: resident set (VmRSS) of the ``serve`` process at steady state, after the scrape
   phases, as deployed by default: the kubelet source and a SQLite history store on, against
   the import floor (a process importing the runtime dependencies and nothing else). Targets:
-  ≤ 70 MiB and ≤ 1.2× the floor. Printed with where it goes (bench.memory): interpreter,
-  imports by package, what ``serve`` imports, ``serve`` on a node of one pod (the cost
+  ≤ 70 MiB and ≤ 1.15× the floor (issue 33; 1.2× before it). Printed with where it goes
+  (bench.memory): interpreter, imports by package, what ``serve`` imports, ``serve`` on a
+  node of one pod (the cost
   before any node data), the node's data over it, the history store at run time, the
   rendered bodies, and the process's mappings by allocator.
 
@@ -71,7 +72,7 @@ SCRAPE_TARGET = 1.2
 ENCODINGS: tuple[Encoding, ...] = ("identity", "gzip")
 POLL_TARGET = 2.0
 RSS_TARGET_MIB = 70.0
-RSS_FLOOR_TARGET = 1.2  # × the import floor
+RSS_FLOOR_TARGET = 1.15  # × the import floor (issue 33)
 STEADY_SETTLE = 3.0  # seconds after the first ledger: later polls find nothing new
 READY_TIMEOUT = 60.0
 

@@ -44,14 +44,14 @@ def _outside_pod(view: PodView) -> list[Anomaly]:
                     f"pod block {format_cpuset(block)}")
             for c, assignment, cpus in zip(pod.containers, view.assignments, view.sets,
                                            strict=True)
-            if assignment == "pod_exclusive" and cpus - block]
+            if assignment == "pod_exclusive" and not cpus <= block]
 
 
 def _reserved_assigned(view: PodView, claim: Claim, reserved: frozenset[int]
                        ) -> list[Anomaly]:
+    if reserved.isdisjoint(claim.exclusive) and reserved.isdisjoint(view.block):
+        return []  # nearly always: no set built
     assigned_reserved = (claim.exclusive | view.block) & reserved
-    if not assigned_reserved:
-        return []
     pod = view.alloc
     return [Anomaly("reserved_cpu_assigned", pod.namespace, pod.name, None,
                     f"reserved CPUs {format_cpuset(assigned_reserved)} are allocated to "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from reconciler.anomalies import Anomaly
@@ -113,9 +114,14 @@ def device_holders(pods: Iterable[PodAlloc]) -> tuple[ContainerDevices, ...]:
                  for pod in pods for c in pod.containers if c.devices or c.dynamic)
 
 
-def holds_devices(containers: Iterable[ContainerAlloc]) -> bool:
+def holds_devices(containers: Sequence[ContainerAlloc]) -> bool:
     """Whether any of ``containers`` reports devices or claim devices."""
-    return any(c.devices or c.dynamic for c in containers)
+    # C-level passes: this is asked of every distinct containers tuple of a node.
+    return any(map(_DEVICES_OF, containers)) or any(map(_DYNAMIC_OF, containers))
+
+
+_DEVICES_OF = attrgetter("devices")
+_DYNAMIC_OF = attrgetter("dynamic")
 
 
 def device_ledger(snapshot: NodeSnapshot, facts: NodeFacts,

@@ -80,6 +80,30 @@ class PodEntry(NamedTuple):
         }
 
 
+class PodEntries(tuple[PodEntry, ...]):
+    """The pod entries as the reconciler gives them, knowing which pods hold anything:
+    ``holding`` are the positions (in order) of the entries of pods that report CPUs or
+    memory. Every other entry holds no CPU, no memory and no estimate, so it gives no
+    per-pod series and adds nothing to a sum: the exposition and the reconciler's totals
+    read the few ``held`` entries, not all of a busy node's. A tuple in every other way
+    (equal to, hashed and shown as the plain tuple of its entries)."""
+
+    holding: tuple[int, ...]
+
+    def __new__(cls, entries: Iterable[PodEntry], holding: tuple[int, ...]) -> PodEntries:
+        self = super().__new__(cls, entries)
+        self.holding = holding
+        return self
+
+    def __getnewargs__(self) -> tuple[tuple[PodEntry, ...], tuple[int, ...]]:
+        return tuple(self), self.holding
+
+    @property
+    def held(self) -> list[PodEntry]:
+        """The entries at ``holding``."""
+        return [self[i] for i in self.holding]
+
+
 class ContainerEntry(NamedTuple):
     namespace: str
     pod: str

@@ -8,7 +8,7 @@ identical blocks (same size, same NUMA node).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from operator import attrgetter
 from typing import NamedTuple
@@ -50,7 +50,7 @@ def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
                 exclusive[b.memory_type] = exclusive.get(b.memory_type, 0) + b.size
     pod_total = _pod_total(pod, exclusive, shared_keys)
     found: list[Anomaly] = []
-    shared_left = _shared_left(pod, pod_total, exclusive, found)
+    shared_left = _shared_left(pod, pod_total, exclusive, found) if pod_total else {}
     if pod.memory and spec is not None and spec.resources is not None:
         found += _over_budget(pod, spec.resources.memory_limit, pod_total)
     pod_level = bool(pod_total)
@@ -73,11 +73,11 @@ def _memory_key(c: ContainerAlloc) -> MemoryKey:
     return tuple(sorted((b.memory_type, b.size, b.numa_nodes) for b in c.memory))
 
 
-def _shares(pod: PodAlloc, legacy_pattern: bool) -> tuple[list[bool], set[MemoryKey]]:
+def _shares(pod: PodAlloc, legacy_pattern: bool) -> tuple[Sequence[bool], set[MemoryKey]]:
     """Which containers report the pod's shared memory as their own (the 1.36 pattern: the
     same blocks listed by more than one container), and those blocks."""
     if not legacy_pattern or pod.memory:
-        return [False] * len(pod.containers), set()
+        return _none_shared(len(pod.containers)), set()
     keys = [_memory_key(c) for c in pod.containers]
     shared_keys: set[MemoryKey] = set()
     seen: set[MemoryKey] = set()
@@ -86,6 +86,11 @@ def _shares(pod: PodAlloc, legacy_pattern: bool) -> tuple[list[bool], set[Memory
             shared_keys.add(key)
         seen.add(key)
     return [bool(key) and key in shared_keys for key in keys], shared_keys
+
+
+@lru_cache(maxsize=64)
+def _none_shared(n: int) -> tuple[bool, ...]:
+    return (False,) * n
 
 
 def _by_type(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
@@ -136,23 +141,23 @@ def _over_budget(pod: PodAlloc, budget: int | None, pod_total: dict[str, int],
                     f"budget of {budget}")]
 
 
-def _containers(pod: PodAlloc, shares: list[bool], pod_level: bool, shared_bytes: int,
+def _containers(pod: PodAlloc, shares: Sequence[bool], pod_level: bool, shared_bytes: int,
                 ) -> tuple[tuple[Assignment, ...], tuple[int, ...]]:
     """Each container's memory assignment and the bytes attributed to it: its own blocks
     when exclusive, the pod's shared memory when pod_shared, none when node_shared."""
     assignments: list[Assignment] = []
     sizes: list[int] = []
     for c, shared in zip(pod.containers, shares, strict=True):
-        a: Assignment
-        if pod_level:
-            a = "pod_exclusive" if c.memory and not shared else "pod_shared"
-        else:
-            a = "node_exclusive" if c.memory else "node_shared"
-        assignments.append(a)
-        if a == "pod_shared":
+        blocks = c.memory
+        if pod_level and (shared or not blocks):
+            assignments.append("pod_shared")
             sizes.append(shared_bytes)
+        elif blocks:
+            assignments.append("pod_exclusive" if pod_level else "node_exclusive")
+            sizes.append(blocks[0].size if len(blocks) == 1 else sum(map(_SIZE, blocks)))
         else:
-            sizes.append(sum(map(_SIZE, c.memory)) if a != "node_shared" else 0)
+            assignments.append("node_shared")
+            sizes.append(0)
     return tuple(assignments), tuple(sizes)
 
 

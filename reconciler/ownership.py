@@ -10,7 +10,6 @@ in the pod's pool.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -47,7 +46,7 @@ class Ownership:
         its block; returns what it got and ``exclusive_overlap``/``empty_pod_shared_pool``."""
         if view.plain:
             return _NO_CLAIM, []
-        overlaps: dict[int, set[int]] = defaultdict(set)
+        overlaps: dict[int, set[int]] = {}
         exclusive = self._claim_exclusive(index, view, overlaps)
         remainder = view.block - exclusive
         found: list[Anomaly] = []
@@ -65,14 +64,17 @@ class Ownership:
     def _claim_exclusive(self, index: int, view: PodView,
                          overlaps: dict[int, set[int]]) -> frozenset[int]:
         pod = view.alloc
-        exclusive: set[int] = set()
+        taken: list[frozenset[int]] = []
         for c, assignment, cpus in zip(pod.containers, view.assignments, view.sets,
                                        strict=True):
             if assignment in EXCLUSIVE:
                 self._take(cpus, (assignment, index, f"{pod.namespace}/{pod.name}/{c.name}"),
                            overlaps)
-                exclusive |= cpus
-        return frozenset(exclusive)
+                taken.append(cpus)
+        # Most pods have one exclusive container: its set is the pod's, no union built.
+        if len(taken) == 1:
+            return taken[0]
+        return frozenset().union(*taken) if taken else EMPTY
 
     def _claim_remainder(self, index: int, view: PodView, remainder: frozenset[int],
                          overlaps: dict[int, set[int]], found: list[Anomaly]) -> None:
@@ -93,7 +95,7 @@ class Ownership:
             if held is None:
                 owner[cpu] = who
             elif held[1] != index:
-                overlaps[held[1]].add(cpu)
+                overlaps.setdefault(held[1], set()).add(cpu)
 
 
 def cpu_pools(facts: NodeFacts, owner: Mapping[int, Owner],

@@ -10,6 +10,7 @@ their order in the ledger. Pod-level and container-level lists are never added t
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 
@@ -28,9 +29,11 @@ from reconciler.kube import PodSpec
 from reconciler.kubelet_topology import Divergence, divergences
 from reconciler.ledger import (
     ASSIGNMENTS,
+    ContainerEntry,
     ContainerRun,
     DistinctContainers,
     Ledger,
+    PodEntries,
     PodEntry,
     each_entry,
 )
@@ -74,21 +77,21 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
+    holding: list[int] = []  # where the entries of pods that report anything are
     memory_assigned: list[Assignment] = []
-    holding: list[PodAlloc] = []  # the pods whose containers hold devices
     for index, pod in enumerate(snapshot.pods):
-        spec = specs.get((pod.namespace, pod.name)) if specs else None
-        reported = reports.get(id(pod.containers))
+        # PodAlloc's fields in order (unpacking fails loudly if it changes shape).
+        namespace, name, pod_containers, cpu_ids, pod_mem_blocks = pod
+        spec = specs.get((namespace, name)) if specs else None
+        reported = reports.get(id(pod_containers))
         if reported is None:
-            reported = reports[id(pod.containers)] = _reports(pod.containers)
-        if not reported[2]:
-            names_once = False
-        if reported[4]:
-            holding.append(pod)
-        if pod.cpu_ids or pod.memory or reported[0] or reported[1]:
-            view, pod_mem = _reconcile_pod(index, pod, spec, bool(pod.cpu_ids) or reported[0],
-                                           bool(pod.memory) or reported[1], facts, ownership,
-                                           log, containers, pods, placement, device_checks)
+            reported = reports[id(pod_containers)] = _reports(pod_containers)
+        if cpu_ids or pod_mem_blocks or reported[0] or reported[1]:
+            holding.append(len(pods))
+            view, pod_mem = _reconcile_pod(index, pod, spec, bool(cpu_ids) or reported[0],
+                                           bool(pod_mem_blocks) or reported[1], facts,
+                                           ownership, log, containers, pods, placement,
+                                           device_checks)
             memory.append(pod_mem)
             cpu_assigned += view.assignments
             memory_assigned += pod_mem.assignments
@@ -96,15 +99,17 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         # The common case: the pod reports nothing and owns nothing, so only its spec can
         # show something wrong.
         pods.append(plain_pod_entries(pod, spec, containers))
-        node_shared_containers += len(pod.containers)
+        node_shared_containers += len(pod_containers)
         if spec is not None and facts.static_cpu:
             log.extend(index, missing_exclusive(pod, spec,
-                                                all_node_shared(len(pod.containers))[0],
+                                                all_node_shared(len(pod_containers))[0],
                                                 facts.pod_level_managers))
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
     pools, by_numa, cells = cpu_pools(facts, ownership.owner)
+    entries = PodEntries(pods, tuple(holding))
+    held = entries.held
     count = len(cpu_assigned) + node_shared_containers  # the entries, built or not
     return Ledger(
         node_name=snapshot.node_name,
@@ -114,19 +119,41 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools=pools,
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
-        pods=tuple(pods),
-        containers=DistinctContainers(
-            tuple(containers), count, _counts(cpu_assigned, count), _counts(memory_assigned, count),
-            all(r[3] for r in reports.values()) and _plain("".join(chain.from_iterable(pod_names))),
-        ) if names_once else tuple(each_entry(containers)),
-        reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, pods))),
-        reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, pods))),
+        pods=entries,
+        containers=_container_entries(containers, count, cpu_assigned, memory_assigned,
+                                      reports, pod_names if names_once else None),
+        reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, held))),
+        reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, held))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
-        devices=device_ledger(snapshot, facts, holding),
+        devices=device_ledger(snapshot, facts, _with_devices(snapshot.pods, reports)),
     )
+
+
+def _container_entries(runs: list[ContainerRun], count: int, cpu_assigned: list[Assignment],
+                       memory_assigned: list[Assignment],
+                       reports: dict[int, tuple[bool, bool, bool, bool, bool]],
+                       pod_names: set[tuple[str, str]] | None) -> Sequence[ContainerEntry]:
+    """The ledger's container entries: a ``DistinctContainers`` when every pod was listed
+    once (``pod_names``, else None) and names each container once, a tuple otherwise. Told
+    by the facts of each distinct containers tuple (``reports``), not looked at again pod
+    by pod."""
+    if pod_names is None or not all(r[2] for r in reports.values()):
+        return tuple(each_entry(runs))
+    plain = (all(r[3] for r in reports.values())
+             and _plain("".join(chain.from_iterable(pod_names))))
+    return DistinctContainers(tuple(runs), count, _counts(cpu_assigned, count),
+                              _counts(memory_assigned, count), plain)
+
+
+def _with_devices(pods: Sequence[PodAlloc],
+                  reports: dict[int, tuple[bool, bool, bool, bool, bool]]) -> list[PodAlloc]:
+    """The pods whose containers hold devices, from the facts of each distinct tuple."""
+    if not any(r[4] for r in reports.values()):
+        return []
+    return [pod for pod in pods if reports[id(pod.containers)][4]]
 
 
 # The last divergence check: (topology, policy, NUMA limit, result). A node's topology is

@@ -247,7 +247,7 @@ def to_json(kind: str, e: Explanation) -> dict[str, Any]:
         "options": [{"name": o.name, "meaning": o.meaning, "effect": o.effect}
                     for o in e.options],
         "admitted": e.admitted, "reason": e.reason, "cause": e.cause,
-        "cause_words": e.cause_words, "cpus": _cpus(e.cpus),
+        "cause_words": e.cause_words, "second_cause": e.second_cause, "cpus": _cpus(e.cpus),
         "numa_nodes": list(e.numa_nodes) if e.numa_nodes is not None else None,
         "changes": [{"kind": ch.kind, "change": ch.change, "cpus": _cpus(ch.cpus),
                      "numa_nodes": list(ch.numa_nodes), "pod_cpus": ch.pod_cpus,
@@ -315,6 +315,9 @@ def _result_lines(e: Explanation) -> list[str]:
         line = f"result: admitted, CPUs {_cpus(e.cpus)} (NUMA {numa})"
         return [line + (f"; {e.reason}" if e.reason else "")]
     lines = [f"result: refused: {e.reason}", f"cause: {e.cause_words}"]
+    if not e.changes and e.second_cause is not None:
+        return [*lines, "no change that the model admits was found, alone or together with a "
+                "budget that covers the containers"]
     if not e.changes:
         return [*lines, "no single change that the model admits was found"]
     lines.append("changes that fit (each admitted by the model run again):")

@@ -97,13 +97,14 @@ class Family(Generic[T]):
     # Optional, for a family with one series per container, told apart by the container's
     # namespace, pod and name: ``lines(name, containers, values)`` writes the series
     # ``samples`` gives as exposition lines, label values unescaped, each value as
-    # ``values`` formats it (line end included). On a busy node that family is most of
+    # ``values`` formats it (line end included), in pieces whose concatenation is the text
+    # (joined once, with the rest of the exposition). On a busy node that family is most of
     # the exposition, and a line written straight from the entry costs less than a sample
     # tuple formatted afterwards. The renderer uses it when no label value needs escaping
     # and no container is named twice, and ``samples`` otherwise. Its label values are
     # the container's names and assignment: what ``DistinctContainers.plain_names``
     # vouches for.
-    lines: Callable[[str, T, Mapping[float, str]], str] | None = None
+    lines: Callable[[str, T, Mapping[float, str]], list[str]] | None = None
 
 
 class NodeFamily(Family[NodeFacts]):
@@ -262,20 +263,20 @@ def _container_cpus(containers: Sequence[ContainerEntry]) -> list[Sample]:
 
 
 def _container_cpus_lines(name: str, containers: Sequence[ContainerEntry],
-                          values: Mapping[float, str]) -> str:
+                          values: Mapping[float, str]) -> list[str]:
     # The series of _container_cpus, labels in the family's order: from the reconciler's
     # runs when it gave them, else one f-string an entry. Unpacking fails loudly if
     # ContainerEntry changes shape.
     if isinstance(containers, DistinctContainers):
         return _lines_by_run(name, containers.runs, values)
-    return "".join([
+    return [
         f'{name}{{namespace="{namespace}",pod="{pod}",container="{container}",'
         f'assignment="{assignment}"}} {values[len(cpus)]}'
-        for namespace, pod, container, _, assignment, _, cpus, _ in containers])
+        for namespace, pod, container, _, assignment, _, cpus, _ in containers]
 
 
 def _lines_by_run(name: str, runs: Sequence[ContainerRun], values: Mapping[float, str],
-                  ) -> str:
+                  ) -> list[str]:
     """_container_cpus_lines over the reconciler's runs: a pod that reports nothing
     (``NodeSharedPod``) is written as its series' common start joined with what follows
     the pod name in each, the latter made once per distinct tuple of containers (the pods
@@ -299,7 +300,7 @@ def _lines_by_run(name: str, runs: Sequence[ContainerRun], values: Mapping[float
             namespace, pod, container, _, assignment, _, cpus, _ = run
             add(f'{name}{{namespace="{namespace}",pod="{pod}",container="{container}",'
                 f'assignment="{assignment}"}} {values[len(cpus)]}')
-    return "".join(out)
+    return out
 
 
 def _pool_busy(k: KernelFacts) -> list[Sample] | None:

@@ -8,7 +8,7 @@ any pod or container name is valid exposition.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any, NamedTuple
 
 from exporter.metrics.catalogue import (
@@ -24,7 +24,7 @@ from exporter.metrics.catalogue import (
     SelfFamily,
     SelfState,
 )
-from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger
+from reconciler.ledger import ContainerEntry, DistinctContainers, Ledger, PodEntries
 
 _PER_POD = tuple(f for f in FAMILIES if isinstance(f, PodFamily | ContainerFamily))
 _POD_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, PodFamily))
@@ -32,6 +32,12 @@ _CONTAINER_FAMILIES = tuple(f for f in FAMILIES if isinstance(f, ContainerFamily
 _CONTAINER_LINES = tuple(f for f in _CONTAINER_FAMILIES if f.lines is not None)
 _SELF = tuple(f for f in FAMILIES if isinstance(f, SelfFamily))
 _KERNEL = tuple(f for f in FAMILIES if isinstance(f, KernelFamily))
+
+
+class _Written(NamedTuple):
+    """A family's series lines, written by its ``lines`` in pieces (see ``Family``)."""
+
+    pieces: list[str]
 
 
 class Rendered(NamedTuple):
@@ -115,14 +121,21 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
     ``pods_max_series`` is None (collector ``pods`` off), the per-pod and per-container
     ones capped at that many series. A node-level family of group ``pods`` (a series per
     container, read from the ledger's other parts) takes what the per-pod ones left."""
-    per_pod: Mapping[str, list[Sample] | str] = {}
+    parts, dropped, left = _ledger_parts(facts, pods_max_series)
+    return Rendered("".join(parts), dropped, left)
+
+
+def _ledger_parts(facts: NodeFacts, pods_max_series: int | None,
+                  ) -> tuple[list[str], int, int | None]:
+    """``render_ledger``'s text in pieces, not yet joined."""
+    per_pod: Mapping[str, list[Sample] | _Written] = {}
     dropped = 0
     left = None
     if pods_max_series is not None:
         per_pod, dropped, left = _per_pod_samples(facts.ledger, pods_max_series)
     out: list[str] = []
     for family in FAMILIES:
-        rows: Iterable[Sample] | str | None = None
+        rows: Iterable[Sample] | _Written | None = None
         if isinstance(family, NodeFamily) and family.group == "pods":
             if left is None:
                 continue
@@ -133,11 +146,12 @@ def render_ledger(facts: NodeFacts, *, pods_max_series: int | None) -> Rendered:
             rows = family.samples(facts)
         elif family.name in per_pod:
             rows = per_pod[family.name]
-        if isinstance(rows, str):  # series lines already written
-            out += (_header(family), rows)
+        if isinstance(rows, _Written):  # series lines already written
+            out.append(_header(family))
+            out += rows.pieces
         elif rows is not None:
             render_family(family, rows, out)
-    return Rendered("".join(out), dropped, left)
+    return out, dropped, left
 
 
 def node_exposition(ledger: Ledger, *, pods_max_series: int | None,
@@ -148,8 +162,14 @@ def node_exposition(ledger: Ledger, *, pods_max_series: int | None,
     checkpoints = ledger.checkpoints
     facts = NodeFacts(ledger, dict(checkpoints.formats) if checkpoints else {},
                       checkpoints.downgrade_unsafe if checkpoints else None)
-    text, dropped, series_left = render_ledger(facts, pods_max_series=pods_max_series)
-    return text.encode("utf-8"), dropped, series_left
+    parts, dropped, series_left = _ledger_parts(facts, pods_max_series)
+    # Encoded piece by piece and joined once: the body (~0.5 MB on a busy node) is the only
+    # large block made, not a text of its size as well, whose fresh pages cost more to
+    # fault in than the encoding itself.
+    return b"".join(map(_utf8, parts)), dropped, series_left
+
+
+_utf8 = methodcaller("encode", "utf-8")
 
 
 def render_kernel(facts: KernelFacts, *, pods_series_left: int | None) -> Rendered:
@@ -182,21 +202,24 @@ def render_self(state: SelfState) -> str:
 
 
 def _per_pod_samples(ledger: Ledger, max_series: int,
-                     ) -> tuple[Mapping[str, list[Sample] | str], int, int]:
+                     ) -> tuple[Mapping[str, list[Sample] | _Written], int, int]:
     """Samples of the per-pod and per-container families by family name (or a family's
     series lines, written by its ``lines``), at most ``max_series`` in all; how many
     series were left out, and what is left of the cap. A node within the cap and without
     repeated series (the common case) takes one call of each family for all its pods or
     containers."""
     containers = ledger.containers
-    rows = {f.name: list(f.samples(ledger.pods) or ()) for f in _POD_FAMILIES}
+    # Only the pods that hold anything give per-pod series, in order: told by the
+    # reconciler, or all of them looked at.
+    pods = ledger.pods.held if isinstance(ledger.pods, PodEntries) else ledger.pods
+    rows = {f.name: list(f.samples(pods) or ()) for f in _POD_FAMILIES}
     rows.update({f.name: list(f.samples(containers) or ()) for f in _CONTAINER_FAMILIES
                  if f not in _CONTAINER_LINES})
     # A family with ``lines`` has a series per container.
     count = sum(map(len, rows.values())) + len(containers) * len(_CONTAINER_LINES)
     if count > max_series or not all(map(_distinct, rows.values())):
         return _capped_samples(ledger, max_series)
-    out: dict[str, list[Sample] | str] = dict(rows)
+    out: dict[str, list[Sample] | _Written] = dict(rows)
     # Containers named once in their pod, of pods listed once, give such a family distinct
     # series; were a name repeated, its samples tell whether a series is.
     plain = False  # no label value needs escaping: told by the reconciler, or the text shows
@@ -207,9 +230,13 @@ def _per_pod_samples(ledger: Ledger, max_series: int,
     for family in _CONTAINER_LINES:
         assert family.lines is not None
         if named_once:
-            text = family.lines(family.name, containers, _Values())
-            if plain or _verbatim(text, len(containers), len(family.labels)):
-                out[family.name] = text
+            pieces = family.lines(family.name, containers, _Values())
+            if plain:
+                out[family.name] = _Written(pieces)
+                continue
+            text = "".join(pieces)
+            if _verbatim(text, len(containers), len(family.labels)):
+                out[family.name] = _Written([text])
                 continue
         samples = out[family.name] = list(family.samples(containers) or ())
         if not _distinct(samples):

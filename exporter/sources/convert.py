@@ -54,6 +54,8 @@ _POD_RESOURCES = 0x0A  # ListPodResourcesResponse's one field
 _NAME, _NAMESPACE, _POD_CONTAINERS, _POD_CPU_IDS, _POD_MEMORY = 0x0A, 0x12, 0x1A, 0x22, 0x2A
 _CONTAINER_CPU_IDS, _CONTAINER_MEMORY = 0x1A, 0x22
 _CONTAINER_DEVICES, _CONTAINER_DYNAMIC = 0x12, 0x2A
+_CONTAINER_FIELDS = frozenset((_NAME, _CONTAINER_CPU_IDS, _CONTAINER_MEMORY, _CONTAINER_DEVICES,
+                               _CONTAINER_DYNAMIC))
 _INT64 = 1 << 64
 # Past these many bits a varint is refused as corrupt by protobuf: ten bytes for a value,
 # five for a length.
@@ -92,6 +94,8 @@ class _ListReader:
         data = self.data
         pods: list[PodAlloc] = []
         add = pods.append
+        tails, new = self.tails, tuple.__new__
+        namespaces: dict[bytes, str] = {}
         i, end = 0, len(data)
         try:
             while i < end:
@@ -107,8 +111,27 @@ class _ListReader:
                 stop = i + length
                 if stop > end:
                     raise _Unexpected
+                # The pod's name then namespace, each with a one-byte length (what a kubelet
+                # writes for names under 128 bytes), read here; any other layout in _pod.
+                # k stays within the pod only if every byte read before it did.
+                j = i + 2 + data[i + 1]
+                k = j + 2 + data[j + 1] if j + 1 < stop else stop + 1
                 try:
-                    add(self._pod(i, stop))
+                    if (data[i] == _NAME and data[j] == _NAMESPACE and k <= stop
+                            and data[i + 1] < 0x80 and data[j + 1] < 0x80):
+                        tail = data[k:stop]
+                        rest = tails.get(tail)
+                        if rest is None:
+                            rest = tails[tail] = self._pod_rest(tail)
+                        # A node's namespaces are few: one string each, shared by its
+                        # pods (and by their ledger entries, held until the next change).
+                        raw_namespace = data[j + 2:k]
+                        namespace = namespaces.get(raw_namespace)
+                        if namespace is None:
+                            namespace = namespaces[raw_namespace] = raw_namespace.decode()
+                        add(new(PodAlloc, (namespace, data[i + 2:j].decode(), *rest)))
+                    else:
+                        add(self._pod(i, stop))
                 except (_Unexpected, UnicodeDecodeError):
                     add(_pod(api_pb2.PodResources.FromString(data[i:stop])))
                 i = stop
@@ -150,19 +173,26 @@ class _ListReader:
         containers = []
         ids: list[tuple[int, ...]] = []
         memory: list[MemoryBlock] = []
+        known = self.containers
         i, end = 0, len(tail)
         while i < end:
             tag = tail[i]
             if tag != _POD_CONTAINERS and tag != _POD_CPU_IDS and tag != _POD_MEMORY:
                 raise _Unexpected  # before reading a length: it may be no length at all
-            start, stop = _span(tail, i)
-            if tag == _POD_CONTAINERS:
-                containers.append(self._container(tail[start:stop]))
-            elif tag == _POD_CPU_IDS:
-                ids.append(_int64s(tail[start:stop]))
+            length = tail[i + 1]
+            if length < 0x80:  # _span's common case, inline (once per distinct pod)
+                start = i + 2
             else:
-                memory.append(self._block(tail[start:stop]))
-            i = stop
+                length, start = _varint(tail, i + 1)
+            i = start + length
+            chunk = tail[start:i]
+            if tag == _POD_CONTAINERS:
+                container = known.get(chunk)
+                containers.append(self._container(chunk) if container is None else container)
+            elif tag == _POD_CPU_IDS:
+                ids.append(_int64s(chunk))
+            else:
+                memory.append(self._block(chunk))
         if i != end:  # the last field ran past the pod (its value was read cut short)
             raise _Unexpected
         return tuple(containers), _joined(ids), tuple(memory)
@@ -180,7 +210,11 @@ class _ListReader:
     def _block(self, chunk: bytes) -> MemoryBlock:
         block = self.blocks.get(chunk)
         if block is None:
-            block = self.blocks[chunk] = _memory((api_pb2.ContainerMemory.FromString(chunk),))[0]
+            try:
+                block = _block_from_wire(chunk)
+            except (_Unexpected, UnicodeDecodeError, IndexError):
+                block = _memory((api_pb2.ContainerMemory.FromString(chunk),))[0]
+            self.blocks[chunk] = block
         return block
 
     def _device(self, chunk: bytes) -> DeviceAlloc:
@@ -205,24 +239,24 @@ def _container_from_wire(chunk: bytes, reader: _ListReader) -> ContainerAlloc:
     i, end = 0, len(chunk)
     while i < end:
         tag = chunk[i]
-        if tag == _NAME:
-            start, stop = _span(chunk, i)
-            name = chunk[start:stop].decode()
-        elif tag == _CONTAINER_CPU_IDS:
-            start, stop = _span(chunk, i)
-            ids.append(_int64s(chunk[start:stop]))
-        elif tag == _CONTAINER_MEMORY:
-            start, stop = _span(chunk, i)
-            memory.append(reader._block(chunk[start:stop]))
-        elif tag == _CONTAINER_DEVICES:
-            start, stop = _span(chunk, i)
-            devices.append(reader._device(chunk[start:stop]))
-        elif tag == _CONTAINER_DYNAMIC:
-            start, stop = _span(chunk, i)
-            claims.append(reader._claims(chunk[start:stop]))
-        else:
+        if tag not in _CONTAINER_FIELDS:
             raise _Unexpected  # as in _pod_rest
-        i = stop
+        length = chunk[i + 1]
+        if length < 0x80:  # _span's common case, inline (once per distinct container)
+            start = i + 2
+        else:
+            length, start = _varint(chunk, i + 1)
+        i = start + length
+        if tag == _NAME:
+            name = chunk[start:i].decode()
+        elif tag == _CONTAINER_CPU_IDS:
+            ids.append(_int64s(chunk[start:i]))
+        elif tag == _CONTAINER_MEMORY:
+            memory.append(reader._block(chunk[start:i]))
+        elif tag == _CONTAINER_DEVICES:
+            devices.append(reader._device(chunk[start:i]))
+        else:
+            claims.append(reader._claims(chunk[start:i]))
     if i != end:  # as in _pod_rest
         raise _Unexpected
     # ContainerAlloc's field order, as for PodAlloc; a container without devices (nearly
@@ -271,13 +305,79 @@ def _int64s(packed: bytes) -> tuple[int, ...]:
     """A packed repeated int64: varints, two's complement in 64 bits."""
     if packed.isascii():  # every id below 128: one byte each, as it is
         return tuple(packed)
-    values = []
+    values: list[int] = []
+    add = values.append
     i, stop = 0, len(packed)
     while i < stop:
+        byte = packed[i]
+        if byte < 0x80:
+            add(byte)
+            i += 1
+            continue
+        after = packed[i + 1]
+        if after < 0x80:  # a CPU id below 16,384: two bytes, inline
+            add(byte & 0x7F | after << 7)
+            i += 2
+            continue
         value, i = _varint(packed, i, _VALUE_BITS)
         value %= _INT64
-        values.append(value - _INT64 if value >> 63 else value)
+        add(value - _INT64 if value >> 63 else value)
     return tuple(values)
+
+
+# ContainerMemory's fields (memory_type, size, topology), TopologyInfo's nodes and NUMANode's
+# ID, as tags.
+_MEMORY_TYPE, _MEMORY_SIZE, _MEMORY_TOPOLOGY, _TOPOLOGY_NODE, _NODE_ID = (
+    0x0A, 0x10, 0x1A, 0x0A, 0x08)
+
+
+def _block_from_wire(chunk: bytes) -> MemoryBlock:
+    """A ``ContainerMemory`` as protobuf reads it: the last type and size, and the NUMA
+    nodes of every topology (protobuf merges a repeated message field)."""
+    memory_type = ""
+    size = 0
+    nodes: list[int] = []
+    i, end = 0, len(chunk)
+    while i < end:
+        tag = chunk[i]
+        if tag == _MEMORY_SIZE:
+            size, i = _varint(chunk, i + 1, _VALUE_BITS)
+            size %= _INT64  # uint64: protobuf keeps the low 64 bits of a longer varint
+            continue
+        if tag != _MEMORY_TYPE and tag != _MEMORY_TOPOLOGY:
+            raise _Unexpected
+        start, i = _span(chunk, i)
+        if tag == _MEMORY_TYPE:
+            memory_type = chunk[start:i].decode()
+        else:
+            nodes += _numa_nodes(chunk[start:i])
+    if i != end:
+        raise _Unexpected
+    return tuple.__new__(MemoryBlock, (memory_type, size, tuple(nodes)))
+
+
+def _numa_nodes(topology: bytes) -> list[int]:
+    """The IDs of a ``TopologyInfo``'s nodes (an empty node is NUMA node 0)."""
+    ids = []
+    i, end = 0, len(topology)
+    while i < end:
+        if topology[i] != _TOPOLOGY_NODE:
+            raise _Unexpected
+        start, i = _span(topology, i)
+        node = 0
+        while start < i:
+            if topology[start] != _NODE_ID:
+                raise _Unexpected
+            node, start = _varint(topology, start + 1, _VALUE_BITS)
+            node %= _INT64
+            if node >> 63:
+                node -= _INT64
+        if start != i:
+            raise _Unexpected
+        ids.append(node)
+    if i != end:
+        raise _Unexpected
+    return ids
 
 
 def _container(c: api_pb2.ContainerResources) -> ContainerAlloc:

@@ -103,7 +103,9 @@ class OptionEffect:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    kind: str  # "cpus", "smt", "budget", "policy", "scope", "option"
+    # "cpus", "smt", "budget", "policy", "scope", "option", "memory", "devices"; "budget+KIND"
+    # when a budget too small for its containers is raised together with a change of KIND.
+    kind: str
     change: str
     cpus: frozenset[int]
     numa_nodes: tuple[int, ...]
@@ -137,6 +139,9 @@ class Explanation:
     cpus: frozenset[int] | None
     numa_nodes: tuple[int, ...] | None
     changes: tuple[Change, ...]
+    # What still refuses the pod once its budget covers its containers (the code of
+    # :func:`diagnose`), when a budget too small is not the only cause.
+    second_cause: str | None = None
 
     @property
     def path_words(self) -> str:
@@ -406,13 +411,15 @@ def changes_that_fit(model: NodeModel, pod: PodSpec, reason: str,
     larger budget, less memory, fewer devices) or to the node's configuration (a laxer
     topology policy, the other scope, an option off) that the model, run again, admits;
     those that act on the cause (:func:`diagnose`) first. A budget smaller than its
-    containers is fixed in the pod only: the API server refuses such a pod on any node."""
+    containers is fixed in the pod, never by the node alone: the API server refuses such a
+    pod on any node; when no budget alone admits it, the covering budget together with what
+    the other cause needs."""
     if cause is None:
         cause = diagnose(model, pod, reason)[0]
     if cause == "duplicate":
         return ()
     if cause in ("budget-container", "budget-containers"):
-        return tuple(_budget_changes(model, pod))
+        return tuple(_budget_changes(model, pod)) or tuple(_covered_changes(model, pod))
     first: tuple[Change, ...] = ()
     if cause in ("memory", "memory-numa"):
         first = tuple(_memory_changes(model, pod))
@@ -435,7 +442,13 @@ def diagnose(model: NodeModel, pod: PodSpec, reason: str) -> tuple[str, str]:
         return code, words
     short = budget_short(pod)
     if short is not None:
-        return short[0], short[1] + _API_RULE
+        # The API rule hides whatever else refuses the pod; an operator who raises the
+        # budget should not meet a second refusal unannounced.
+        still = covered_refusal(model, pod)
+        if still is None:
+            return short[0], short[1] + _API_RULE
+        return short[0], (f"{short[1]}{_API_RULE}; with a budget that covers its containers "
+                          f"({still.cover.words}) it is still refused: {still.cause[1]}")
     if code == "topology":
         return _memory_cause(model, pod) or _device_cause(model, pod) or (code, words)
     return code, words
@@ -487,6 +500,57 @@ def budget_short(pod: PodSpec) -> tuple[str, str] | None:
                     f"requests together: they ask {show(total)} {what}, the pod budget is "
                     f"{show(budget)} {what}")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """A pod's budgets raised to what its containers ask together."""
+    pod: PodSpec
+    words: str  # "pod budget: cpu 2 -> 4", with the memory budget's where it grew too
+    cpus: int | None  # the new CPU budget in whole CPUs, when it grew
+    memory: int | None  # the new memory budget in bytes, when it grew
+
+
+def cover(pod: PodSpec) -> Cover | None:
+    """``pod`` with the smallest budgets the API server accepts around its containers (whole
+    CPUs: a fractional budget takes no pod-level path); ``None`` when they already cover."""
+    r = pod.resources
+    if r is None:
+        return None
+    words: list[str] = []
+    cpus = memory = None
+    need = _aggregate(pod, lambda c: c.resources.cpu_request_m)
+    if r.cpu_request_m and need > r.cpu_request_m:
+        cpus = -(-need // 1000)
+        pod = _with_cpus(pod, "", cpus)
+        words.append(f"pod budget: cpu {_millis(r.cpu_request_m)} -> {cpus}")
+    need = _aggregate(pod, lambda c: c.resources.memory_request)
+    if r.memory_request and need > r.memory_request:
+        memory = need
+        pod = _with_memory(pod, "", memory)
+        words.append(f"pod memory budget: memory {human_bytes(r.memory_request)} -> "
+                     f"{human_bytes(memory)}")
+    return Cover(pod, " and ".join(words), cpus, memory) if words else None
+
+
+@dataclass(frozen=True, slots=True)
+class CoveredRefusal:
+    cover: Cover
+    reason: str  # the model's reason for the covered pod
+    cause: tuple[str, str]  # its :func:`diagnose`
+
+
+def covered_refusal(model: NodeModel, pod: PodSpec) -> CoveredRefusal | None:
+    """The refusal that remains once the pod's budgets cover its containers: a budget too
+    small can hide a second cause (devices or memory no NUMA node holds) that no budget
+    fixes; ``None`` when the covered pod is admitted."""
+    covered = cover(pod)
+    if covered is None or budget_short(covered.pod) is not None:
+        return None
+    result = _run(model, covered.pod)
+    if not isinstance(result, Rejection):
+        return None
+    return CoveredRefusal(covered, result.reason, diagnose(model, covered.pod, result.reason))
 
 
 def pinned_memory(pod: PodSpec, config: ModelConfig) -> int:
@@ -560,6 +624,39 @@ def _budget_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
         total = _aggregate(pod, lambda c: c.resources.memory_request)
         yield from _first(iter([_memory_change(model, pod, "", r.memory_request, total,
                                                "pod memory budget")]))
+
+
+def _covered_changes(model: NodeModel, pod: PodSpec) -> Iterator[Change]:
+    """No budget alone admits the pod: the covering budget together with each change that
+    admits the covered pod. Those that resize the CPU budget again are left out (the
+    budget search has tried the sizes alone), and so is any the API server would refuse."""
+    still = covered_refusal(model, pod)
+    if still is None:
+        return
+    c = still.cover
+    for then in changes_that_fit(model, c.pod, still.reason, still.cause[0]):
+        if then.pod_cpus is not None:
+            continue
+        memory = dict((("", c.memory),) if c.memory is not None else ())
+        memory.update(then.memory)
+        both = replace(then, kind=f"budget+{then.kind}",
+                       change=f"{c.words}, together with {then.change}", pod_cpus=c.cpus,
+                       memory=tuple(memory.items()))
+        if budget_short(_applied(pod, both)) is None:
+            yield both
+
+
+def _applied(pod: PodSpec, ch: Change) -> PodSpec:
+    """``pod`` with the sizes of ``ch`` written in."""
+    if ch.pod_cpus is not None:
+        pod = _with_cpus(pod, "", ch.pod_cpus)
+    for knob, n in ch.container_cpus:
+        pod = _with_cpus(pod, knob, n)
+    for knob, n in ch.memory:
+        pod = _with_memory(pod, knob, n)
+    for container, name, n in ch.devices:
+        pod = _with_device_count(pod, container, name, n)
+    return pod
 
 
 def _with_memory(pod: PodSpec, knob: str, n: int) -> PodSpec:
@@ -636,6 +733,7 @@ def explain(model: NodeModel, pod: PodSpec) -> Explanation:
     placed = result if isinstance(result, PodPlacement) else None
     reason = result.reason if isinstance(result, Rejection) else (result.note or None)
     cause = diagnose(model, pod, result.reason) if isinstance(result, Rejection) else None
+    still = covered_refusal(model, pod) if cause and cause[0].startswith("budget-") else None
     return Explanation(
         namespace=pod.namespace, name=pod.name, qos=pod.qos, budget_cpus=pod.budget_cpus,
         config=model.config, reserved=model.reserved, path=_path(pod, model.config),
@@ -646,7 +744,8 @@ def explain(model: NodeModel, pod: PodSpec) -> Explanation:
         cpus=placed.held if placed is not None else None,
         numa_nodes=tuple(sorted(placed.numa_nodes(model.topo))) if placed else None,
         changes=changes_that_fit(model, pod, result.reason, cause[0])
-        if isinstance(result, Rejection) and cause else ())
+        if isinstance(result, Rejection) and cause else (),
+        second_cause=still.cause[0] if still is not None else None)
 
 
 # ---- a pod already on a live node -------------------------------------------------------------

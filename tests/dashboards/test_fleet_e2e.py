@@ -79,6 +79,7 @@ from servicemonitor_config import (
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk renders the chart")
 
 INTERVAL = "5s"   # $__rate_interval: five scrapes at the test's 1 s interval
+BUSY_SINCE = "6s"  # INTERVAL and one scrape: how long a counter must have been moving
 CHART = REPO / "deploy" / "helm" / "podres-exporter"
 EXPORTER_JOB = "podres-exporter"
 
@@ -309,6 +310,19 @@ def fleet_env() -> Iterator[Fleet]:
         assert global_.wait_for('count_over_time(container_cpu_usage_seconds_total'
                                 '{cluster="b", metrics_path="/metrics/cadvisor"}[10s]) >= 8',
                                 timeout=30), global_.logs()
+        # The kernel panels' rate() needs each busy-seconds counter to span its whole window:
+        # a counter starts at 0 at its exporter's second poll, and rate() of a series younger
+        # than the window divides what it saw by the whole window (a series 2.5 s old reads
+        # half). Under load the exporters come up seconds after Prometheus, so wait until
+        # every counter was already moving one window and one scrape ago (which also says
+        # the kernel clock had started by then).
+        # (Not node-a2: with its kubelet dead its exporter reads no kernel interval.)
+        kernel_nodes = [n.name for n in nodes.values() if n.exporter and n.name != "node-a2"]
+        for prom, members in ((a, [n for n in kernel_nodes if nodes[n].cluster == "a"]),
+                              (global_, kernel_nodes)):
+            moving = ('count(count by (node) (podres_cpu_pool_busy_seconds_total{pool="reserved",'
+                      f'node=~"{"|".join(members)}"}} offset {BUSY_SINCE} > 0)) == {len(members)}')
+            assert prom.wait_for(moving, timeout=30), prom.logs() + env.exporter_logs()
         yield env
     finally:
         for server in servers:

@@ -115,6 +115,43 @@ def test_two_gpus_on_two_numa_nodes_blame_the_devices(
     assert p["admitted"] and p["cpus"] == first["cpus"]
 
 
+def test_a_short_budget_and_blocking_devices_name_both_causes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 2-CPU budget around a 4-CPU container asking 2 GPUs, one on each NUMA node, under
+    single-numa-node: no larger budget alone admits it (the GPUs still span two NUMA nodes),
+    so the cause names both, and the changes offered are the covering budget together with
+    what the devices need, each of which plan then admits on the CPUs predicted."""
+    both = _pod(tmp_path, "both", "4", "1Gi", budget=("2", "2Gi"), gpus=2)
+    text = _run(capsys, "explain", "-f", str(both), *SHAPE, *TWO_GPUS)
+    cause = _cause_line(text)
+    assert cause.startswith("cause: the budget is smaller than container app: it asks 4 CPUs")
+    assert "with a budget that covers its containers (pod budget: cpu 2 -> 4) it is still " \
+           "refused: devices: the pod asks 2 nvidia.com/gpu (free: NUMA 0: 1, NUMA 1: 1)" \
+           in cause
+    assert "no single change" not in text
+    assert "  - pod budget: cpu 2 -> 4, together with fewer devices: container app: " \
+           "nvidia.com/gpu 2 -> 1: admitted" in text
+    (e,) = _json(capsys, "explain", "-f", str(both), *SHAPE, *TWO_GPUS)["pods"]
+    assert (e["cause"], e["second_cause"]) == ("budget-container", "devices-numa")
+    assert [(c["kind"], c["pod_cpus"], c["kubelet"]) for c in e["changes"]] == [
+        ("budget+devices", 4, {}),
+        ("budget+policy", 4, {"topologyManagerPolicy": "best-effort"})]
+    assert e["changes"][0]["container_devices"] == [
+        {"container": "app", "resource_name": "nvidia.com/gpu", "count": 1}]
+    for i, change in enumerate(e["changes"]):
+        gpus = {d["resource_name"]: d["count"] for d in change["container_devices"]}
+        (tmp_path / str(i)).mkdir()
+        fixed = _pod(tmp_path / str(i), "both", "4", "1Gi", budget=(str(change["pod_cpus"]), "2Gi"),
+                     gpus=gpus.get("nvidia.com/gpu", 2))
+        policy = change["kubelet"].get("topologyManagerPolicy", "single-numa-node")
+        (p,) = _json(capsys, "plan", "-f", str(fixed), *SHAPE, *TWO_GPUS,
+                     "--topology-policy", policy)["pods"]
+        assert p["admitted"] and p["cpus"] == change["cpus"], change
+    # plan names both causes under the kubelet's reason too.
+    table = _run(capsys, "plan", "-f", str(both), *SHAPE, *TWO_GPUS)
+    assert "it is still refused: devices: the pod asks 2 nvidia.com/gpu" in table
+
+
 def test_memory_in_the_snapshots_units(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     """6 TiB is '6 TiB' in explain and plan tables, as snapshot prints sizes, not '6144Gi'."""

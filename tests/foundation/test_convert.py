@@ -310,3 +310,77 @@ def test_any_devices_read_as_their_fields(
             name=name, devices=[gpu(*ids, numa=tuple(numa), name=res) for res, ids, numa in devs],
             dynamic_resources=[claim(c, *ds, share=share) for c, ds, share in claims])
         for name, devs, claims in containers])]))
+
+
+# -- memory blocks, read from the wire too --------------------------------------------------
+
+
+def _with_memory() -> bytes:
+    return Message(pod_resources=[api_pb2.PodResources(
+        name="web", namespace="ns", cpu_ids=[1, 300],
+        memory=[block("memory", 6 << 30, 0, 1), block("hugepages-2Mi", 1 << 21, 1)],
+        containers=[api_pb2.ContainerResources(
+            name="app", cpu_ids=[300], memory=[block("memory", 2**64 - 1, -1, 2**40)])])
+    ]).SerializeToString()
+
+
+def _memory_pod(*blocks: bytes) -> bytes:
+    """One pod holding ``blocks`` (a ContainerMemory's bytes each) as its memory."""
+    body = b"\x0a\x01p" + b"".join(b"\x2a" + _varint(len(b)) + b for b in blocks)
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def test_memory_blocks_in_any_layout_read_as_protobuf_reads_them() -> None:
+    node = b"\x0a\x02\x08\x01"  # a NUMANode of ID 1
+    for blocks in (
+            (b"",),                                    # every field at its default
+            (b"\x1a\x00\x0a\x01m",),                   # topology before the type
+            (b"\x10\x05\x10\x07",),                    # size twice: the last stands
+            (b"\x1a\x04" + node + b"\x1a\x04" + node,),  # topology twice: merged
+            (b"\x1a\x06\x0a\x04\x08\x01\x08\x02",),    # a node's ID twice: the last
+            (b"\x1a\x02\x0a\x00",),                    # an empty node: NUMA node 0
+            (b"\x10" + b"\xff" * 9 + b"\x7f",),        # a size past 64 bits: cut to 64
+            (b"\x10" + b"\xff" * 10 + b"\x01",),       # a varint too long: refused
+            (b"\x1a\x0b\x0a\x09\x08" + b"\xff" * 9 + b"\x01",),  # ID -1
+            (b"\x18\x01",),                            # an unknown field
+            (b"\x1a\x04\x0a\x02\x10\x01",),            # an unknown field in a node
+            (b"\x1a\x03\x0a\x02\x08",),                # a node's ID cut short
+            (b"\x1a\x02\x0a\x05",),                    # a node longer than its topology
+            (b"\x0a\x02\xff\xfe",),                    # a type that is not UTF-8
+            (b"\x10",),                                # a size cut short
+    ):
+        _same_as_protobuf(_memory_pod(*blocks))
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_any_bytes_of_memory_blocks_read_as_protobuf_reads_them(data: st.DataObject) -> None:
+    good = _with_memory()
+    raw = data.draw(st.builds(
+        lambda at, b, how: (good[:at] + bytes([b]) + good[at + (how == "flip"):]
+                            if how != "cut" else good[:at]),
+        st.integers(0, len(good) - 1), st.integers(0, 255),
+        st.sampled_from(["flip", "insert", "cut"])) | st.builds(
+        lambda at, n: good[:at] + b"\x80" * n + good[at:],
+        st.integers(0, len(good) - 1), st.integers(1, 11)))
+    _same_as_protobuf(raw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=4), st.integers(0, 2**64 - 1),
+                          st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3)),
+                max_size=4))
+def test_any_memory_blocks_read_as_their_fields(
+        blocks: list[tuple[str, int, list[int]]]) -> None:
+    memory = [block(mtype, size, *nodes) for mtype, size, nodes in blocks]
+    check(Message(pod_resources=[api_pb2.PodResources(
+        namespace="ns", name="p", memory=memory,
+        containers=[api_pb2.ContainerResources(name="app", memory=memory[::-1])])]))
+
+
+def test_pods_of_one_namespace_share_its_name() -> None:
+    pods = pods_from_wire(Message(pod_resources=[
+        api_pb2.PodResources(name=f"p{i}", namespace=ns)
+        for i, ns in enumerate(["team-a", "team-b", "team-a", "team-a"])]).SerializeToString())
+    assert [p.namespace for p in pods] == ["team-a", "team-b", "team-a", "team-a"]
+    assert pods[0].namespace is pods[2].namespace is pods[3].namespace

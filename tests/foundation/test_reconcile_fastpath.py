@@ -14,7 +14,13 @@ from exporter.sources.convert import pods_from_proto, pods_to_proto
 from foundation.helpers import cspec, ctr, pod, pspec, snapshot, topology
 from foundation.test_reconcile_properties import SETTINGS, snapshots
 from reconciler import reconcile as R
-from reconciler.ledger import ASSIGNMENTS, DistinctContainers, NodeSharedPod, each_entry
+from reconciler.ledger import (
+    ASSIGNMENTS,
+    DistinctContainers,
+    NodeSharedPod,
+    PodEntries,
+    each_entry,
+)
 from reconciler.snapshot import NodeSnapshot, Topology
 
 
@@ -179,3 +185,25 @@ def test_a_name_that_needs_escaping_anywhere_makes_the_names_not_plain() -> None
             containers = R.reconcile(snapshot(*pods, topo=topo)).containers
             assert isinstance(containers, DistinctContainers), pods
             assert not containers.plain_names, pods
+
+
+@given(snapshots())
+@SETTINGS
+def test_pod_entries_say_which_pods_hold_anything(
+        case: tuple[NodeSnapshot, Topology | None]) -> None:
+    """PodEntries.holding: every entry left out holds no CPU, no memory and no estimate (it
+    gives no per-pod series and adds nothing to a total); the ledger's totals are those of
+    all its entries; and the marker survives a copy."""
+    ledger = R.reconcile(case[0])
+    pods = ledger.pods
+    assert isinstance(pods, PodEntries) and pods == tuple(pods)
+    assert list(pods.holding) == sorted(set(pods.holding))
+    for index, entry in enumerate(pods):
+        if index not in pods.holding:
+            assert not (entry.cpus or entry.pod_exclusive_cpus or entry.pod_shared_cpus
+                        or entry.pod_idle_cpus or entry.node_exclusive_cpus
+                        or entry.reclaimed_cpus or entry.reclaimable_cpus or entry.memory)
+    assert ledger.reclaimed_cpus == sum(p.reclaimed_cpus or 0 for p in pods)
+    assert ledger.reclaimable_cpus == sum(p.reclaimable_cpus or 0 for p in pods)
+    copy = pickle.loads(pickle.dumps(pods))
+    assert copy == pods and type(copy) is PodEntries and copy.holding == pods.holding

@@ -17,8 +17,9 @@ from exporter.metrics.catalogue import BY_NAME, NodeFacts
 from exporter.metrics.exposition import escape_label, render_family
 from exporter.sources.convert import pods_to_proto
 from exporter.sources.fixture import KubeletState, load_fixture_dir
+from reconciler.ledger import PodEntries
 from reconciler.reconcile import reconcile
-from reconciler.snapshot import ContainerAlloc, NodeSnapshot, PodAlloc
+from reconciler.snapshot import ContainerAlloc, MemoryBlock, NodeSnapshot, PodAlloc
 from tests.conftest import StartSim
 from tests.service.conftest import (
     PROMTOOL,
@@ -174,8 +175,10 @@ def test_container_lines_are_used_for_plain_names_only() -> None:
     family = "podres_container_cpus"
     plain = reconcile(NodeSnapshot((PodAlloc("ns", "p", (ContainerAlloc("c", (1,)),)),)))
     rows = exposition._per_pod_samples(plain, 1000)[0]
-    assert rows[family] == f'{family}{{namespace="ns",pod="p",container="c",' \
-                           'assignment="node_exclusive"} 1\n'
+    written = rows[family]
+    assert isinstance(written, exposition._Written)
+    assert "".join(written.pieces) == f'{family}{{namespace="ns",pod="p",container="c",' \
+                                      'assignment="node_exclusive"} 1\n'
     hostile = reconcile(NodeSnapshot((PodAlloc("ns", 'p"', (ContainerAlloc("c"),)),)))
     assert exposition._per_pod_samples(hostile, 1000)[0][family] == [
         (("ns", 'p"', "c", "node_shared"), 0)]
@@ -184,22 +187,30 @@ def test_container_lines_are_used_for_plain_names_only() -> None:
 @settings(max_examples=300, deadline=None)
 @given(pods=st.lists(st.tuples(name_text, name_text,
                                st.lists(st.tuples(name_text, st.lists(
-                                   st.integers(0, 15), max_size=3)), max_size=3)),
+                                   st.integers(0, 15), max_size=3),
+                                   st.booleans()), max_size=3),
+                               st.lists(st.integers(0, 15), max_size=3)),
                      max_size=5))
 def test_what_the_reconciler_tells_renders_as_what_the_text_shows(
-        pods: list[tuple[str, str, list[tuple[str, list[int]]]]]) -> None:
-    """The container counts and the plain-names fact of DistinctContainers give the very
-    exposition the entries give by themselves (a plain tuple of them, counted and
-    searched for characters to escape by the renderer): quotes, backslashes and line
-    breaks in any name are still escaped."""
+        pods: list[tuple[str, str, list[tuple[str, list[int], bool]], list[int]]]) -> None:
+    """The container counts and the plain-names fact of DistinctContainers, and the pods
+    PodEntries says hold anything, give the very exposition the entries give by
+    themselves (plain tuples of them, counted, searched for characters to escape and for
+    pods that hold something by the renderer): quotes, backslashes and line breaks in any
+    name are still escaped."""
+    memory = (MemoryBlock("memory", 1 << 30, (0,)),)
     snap = NodeSnapshot(tuple(
-        PodAlloc(ns, f"{name}{i}", tuple(ContainerAlloc(f"{c}{j}", tuple(ids))
-                                         for j, (c, ids) in enumerate(containers)))
-        for i, (ns, name, containers) in enumerate(pods)))
+        PodAlloc(ns, f"{name}{i}", tuple(ContainerAlloc(f"{c}{j}", tuple(ids),
+                                                        memory if mem else ())
+                                         for j, (c, ids, mem) in enumerate(containers)),
+                 tuple(block), memory if block else ())
+        for i, (ns, name, containers, block) in enumerate(pods)))
     ledger = reconcile(snap)
     assert isinstance(ledger.containers, exposition.DistinctContainers)
+    assert isinstance(ledger.pods, PodEntries)
     told = exposition.node_exposition(ledger, pods_max_series=1000)
-    shown = exposition.node_exposition(replace(ledger, containers=tuple(ledger.containers)),
+    shown = exposition.node_exposition(replace(ledger, containers=tuple(ledger.containers),
+                                               pods=tuple(ledger.pods)),
                                        pods_max_series=1000)
     assert told == shown
     parse_exposition(told[0].decode())  # valid, each series once
