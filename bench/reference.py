@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -135,38 +137,101 @@ def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
 # ---- talking to it -----------------------------------------------------------------------
 
 
+class ReferenceTimeout(RuntimeError):
+    """The reference did not answer a request within its bound; its process is killed."""
+
+
+# The default bound on one reference request (--case-timeout). The kubelet answers a
+# generated case's request in well under a second (bench/reference_budget.py).
+CASE_TIMEOUT = 60.0
+
+
 class Reference:
     """One running reference process: a JSON request in, a JSON answer out."""
 
     def __init__(self, version: str, binary: Path | None = None,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, *, timeout: float | None = None
+                 ) -> None:
         """``binary`` replaces the built reference (the coverage build of
-        bench/reference_coverage.py), ``env`` its environment (``GOCOVERDIR``)."""
+        bench/reference_coverage.py), ``env`` its environment (``GOCOVERDIR``); ``timeout``
+        bounds each request in seconds (:class:`ReferenceTimeout`), none when ``None``."""
         self.version = version
-        self.proc = subprocess.Popen(
-            [str(binary or build(version))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, bufsize=1,
-            env=None if env is None else {**os.environ, **env})
+        self.timeout = timeout
+        self._argv = [str(binary or build(version))]
+        self._env = None if env is None else {**os.environ, **env}
+        self._start()
+
+    def _start(self) -> None:
+        # PODRES_REFERENCE_STDERR names a file the process's stderr is appended to (a Go
+        # panic, or the goroutine stacks SIGQUIT prints); else it is dropped.
+        errors = os.environ.get("PODRES_REFERENCE_STDERR")
+        sink = open(errors, "ab") if errors else None  # noqa: SIM115 (the process owns it)
+        try:
+            self.proc = subprocess.Popen(
+                self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=sink or subprocess.DEVNULL, text=True, bufsize=1, env=self._env)
+        finally:
+            if sink is not None:
+                sink.close()
+        # A thread reads the answers so that waiting for one can time out: a blocking
+        # readline cannot, and SIGALRM belongs to pytest-timeout in the tests.
+        self._lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._reader = threading.Thread(target=self._read, args=(self.proc, self._lines),
+                                        daemon=True)
+        self._reader.start()
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], lines: queue.SimpleQueue[str]) -> None:
+        assert proc.stdout is not None
+        with proc.stdout:
+            for line in proc.stdout:
+                lines.put(line)
+        lines.put("")  # end of output: the process exited
 
     def request(self, req: Mapping[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited: the end of its output says so below
+        try:
+            line = self._lines.get(timeout=self.timeout)
+        except queue.Empty:
+            self.kill()
+            pod = req.get("pod")
+            name = pod.get("metadata", {}).get("name") if isinstance(pod, Mapping) else None
+            raise ReferenceTimeout(
+                f"the kubelet {self.version} reference did not answer {req.get('op')}"
+                f"{f' {name}' if name else ''} within {self.timeout:g} s") from None
         if not line:
             raise ReferenceUnavailable(f"the kubelet {self.version} reference exited "
                                        f"(code {self.proc.poll()})")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join()
+
+    def restart(self) -> None:
+        """A fresh process in place of this one (after a :class:`ReferenceTimeout`)."""
+        self.close()
+        self._start()
+
     def close(self) -> None:
         if self.proc.stdin is not None:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join()
 
     def __enter__(self) -> Reference:
         return self
@@ -495,6 +560,9 @@ class Outcome:
     # The first step that disagreed: its operation and pod (None for setup and restart).
     op: str = ""
     pod: PodSpec | None = None
+    # The reference did not answer within its bound: never an agreement, its one
+    # disagreement says so.
+    timed_out: bool = False
 
     @property
     def agrees(self) -> bool:
@@ -575,16 +643,24 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
 
 
 def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
-        memory: bool = False, devices: bool | None = None) -> Iterator[Outcome]:
-    """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one);
-    ``memory``: under the Static memory manager; ``devices``: as :func:`random_case`."""
+        memory: bool = False, devices: bool | None = None,
+        timeout: float | None = CASE_TIMEOUT) -> Iterator[Outcome]:
+    """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one
+    whose requests are bounded by ``timeout`` seconds); ``memory``: under the Static memory
+    manager; ``devices``: as :func:`random_case`. A case the reference does not answer in
+    time is a timed-out outcome, and the next case runs on a fresh process."""
     if ref is None:
-        with Reference(version) as own:
+        with Reference(version, timeout=timeout) as own:
             yield from run(version, seed, count, own, memory=memory, devices=devices)
         return
     for i in range(count):
-        yield run_case(ref, random_case(seed * 1_000_003 + i, version, memory=memory,
-                                        devices=devices))
+        case = random_case(seed * 1_000_003 + i, version, memory=memory, devices=devices)
+        try:
+            outcome = run_case(ref, case)
+        except ReferenceTimeout as exc:
+            ref.restart()
+            outcome = Outcome(case, [f"{exc} (killed and restarted)"], timed_out=True)
+        yield outcome
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -605,6 +681,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--devices", action="store_true",
                         help="give every workload device-plugin devices (by default a share "
                              "of them has some) and compare each container's devices")
+    parser.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT, metavar="S",
+                        help="seconds the reference may take to answer one request of a "
+                             "case before it is killed and restarted and the case counts as "
+                             f"timed out (default {CASE_TIMEOUT:g})")
     parser.add_argument("--build-only", action="store_true",
                         help="build the reference for --version if needed, and stop")
     parser.add_argument("--show", type=int, default=5,
@@ -612,6 +692,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
+    if not args.case_timeout > 0:
+        parser.error("--case-timeout must be more than 0 seconds")
     try:
         started = time.monotonic()
         stale_before = stale(args.version)
@@ -624,12 +706,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reference {args.version}: {path.relative_to(ROOT)} {what}")
         return 0
     started = time.monotonic()
-    agree = shown = skipped = 0
+    agree = shown = skipped = timed_out = 0
     for outcome in run(args.version, args.seed, args.count, memory=args.memory,
-                       devices=args.devices or None):
+                       devices=args.devices or None, timeout=args.case_timeout):
         if outcome.agrees:
             agree += 1
             skipped += bool(outcome.skipped)
+            continue
+        if outcome.timed_out:
+            # Every one is printed: a timed-out case says nothing about agreement.
+            timed_out += 1
+            print(f"timed out: {outcome.case.describe()}\n  {outcome.disagreements[0]}")
             continue
         if shown < args.show:
             shown += 1
@@ -638,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {line}")
     took = time.monotonic() - started
     print(f"({args.count} workloads from seed {args.seed} in {took:.1f} s; {skipped} setups "
-          "both refuse)")
+          f"both refuse; {timed_out} timed out)")
     print(f"reference {args.version}: {agree}/{args.count} agree")
     return 0 if agree == args.count else 1
 
