@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -39,12 +39,22 @@ def _reproduces(version: str, outcome: Outcome) -> bool:
 def test_model_agrees_with_the_kubelet(version: str, need_reference: Callable[[str], None]
                                        ) -> None:
     need_reference(version)
+    check_agreement(version, run(version, SEED, CASES), CASES)
+
+
+def check_agreement(version: str, outcomes: Iterable[Outcome], cases: int) -> None:
+    """Fails on a new disagreement that reproduces, on a case the reference did not answer
+    in time, on more unsteady cases than one in a thousand, and on a run that places too
+    few pods."""
     agree = skipped = 0
     known: Counter[str] = Counter()
     new: list[str] = []
     unsteady: list[str] = []
-    for outcome in run(version, SEED, CASES):
-        if outcome.skipped:
+    timed_out: list[str] = []
+    for outcome in outcomes:
+        if outcome.timed_out:
+            timed_out.append(outcome.case.describe() + "\n  " + outcome.disagreements[0])
+        elif outcome.skipped:
             skipped += 1  # a setup both refuse
         elif outcome.agrees:
             agree += 1
@@ -54,11 +64,15 @@ def test_model_agrees_with_the_kubelet(version: str, need_reference: Callable[[s
             new.append(outcome.case.describe() + "\n  " + "\n  ".join(outcome.disagreements))
         else:
             unsteady.append(outcome.case.describe())
-    assert not new, (f"{len(new)} of {CASES} workloads disagree with kubelet {version} "
+    # The generator keeps cases where the kubelet answers in well under a second
+    # (bench/reference_budget.py): one it does not answer in time is a generator bug.
+    assert not timed_out, (f"{len(timed_out)} of {cases} workloads timed out on kubelet "
+                           f"{version}:\n" + "\n".join(timed_out[:3]))
+    assert not new, (f"{len(new)} of {cases} workloads disagree with kubelet {version} "
                      "(shrink each into tests/reference/test_known.py and fix the model, or "
                      "list its kind in tests/reference/known.py):\n" + "\n".join(new[:3]))
     # At most one workload in a thousand may fail to reproduce (the reference's own race).
-    assert len(unsteady) <= CASES // 1000, unsteady
+    assert len(unsteady) <= cases // 1000, unsteady
     assert set(known) <= set(KNOWN)
     # The workloads must place pods, not only meet setups both sides refuse.
-    assert agree >= CASES // 2, (agree, skipped, dict(known))
+    assert agree >= cases // 2, (agree, skipped, dict(known))
