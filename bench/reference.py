@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import reference_cpu, reference_devices
+from bench import reference_budget, reference_cpu, reference_devices
 from bench.reference_memory import compare_memory, memory_setup, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
@@ -417,13 +417,16 @@ def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bo
 
 
 def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
-                topology_options: bool = True, devices: bool | None = None) -> Case:
+                topology_options: bool = True, devices: bool | None = None,
+                budget: bool = True) -> Case:
     """``memory``: under the Static memory manager (``reference_memory.with_memory``);
     ``topology_options``: with the topology manager's options and NUMA distances
     (:func:`_with_topology_options`), the none CPU policy and reconcile steps
     (bench/reference_cpu.py); off, the case of a seed as it was before them, and before
     devices; ``devices``: device-plugin devices on every case (``True``), none (``False``)
-    or on a share of them (``None``, bench/reference_devices.py)."""
+    or on a share of them (``None``, bench/reference_devices.py); ``budget``: each pod
+    within what the kubelet merges in well under a second (bench/reference_budget.py), off
+    as drawn."""
     case = _random_case(seed, version, ops=ops)
     if topology_options:
         # No machine past 8 NUMA nodes with memory: the topology manager's merge walks every
@@ -433,7 +436,9 @@ def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
         case = reference_cpu.with_cpu_manager(case, version, seed)
         if devices is not False:
             case = reference_devices.with_devices(case, version, seed, always=bool(devices))
-    return with_memory(case, version, seed) if memory else case
+    if memory:
+        case = with_memory(case, version, seed)
+    return reference_budget.within_budget(case) if budget else case
 
 
 def _random_case(seed: int, version: str, *, ops: int = 12) -> Case:

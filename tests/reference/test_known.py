@@ -663,5 +663,7 @@ def test_memory_cases_the_runner_found(version: str, seed: int,
     from bench.reference import random_case
     need_reference(version)
     with Reference(version) as ref:
-        outcome = run_case(ref, random_case(seed, version, memory=True))
+        # As drawn when found: 1000020's first admission is over the generator's merge
+        # budget now (bench/reference_budget.py); the kubelet answers it in about 6 s.
+        outcome = run_case(ref, random_case(seed, version, memory=True, budget=False))
     assert outcome.agrees, outcome.disagreements
