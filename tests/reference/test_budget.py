@@ -12,7 +12,7 @@ from bench.reference import Case, random_case
 from bench.reference_budget import MERGE_BUDGET, merge_bound, merge_lists
 from reconciler.kube import PodSpec
 
-STALLED = 8800026480  # 1.37, --memory --devices: pod-0008 ran over 30 minutes
+STALLED = 8800026480  # 1.37, --memory --devices: pod-0008 stalls the kubelet's merge
 
 
 def _pod(case: Case, name: str) -> PodSpec:
