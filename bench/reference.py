@@ -5,7 +5,8 @@ and through the project's allocator model, compared placement by placement
 
     python -m bench.reference --version 1.37 --seed 7 --count 200
 
-prints the first disagreements, then ``reference 1.37: A/N agree`` as its last line. The
+prints the first disagreements and every case whose reference request went unanswered for
+``--case-timeout`` seconds, then ``reference 1.37: A/N agree`` as its last line. The
 reference is built on first use (Go from the machine, modules from the proxy) into
 ``reference/build/``, and rebuilt when its sources change.
 """
