@@ -83,3 +83,15 @@ def test_a_case_timeout_must_be_positive(capsys: pytest.CaptureFixture[str]) -> 
         main(["--case-timeout", "0"])
     assert exit_.value.code == 2
     assert "--case-timeout must be more than 0 seconds" in capsys.readouterr().err
+
+
+def test_the_reference_stderr_is_kept_where_asked(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the goroutine stacks of a SIGQUIT land (PODRES_REFERENCE_STDERR).
+    kept = tmp_path / "reference.stderr"
+    monkeypatch.setenv("PODRES_REFERENCE_STDERR", str(kept))
+    body = ("for line in sys.stdin:\n    print('stacks here', file=sys.stderr, flush=True)\n"
+            "    print(json.dumps({'ok': True}), flush=True)\n")
+    with Reference("1.37", _peer(tmp_path, body), timeout=5) as ref:
+        assert ref.request({"op": "state"}) == {"ok": True}
+    assert kept.read_text() == "stacks here\n"
