@@ -1,0 +1,122 @@
+"""Disagreements between the kubelet and the model on nodes with device-plugin devices (and
+the memory manager beside them) that the seed 8800 and 7100 mixes found, each shrunk to a
+small case and run through the kubelet versions it shows on. The kubelet's side is asserted
+as found, and the model must do the same (docs/design.md#devices-in-the-model); without Go
+the model's side is asserted alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bench.reference import Case, Reference, run_case, setup_request
+from reconciler.allocator import CPUTopology, ModelConfig, NodeModel
+from reconciler.allocator.devices import Device, NodeDevices
+from reconciler.allocator.placement import PodPlacement, Rejection
+from reconciler.allocator.report import pod_to_json
+from reconciler.allocator.restart import restart
+from reconciler.cpuset import parse_cpuset
+from reconciler.kube import ContainerSpec, PodSpec, Resources
+from reconciler.snapshot import CPUInfo
+
+GiB = 2**30
+MiB = 2**20
+NIC = "example.com/nic"
+
+
+def _g(cpu_m: int, extended: tuple[tuple[str, int], ...] = ()) -> Resources:
+    return Resources(cpu_m, cpu_m, 64 * MiB, 64 * MiB, extended=extended)
+
+
+def _answers(ref: Reference, case: Case) -> list[dict[str, Any]]:
+    assert ref.request(setup_request(case))["ok"]
+    out = []
+    for op, pod in case.ops:
+        if op == "admit" and pod is not None:
+            out.append(ref.request({"op": "admit", "pod": pod_to_json(pod)}))
+        elif op == "remove" and pod is not None:
+            out.append(ref.request({"op": "remove", "pod_uid": pod.uid}))
+        else:
+            out.append(ref.request({"op": "restart"}))
+    return out
+
+
+# ---- the devices of a refused pod stay in the device checkpoint --------------------------
+# Two NUMA nodes of four CPUs (CPU 0 reserved), two NICs on each; the plugin asks for
+# PreStartContainer, so the pod-level pod's container, which gets its devices when it
+# starts, gets none (its start fails) and no later write of the checkpoint happens.
+# ``TOO_BIG`` asks more CPUs than there are: under best-effort the pod scope admits it, the
+# device manager (the first hint provider) allocates its two NICs on node 0 and writes its
+# checkpoint, then the CPU manager's Allocate refuses. The sweep drops the NICs from the
+# device manager's memory, not from the file; at the restart they are read back and stay
+# taken while the pods are admitted again, so ``POD_LEVEL``'s device hint is node 1 only,
+# and AllocatePod carves the new block there (found as seeds 8800026825 on 1.36.3,
+# 8800026499 and 7100021331 on 1.37.2 of the --devices mix; 3209010332, 1.37.2, the open
+# "device-pod-block-at-restart" kind it was).
+TWO_NODES = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 4) for i in range(8)),
+                        memory=((0, 8 * GiB), (1, 8 * GiB)),
+                        distances=((0, (10, 20)), (1, (20, 10))))
+NICS = NodeDevices.of({NIC: [Device("nic-0", (0,)), Device("nic-1", (0,)),
+                             Device("nic-2", (1,)), Device("nic-3", (1,))]}, {}, {NIC})
+TOO_BIG = PodSpec("ref", "too-big", "uid-too-big", (ContainerSpec("app", _g(8000, ((NIC, 2),))),))
+POD_LEVEL = PodSpec("ref", "pod-level", "uid-pod-level",
+                    (ContainerSpec("app", Resources(extended=((NIC, 2),))),), resources=_g(2000))
+
+
+def _refused_pods_devices(version: str) -> Case:
+    config = ModelConfig(topology_policy="best-effort", scope="pod", memory_policy="None",
+                         reserved_cpu_m=1000, pod_level=True, kubelet_version=version)
+    gates = {"CPUManagerPolicyAlphaOptions": True, "PodLevelResources": True,
+             "PodLevelResourceManagers": True}
+    return Case(0, TWO_NODES, config, gates,
+                [("admit", TOO_BIG), ("admit", POD_LEVEL), ("restart", None)], devices=NICS)
+
+
+def _block_moves_off_the_stale_nics(answers: list[dict[str, Any]], case: Case) -> None:
+    refused, admitted, again = answers
+    assert not refused["ok"] and "not enough cpus" in refused["error"]
+    assert parse_cpuset(admitted["state"]["pods"][POD_LEVEL.uid]) == {1, 2}
+    assert [r["admitted"] for r in again["readmitted"]] == [True]
+    # Node 0 has CPU 3 free and its NICs are free in memory, yet the block is on node 1.
+    assert parse_cpuset(again["state"]["pods"][POD_LEVEL.uid]) == {4, 5}
+    assert not again["state"].get("devices")
+
+
+CASES = [("refused-pods-devices-at-restart", v, _refused_pods_devices(v),
+          _block_moves_off_the_stale_nics) for v in ("1.36", "1.37")]
+IDS = [f"{kind}-{version}" for kind, version, _, _ in CASES]
+
+
+@pytest.mark.parametrize(("kind", "version", "case", "check"), CASES, ids=IDS)
+def test_the_kubelet_does_what_was_found(
+        kind: str, version: str, case: Case,
+        check: Callable[[list[dict[str, Any]], Case], None],
+        need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    with Reference(version) as ref:
+        check(_answers(ref, case), case)
+
+
+@pytest.mark.parametrize(("kind", "version", "case", "check"), CASES, ids=IDS)
+def test_the_model_does_the_same(kind: str, version: str, case: Case,
+                                 check: Callable[[list[dict[str, Any]], Case], None],
+                                 need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    with Reference(version) as ref:
+        outcome = run_case(ref, case)
+    assert outcome.agrees, outcome.disagreements
+
+
+def test_the_model_keeps_a_refused_pods_devices_in_its_checkpoint() -> None:
+    case = _refused_pods_devices("1.37")
+    model = NodeModel(case.topo, case.config, case.devices)
+    refused = model.admit(TOO_BIG)
+    assert isinstance(refused, Rejection)
+    assert refused.devices_checkpointed == {NIC: {"nic-0", "nic-1"}}
+    assert model.dev_free[NIC] == {"nic-0", "nic-1", "nic-2", "nic-3"}  # swept
+    assert isinstance(model.admit(POD_LEVEL), PodPlacement)
+    result = restart(model)
+    assert result.error is None and [r.admitted for r in result.readmitted] == [True]
+    assert model.pods[POD_LEVEL.namespace, POD_LEVEL.name].block == {4, 5}
