@@ -442,8 +442,9 @@ class DeviceWork:
         self._picks = picks or {}
         self.misses: list[str] = []
         # What the device manager's checkpoint holds of this pod, by resource: it writes
-        # one after each container it gives devices to, so a refusal later in the admission
-        # (the CPU or memory manager's) leaves them in the file (docs/design.md#devices-in-the-model).
+        # one after each container it gives devices to, so a refusal later in the
+        # admission (the CPU or memory manager's) leaves them in the file
+        # (docs/design.md#devices-in-the-model).
         self.checkpointed: dict[str, frozenset[str]] = {}
         # Whether a placement path has walked the pod's containers through ``take`` yet.
         self.walked = False
