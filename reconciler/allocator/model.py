@@ -122,6 +122,7 @@ class NodeModel(NodePaths):
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            self.device_picks.pop(pod.uid, None)
             if result.memory_after is not None:
                 self.mem = result.memory_after
             if result.leaked:

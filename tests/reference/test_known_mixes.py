@@ -153,3 +153,58 @@ def test_the_kubelet_starts_or_not_and_the_model_allows_each(
             outcome = run_case(ref, case)
             assert outcome.agrees, outcome.disagreements
     assert starts == {True, False}
+
+
+# ---- a refused pod's device picks, read back from the device checkpoint ------------------
+# One NUMA node, four FPGAs, fpga-1 without topology; single-numa-node and the container
+# scope, whose merged hint on this machine is no NUMA node at all, so each container's
+# devices are a Go set's pick among every free one. The sidecar keeps one, the init
+# container takes two that the app containers reuse: app0 one of them, app1 the other and
+# one free. A device without topology counts in no mask (generateDeviceTopologyHints), so
+# app1 has no hint, and is refused, whenever fpga-1 is among its two: the pod is admitted
+# or refused as the earlier picks went. The kubelet's state drops a refused pod's devices,
+# so the runner read no picks for it and the model took its own (found as seed 8800026880
+# of the default mix, 1.37.2); they are read back from the device checkpoint now, which
+# each container's allocation writes (bench/reference_devices.py ``tell_picks``).
+FPGA = "example.com/fpga"
+ONE_NODE = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, 0) for i in range(4)),
+                       memory=((0, 8 * GiB),), distances=((0, (10,)),))
+FPGAS = NodeDevices.of({FPGA: [Device("fpga-0", (0,)), Device("fpga-1"),
+                               Device("fpga-2", (0,)), Device("fpga-3", (0,))]})
+
+
+def _fpgas(n: int) -> Resources:
+    return Resources(extended=((FPGA, n),))
+
+
+PICKS = PodSpec("ref", "picks", "uid-picks",
+                (ContainerSpec("app0", _fpgas(1)), ContainerSpec("app1", _fpgas(2))),
+                (ContainerSpec("side", _fpgas(1), sidecar=True),
+                 ContainerSpec("init", _fpgas(2), init=True)))
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_a_refused_pods_picks_are_the_kubelets(
+        version: str, need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    config = ModelConfig(topology_policy="single-numa-node", scope="container",
+                         memory_policy="None", reserved_cpu_m=1000, kubelet_version=version)
+    gates = {"CPUManagerPolicyAlphaOptions": True, "PodLevelResources": True}
+    if version != "1.35":
+        gates["PodLevelResourceManagers"] = False
+    case = Case(0, ONE_NODE, config, gates, [("admit", PICKS)], devices=FPGAS)
+    admitted = set()
+    with Reference(version) as ref:
+        ask = ref.request
+
+        def request(req: Mapping[str, Any]) -> dict[str, Any]:
+            answer = ask(req)
+            if req["op"] == "admit":
+                admitted.add(bool(answer["ok"]))
+            return answer
+
+        ref.request = request  # type: ignore[method-assign]
+        for _ in range(TRIES):
+            outcome = run_case(ref, case)
+            assert outcome.agrees, outcome.disagreements
+    assert admitted == {True, False}
