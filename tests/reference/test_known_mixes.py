@@ -7,6 +7,7 @@ alone."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -208,3 +209,24 @@ def test_a_refused_pods_picks_are_the_kubelets(
             outcome = run_case(ref, case)
             assert outcome.agrees, outcome.disagreements
     assert admitted == {True, False}
+
+
+def test_the_picks_of_a_refused_pod_are_read_from_the_device_checkpoint() -> None:
+    """Without Go: the checkpoint as the device manager writes it (one entry a container
+    and resource, device IDs by NUMA node, -1 for none); other pods' entries are not
+    this pod's, and a state without the file tells nothing."""
+    from bench.reference_devices import tell_picks
+    entries = [{"PodUID": "uid-picks", "ContainerName": "side", "ResourceName": FPGA,
+                "DeviceIDs": {"-1": ["fpga-1"]}},
+               {"PodUID": "uid-picks", "ContainerName": "init", "ResourceName": FPGA,
+                "DeviceIDs": {"0": ["fpga-0", "fpga-3"]}},
+               {"PodUID": "uid-other", "ContainerName": "app", "ResourceName": FPGA,
+                "DeviceIDs": {"0": ["fpga-2"]}}]
+    text = json.dumps({"Data": {"PodDeviceEntries": entries, "RegisteredDevices": {}},
+                       "Checksum": 0})
+    model = NodeModel(ONE_NODE, ModelConfig(memory_policy="None", reserved_cpu_m=1000), FPGAS)
+    tell_picks(model, {"devices": {}, "checkpoints": {}}, PICKS)
+    assert PICKS.uid not in model.device_picks
+    tell_picks(model, {"checkpoints": {"kubelet_internal_checkpoint": text}}, PICKS)
+    assert model.device_picks[PICKS.uid] == {"side": {FPGA: {"fpga-1"}},
+                                             "init": {FPGA: {"fpga-0", "fpga-3"}}}
