@@ -254,7 +254,13 @@ def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]
         n = wants[c.name]
         asked = 0 if model._skipped(pod) else _asked(model, model.memory_requested(pod, c))
         devices = _held_device_hints(model, old, c) if pod_hint is None else {}
-        if pod_hint is None and policy != "none" and (n or asked or devices):
+        # 1.36's Allocate goes on for a pod-level pod's container that asks nothing, and
+        # refuses a hint that breaks a group (allocate_memory): a dropped init container
+        # meets that check again.
+        empty = (not asked and c.name not in mem_held and model.memory_enabled
+                 and not model._skipped(pod) and model.config.kubelet_version == "1.36"
+                 and model._pod_level_set(pod))
+        if pod_hint is None and policy != "none" and (n or asked or devices or empty):
             cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
             mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
             ok, merged = model.merge_held(cpu, mem, asked, devices)
@@ -262,7 +268,7 @@ def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]
                 return _REFUSAL
         if asked and c.name in mem_held:
             update_reusable(work.mem_reuse, False, mem_held[c.name])
-        elif asked:
+        elif asked or empty:
             try:
                 model.allocate_memory(pod, c, ordinary_init, merged, work)
             except Refused as exc:

@@ -72,9 +72,50 @@ def _block_moves_off_the_stale_nics(answers: list[dict[str, Any]], case: Case) -
     assert not again["state"].get("devices")
 
 
+# ---- 1.36 checks the hint of a container that asks no memory --------------------------
+# A pod with pod-level resources under the container scope: 1.36's memory manager goes on
+# with a container that asks nothing (an empty entry), and checks that its hint breaks no
+# group. The NICs' hint is both NUMA nodes; ``NARROW``'s memory then goes on node 0 alone.
+# At the restart the ordinary init container, dropped from the state when the app was
+# added, is allocated again on that two-node hint, which node 0's single-node block now
+# breaks: 1.36 refuses the pod; 1.37 skips a container asking nothing (found as seeds
+# 9100027455 and 9200027701 on 1.36.3 of the --memory --devices mix).
+WIDE = PodSpec("ref", "wide", "uid-wide", (ContainerSpec("app", Resources(extended=((NIC, 3),))),),
+               (ContainerSpec("init", init=True),), resources=_g(2000, ()))
+NARROW = PodSpec("ref", "narrow", "uid-narrow", (ContainerSpec("app", _g(1000)),))
+
+
+def _empty_request(version: str) -> Case:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 2) for i in range(4)),
+                       memory=((0, 3 * GiB), (1, 3 * GiB)),
+                       distances=((0, (10, 20)), (1, (20, 10))))
+    nics = NodeDevices.of({NIC: [Device("nic-0", (0,)), Device("nic-1", (0,)),
+                                 Device("nic-2", (1,))]}, {}, {NIC})
+    config = ModelConfig(topology_policy="restricted", scope="container",
+                         memory_policy="Static", reserved_cpu_m=1000, pod_level=True,
+                         kubelet_version=version)
+    gates = {"CPUManagerPolicyAlphaOptions": True, "PodLevelResources": True,
+             "PodLevelResourceManagers": True}
+    return Case(0, topo, config, gates, [("admit", WIDE), ("admit", NARROW), ("restart", None)],
+                reserved_memory=((0, GiB), (1, GiB)), devices=nics)
+
+
+def _readmitted(*admitted: bool) -> Callable[[list[dict[str, Any]], Case], None]:
+    def check(answers: list[dict[str, Any]], case: Case) -> None:
+        *_, again = answers
+        assert [r["admitted"] for r in again["readmitted"]] == list(admitted)
+        for r in again["readmitted"]:
+            if not r["admitted"]:
+                assert "preferred hint violates NUMA node allocation" in r["message"]
+    return check
+
+
 # Run through the kubelet, both sides, by test_known.py's REGRESSIONS.
 CASES = [("refused-pods-devices-at-restart", v, _refused_pods_devices(v),
-          _block_moves_off_the_stale_nics) for v in ("1.36", "1.37")]
+          _block_moves_off_the_stale_nics) for v in ("1.36", "1.37")] + [
+    ("empty-request-hint-at-restart", "1.36", _empty_request("1.36"), _readmitted(False, True)),
+    ("empty-request-hint-at-restart", "1.37", _empty_request("1.37"), _readmitted(True, True)),
+]
 
 
 def test_the_model_keeps_a_refused_pods_devices_in_its_checkpoint() -> None:
