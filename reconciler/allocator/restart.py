@@ -34,7 +34,7 @@ from reconciler.allocator.rules import (
     smt_alignment_error,
 )
 from reconciler.allocator.start import validate_state
-from reconciler.kube import ContainerSpec
+from reconciler.kube import ContainerSpec, PodSpec
 
 _POD_LEVEL_REFUSAL = ("TopologyAffinityError: pod with pod-level resources failed admission "
                       "under pod-scope topology manager")
@@ -254,13 +254,8 @@ def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]
         n = wants[c.name]
         asked = 0 if model._skipped(pod) else _asked(model, model.memory_requested(pod, c))
         devices = _held_device_hints(model, old, c) if pod_hint is None else {}
-        # 1.36's Allocate goes on for a pod-level pod's container that asks nothing, and
-        # refuses a hint that breaks a group (allocate_memory): a dropped init container
-        # meets that check again.
-        empty = (not asked and c.name not in mem_held and model.memory_enabled
-                 and not model._skipped(pod) and model.config.kubelet_version == "1.36"
-                 and model._pod_level_set(pod))
-        if pod_hint is None and policy != "none" and (n or asked or devices or empty):
+        empty = not asked and c.name not in mem_held and _allocates_nothing(model, pod)
+        if pod_hint is None and policy != "none" and any((n, asked, devices, empty)):
             cpu = model.held_cpu_hints(n, held.get(c.name, frozenset())) if n else None
             mem = model.memory_hints(pod, c, work, mem_held.get(c.name))
             ok, merged = model.merge_held(cpu, mem, asked, devices)
@@ -268,15 +263,35 @@ def _containers_again(model: NodeModel, old: PodPlacement, wants: dict[str, int]
                 return _REFUSAL
         if asked and c.name in mem_held:
             update_reusable(work.mem_reuse, False, mem_held[c.name])
-        elif asked or empty:
-            try:
-                model.allocate_memory(pod, c, ordinary_init, merged, work)
-            except Refused as exc:
-                return f"UnexpectedAdmissionError: Allocate failed due to {exc}"
+            continue
+        refusal = _allocate_again(model, pod, c, ordinary_init, merged, work) \
+            if asked or empty else None
+        if refusal is not None:
+            return refusal
     for c in pod.init_containers:
         if not c.sidecar and c.name in work.mem_entries:
             work.mem.release(work.mem_entries.pop(c.name))
     return None
+
+
+def _allocate_again(model: NodeModel, pod: PodSpec, c: ContainerSpec, ordinary_init: bool,
+                    merged: tuple[frozenset[int] | None, bool], work: Work) -> str | None:
+    """The memory manager's ``Allocate`` for a container its state lacks: the refusal,
+    or ``None``."""
+    try:
+        model.allocate_memory(pod, c, ordinary_init, merged, work)
+    except Refused as exc:
+        return f"UnexpectedAdmissionError: Allocate failed due to {exc}"
+    return None
+
+
+def _allocates_nothing(model: NodeModel, pod: PodSpec) -> bool:
+    """Whether the memory manager's ``Allocate`` goes on for a container of ``pod`` that
+    asks nothing: 1.36's does for a pod with pod-level resources, and refuses a hint that
+    breaks a group (``allocate_memory``), so a dropped init container meets that check
+    again at a restart."""
+    return (model.memory_enabled and not model._skipped(pod)
+            and model.config.kubelet_version == "1.36" and model._pod_level_set(pod))
 
 
 def _asked(model: NodeModel, requested: dict[str, int]) -> int:
