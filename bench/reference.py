@@ -629,7 +629,8 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
     answer = ref.request({"op": "restart"})
     expected = restart(model, ref.version)
     if not answer.get("ok"):
-        if expected.error is not None and expected.error == answer.get("error"):
+        # ``may_fail``: an outcome of Go's map order the model allows beside its own start.
+        if answer.get("error") in {expected.error, expected.may_fail} - {None}:
             raise _Stopped  # both refuse to start: nothing left to compare
         return [f"kubelet restart fails: {answer.get('error')}; model: "
                 f"{expected.error or 'starts'}"]

@@ -13,6 +13,7 @@ admission (``NodeModel.device_picks``), which takes them container by container 
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping
 from dataclasses import replace
@@ -141,9 +142,26 @@ def _model_held(model: NodeModel, key: tuple[str, str]) -> Held:
     return out
 
 
+def _checkpoint_held(state: Mapping[str, Any], uid: str) -> Held:
+    """What the device manager's checkpoint gives ``uid``'s containers: for a refused pod,
+    the devices its containers were given before the refusal (each container's allocation
+    writes the file; the sweep after the refusal drops them from the state only)."""
+    text = (state.get("checkpoints") or {}).get("kubelet_internal_checkpoint")
+    if not text:
+        return {}
+    out: Held = {}
+    for entry in json.loads(text).get("Data", {}).get("PodDeviceEntries") or ():
+        if entry.get("PodUID") == uid:
+            ids = {i for group in (entry.get("DeviceIDs") or {}).values() for i in group}
+            out.setdefault(entry["ContainerName"], {})[entry["ResourceName"]] = frozenset(ids)
+    return out
+
+
 def tell_picks(model: NodeModel, state: Mapping[str, Any], pod: PodSpec) -> None:
-    """Hand the devices the kubelet gave ``pod``'s containers to the model's admission."""
-    held = _kubelet_held(state, pod.uid)
+    """Hand the devices the kubelet gave ``pod``'s containers to the model's admission
+    (a refused pod's from the device checkpoint: where its picks decide the refusal, a
+    later container's hints being those of what an earlier one left)."""
+    held = _kubelet_held(state, pod.uid) or _checkpoint_held(state, pod.uid)
     if held and model.devices:
         model.device_picks[pod.uid] = held
 

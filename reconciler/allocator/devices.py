@@ -441,6 +441,11 @@ class DeviceWork:
         self.choices: dict[tuple[str, str], Choice] = {}
         self._picks = picks or {}
         self.misses: list[str] = []
+        # What the device manager's checkpoint holds of this pod, by resource: it writes
+        # one after each container it gives devices to, so a refusal later in the
+        # admission (the CPU or memory manager's) leaves them in the file
+        # (docs/design.md#devices-in-the-model).
+        self.checkpointed: dict[str, frozenset[str]] = {}
         # Whether a placement path has walked the pod's containers through ``take`` yet.
         self.walked = False
 
@@ -488,4 +493,6 @@ class DeviceWork:
             if ordinary_init:
                 reusable.update(got)
             out.extend(report(self._by_name, name, got))
+        if out:
+            self.checkpointed = {name: frozenset(ids) for name, ids in self.taken.items()}
         return tuple(out)

@@ -122,11 +122,16 @@ class NodeModel(NodePaths):
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            self.device_picks.pop(pod.uid, None)
             if result.memory_after is not None:
                 self.mem = result.memory_after
             if result.leaked:
                 self.free -= result.leaked
                 self.orphan_blocks[pod.uid] = result.leaked
+            if result.devices_checkpointed:
+                # Dropped from the device manager's memory by its next sweep, not from the
+                # file: a restart before the next write holds them back (restart.py).
+                self._write_device_checkpoint({result.key: result.devices_checkpointed})
             return result
         placement, work = result
         for (uid, name), cpus in list(self.checkpointed.items()):
@@ -148,8 +153,12 @@ class NodeModel(NodePaths):
                 self._admitted[(*placement.key, c.name)] = c.exclusive
         return placement
 
-    def _write_device_checkpoint(self) -> None:
-        out: dict[tuple[str, str], dict[str, frozenset[str]]] = {}
+    def _write_device_checkpoint(
+            self, refused: dict[tuple[str, str], dict[str, frozenset[str]]] | None = None
+    ) -> None:
+        """The device manager's checkpoint as it writes it: every pod's devices, and
+        ``refused``, a pod refused after some of its containers were given devices."""
+        out: dict[tuple[str, str], dict[str, frozenset[str]]] = dict(refused or {})
         for key, by_container in self._dev_held.items():
             pod: dict[str, frozenset[str]] = {}
             for by_resource in by_container.values():
@@ -172,9 +181,14 @@ class NodeModel(NodePaths):
             return self.add_containers(placement, work.mem), work
         except Leaked as exc:
             return Rejection(pod.namespace, pod.name, str(exc), exc.block,
-                             self._swept(work))
+                             self._swept(work), self._checkpointed(work))
         except Refused as exc:
-            return Rejection(pod.namespace, pod.name, str(exc), memory_after=self._swept(work))
+            return Rejection(pod.namespace, pod.name, str(exc), memory_after=self._swept(work),
+                             devices_checkpointed=self._checkpointed(work))
+
+    @staticmethod
+    def _checkpointed(work: Work) -> dict[str, frozenset[str]]:
+        return dict(work.dev.checkpointed) if work.dev is not None else {}
 
     @staticmethod
     def _swept(work: Work) -> MachineState | None:

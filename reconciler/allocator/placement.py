@@ -97,6 +97,10 @@ class Rejection:
     # the refused pod's containers had been given: groups a block set stay set
     # (docs/design.md#memory-in-the-model). None when nothing was given.
     memory_after: MachineState | None = field(default=None, compare=False)
+    # The devices (by resource) the device manager gave the refused pod's containers before
+    # the refusal, and wrote to its checkpoint: a restart reads them back as taken.
+    devices_checkpointed: dict[str, frozenset[str]] = field(default_factory=dict,
+                                                            compare=False)
 
     @property
     def key(self) -> tuple[str, str]:

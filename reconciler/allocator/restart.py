@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from reconciler.allocator.devices import container_request, held_hints, pod_request
 from reconciler.allocator.hints import Hint
+from reconciler.allocator.memory_start import MEMORY_START_ERROR, start_outcomes
 from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.model import NodeModel
 from reconciler.allocator.node_memory import update_reusable
@@ -54,12 +55,19 @@ class RestartResult:
 
     error: str | None
     readmitted: tuple[Readmission, ...] = ()
+    # The error the kubelet gives under some of Go's map orders and not under others (the
+    # memory manager's start check, memory_start.py): the model starts, and the kubelet
+    # refusing so is one of its outcomes too.
+    may_fail: str | None = None
 
 
 def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
     """Restart the kubelet (minor version ``kubelet``, by default the model's) on
     ``model``'s state, changing the model as the kubelet would."""
-    error = start_error(model) or memory_start_error(model)
+    error = start_error(model)
+    may_fail = None
+    if error is None:
+        error, may_fail = memory_start_error(model)
     if error is not None:
         return RestartResult(error)
     version = kubelet or model.config.kubelet_version
@@ -79,7 +87,7 @@ def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
         out.append(Readmission(placement.uid, reason is None, reason or ""))
     for name, ids in held_back.items():
         model.dev_free.setdefault(name, set()).update(ids)
-    return RestartResult(None, tuple(out))
+    return RestartResult(None, tuple(out), may_fail)
 
 
 def _stale_devices(model: NodeModel) -> dict[str, set[str]]:
@@ -122,29 +130,21 @@ def start_error(model: NodeModel) -> str | None:
     return None if error is None else f"cpu manager start: {error}"
 
 
-def memory_start_error(model: NodeModel) -> str | None:
+def memory_start_error(model: NodeModel) -> tuple[str | None, str | None]:
     """The Static memory policy's ``validateState``: the machine state must be what the
     assignments add up to (pod-level blocks for a pod that has them, else each container's)
-    on a fresh machine; a restart that pinned a pod's memory again breaks that."""
+    on a fresh machine; a restart that pinned a pod's memory again breaks that. Go's map
+    order decides it where a node is under blocks of different NUMA sets
+    (``memory_start.py``): the error when every order fails, and the error some orders
+    give when others pass (the model then starts)."""
     if not model.memory_enabled:
-        return None
-    expected = MachineState.fresh(model.topo.memory_types())
-    groups: dict[int, set[tuple[int, ...]]] = {}
-    for p in model.pods.values():
-        blocks = p.block_memory or tuple(b for _, bs in p.mem_entries for b in bs)
-        for b in blocks:
-            expected.update(frozenset(b.numa_nodes), b.memory_type, b.size)
-            for n in b.numa_nodes:
-                groups.setdefault(n, set()).add(tuple(sorted(b.numa_nodes)))
-    # A node under blocks of different NUMA sets (a single-node block a merged hint put on
-    # a node of a group) gets the group of whichever block the kubelet's walk over its
-    # assignment maps, in Go's random order, meets last: the check then fails more often
-    # than not, and the model says it fails (docs/design.md#memory-in-the-model).
-    mixed = any(len(sets) > 1 for sets in groups.values())
-    if not mixed and expected.matches(model.mem):
-        return None
-    return ("memory manager start: [memorymanager] the expected machine state is different "
-            "from the real one")
+        return None, None
+    pods = [[p.block_memory] if p.block_memory else [bs for _, bs in p.mem_entries]
+            for p in model.pods.values()]
+    outcomes = start_outcomes(model.mem, pods, MachineState.fresh(model.topo.memory_types()))
+    if not outcomes.may_start:
+        return MEMORY_START_ERROR, None
+    return None, MEMORY_START_ERROR if outcomes.may_fail else None
 
 
 # ---- one pod admitted again -------------------------------------------------------------

@@ -380,6 +380,13 @@ func (n *node) checkpointFiles() map[string]string {
 			files[name] = string(b)
 		}
 	}
+	// The device manager's, in its own folder: it holds the devices a refused pod's
+	// containers were given before the refusal, which the state no longer lists.
+	if n.devs != nil {
+		if b, err := os.ReadFile(filepath.Join(n.devs.dir, "kubelet_internal_checkpoint")); err == nil {
+			files["kubelet_internal_checkpoint"] = string(b)
+		}
+	}
 	return files
 }
 

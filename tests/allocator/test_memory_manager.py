@@ -6,6 +6,8 @@ wrong (docs/design.md#memory-in-the-model)."""
 from __future__ import annotations
 
 from reconciler.allocator import CPUTopology, ModelConfig, NodeModel
+from reconciler.allocator.memory_start import StartOutcomes, start_outcomes
+from reconciler.allocator.memory_state import MachineState
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.restart import restart
 from reconciler.kube import ContainerSpec, PodSpec, Resources
@@ -155,3 +157,55 @@ def test_a_restart_kills_a_pod_level_pod_whose_hint_is_the_whole_machine() -> No
     again = restart(model)
     assert again.error is None and [r.admitted for r in again.readmitted] == [False]
     assert model.mem_free == {0: 4 * GiB, 1: 4 * GiB}
+
+
+# ``validateState`` walks pods and each pod's containers as Go maps (memory_start.py): which
+# block a node under blocks of different NUMA sets meets last decides its group, so the
+# model works out which outcomes some order gives.
+
+def _state(*steps: tuple[MemoryBlock, ...]) -> MachineState:
+    """The machine state the allocation left: the steps applied in the order given."""
+    state = MachineState.fresh({n: {"memory": 4 * GiB} for n in range(3)})
+    for step in steps:
+        for b in step:
+            state.update(frozenset(b.numa_nodes), b.memory_type, b.size)
+    return state
+
+
+WIDE = (MemoryBlock("memory", 6 * GiB, (0, 1)),)
+NARROW = (MemoryBlock("memory", GiB, (0,)),)
+FRESH = MachineState.fresh({n: {"memory": 4 * GiB} for n in range(3)})
+
+
+def test_one_group_per_node_always_starts() -> None:
+    other = (MemoryBlock("memory", GiB, (2,)),)
+    assert start_outcomes(_state(WIDE, other), [[WIDE], [other]], FRESH) == \
+        StartOutcomes(may_start=True, may_fail=False)
+
+
+def test_a_node_under_two_groups_starts_or_not_as_the_walk_goes() -> None:
+    # One pod's two containers, or two pods: either may come last.
+    assert start_outcomes(_state(WIDE, NARROW), [[WIDE, NARROW]], FRESH) == \
+        StartOutcomes(may_start=True, may_fail=True)
+    assert start_outcomes(_state(WIDE, NARROW), [[WIDE], [NARROW]], FRESH) == \
+        StartOutcomes(may_start=True, may_fail=True)
+
+
+def test_a_group_no_order_restores_never_starts() -> None:
+    # One container's blocks are a slice: node 0 always ends in the group {0, 1}, while
+    # the restored state says {0}.
+    one_step = NARROW + WIDE
+    actual = _state(WIDE, NARROW)
+    assert start_outcomes(actual, [[one_step]], FRESH) == \
+        StartOutcomes(may_start=False, may_fail=True)
+
+
+def test_the_walk_keeps_a_pods_containers_together() -> None:
+    # Node 1 must end in B's group {1, 2}, after A's first container; node 2 in A's second
+    # container's {2}, after B: only A1, B, A2 gives both, which splits pod A.
+    a1, a2 = (MemoryBlock("memory", GiB, (0, 1)),), (MemoryBlock("memory", GiB, (2,)),)
+    b = (MemoryBlock("memory", GiB, (1, 2)),)
+    actual = _state(a1, b, a2)
+    assert start_outcomes(actual, [[a1, a2], [b]], FRESH) == \
+        StartOutcomes(may_start=False, may_fail=True)
+    assert start_outcomes(actual, [[a1], [a2], [b]], FRESH).may_start

@@ -20,6 +20,7 @@ from reconciler.allocator.restart import restart, start_error
 from reconciler.cpuset import parse_cpuset
 from reconciler.kube import ContainerSpec, PodSpec, Resources
 from reconciler.snapshot import CPUInfo
+from tests.reference.test_known_mixes import CASES as MIXES
 
 GiB = 2**30
 GATES = {"CPUManagerPolicyAlphaOptions": True, "PodLevelResources": True}
@@ -351,6 +352,7 @@ REGRESSIONS: list[tuple[str, str, Case, Callable[[list[dict[str, Any]], Case], N
     ("align-by-socket-distributed", "1.37", _align_by_socket("1.37"),
      _holds({1, 3, 5, 7, 9, 11})),
 ]
+REGRESSIONS += MIXES  # found on the device and memory mixes (test_known_mixes.py)
 IDS = [f"{kind}-{version}" for kind, version, _, _ in REGRESSIONS]
 
 
