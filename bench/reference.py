@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import reference_budget, reference_cpu, reference_devices
-from bench.reference_memory import compare_memory, memory_setup, with_memory
+from bench.reference_memory import compare_memory, memory_setup, under_memory, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
 from reconciler.allocator.devices import NodeDevices
@@ -417,10 +417,12 @@ def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bo
     return replace(case, topo=topo, config=config)
 
 
-def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
+def random_case(seed: int, version: str, *, ops: int = 12, memory: bool | None = False,
                 topology_options: bool = True, devices: bool | None = None,
                 budget: bool = True) -> Case:
-    """``memory``: under the Static memory manager (``reference_memory.with_memory``);
+    """``memory``: under the Static memory manager (``reference_memory.with_memory``) on
+    every case (``True``), none (``False``) or a share of them (``None``,
+    ``reference_memory.SHARE``);
     ``topology_options``: with the topology manager's options and NUMA distances
     (:func:`_with_topology_options`), the none CPU policy and reconcile steps
     (bench/reference_cpu.py); off, the case of a seed as it was before them, and before
@@ -429,6 +431,8 @@ def random_case(seed: int, version: str, *, ops: int = 12, memory: bool = False,
     within what the kubelet merges in well under a second (bench/reference_budget.py), off
     as drawn."""
     case = _random_case(seed, version, ops=ops)
+    if memory is None:
+        memory = under_memory(version, seed)
     if topology_options:
         # No machine past 8 NUMA nodes with memory: the topology manager's merge walks every
         # permutation of the CPU and memory hints, 4,095 masks each on 12 nodes, which the
@@ -650,12 +654,13 @@ def _step(ref: Reference, model: NodeModel, live: dict[str, PodSpec], op: str,
 
 
 def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
-        memory: bool = False, devices: bool | None = None,
+        memory: bool | None = None, devices: bool | None = None,
         timeout: float | None = CASE_TIMEOUT) -> Iterator[Outcome]:
     """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one
-    whose requests are bounded by ``timeout`` seconds); ``memory``: under the Static memory
-    manager; ``devices``: as :func:`random_case`. A case the reference does not answer in
-    time is a timed-out outcome, and the next case runs on a fresh process."""
+    whose requests are bounded by ``timeout`` seconds); ``memory`` and ``devices``: as
+    :func:`random_case` (by default a share of the cases has each). A case the reference
+    does not answer in time is a timed-out outcome, and the next case runs on a fresh
+    process."""
     if ref is None:
         with Reference(version, timeout=timeout) as own:
             yield from run(version, seed, count, own, memory=memory, devices=devices)
@@ -682,9 +687,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100,
                         help="random workloads to run (default 100)")
     parser.add_argument("--memory", action="store_true",
-                        help="run the workloads under the Static memory manager, with "
+                        help="run every workload under the Static memory manager, with "
                              "reserved memory and hugepages per NUMA node, and compare memory "
-                             "blocks and machine state too")
+                             "blocks and machine state too (by default one in four is)")
     parser.add_argument("--devices", action="store_true",
                         help="give every workload device-plugin devices (by default a share "
                              "of them has some) and compare each container's devices")
@@ -714,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     started = time.monotonic()
     agree = shown = skipped = timed_out = 0
-    for outcome in run(args.version, args.seed, args.count, memory=args.memory,
+    for outcome in run(args.version, args.seed, args.count, memory=args.memory or None,
                        devices=args.devices or None, timeout=args.case_timeout):
         if outcome.agrees:
             agree += 1

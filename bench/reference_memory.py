@@ -38,6 +38,17 @@ def _hugepages(rng: random.Random, room: int) -> dict[str, int]:
     return out
 
 
+# The share of the default mix's cases under the Static memory manager: the rest keep the
+# CPU-only cases every seed had before memory joined the mix.
+SHARE = 0.25
+
+
+def under_memory(version: str, seed: int) -> bool:
+    """Whether the default mix runs this seed's case under the Static memory manager (a
+    stream of its own, so the draw moves no other choice of the case)."""
+    return random.Random(f"{version}:{seed}:memory-share").random() < SHARE
+
+
 def with_memory(case: Case, version: str, seed: int) -> Case:
     """The case under the Static memory manager, from a random stream of its own (so the
     CPU-only cases of every seed stay as they were)."""

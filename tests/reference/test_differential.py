@@ -1,4 +1,5 @@
-"""Seeded random nodes and workloads through the real kubelet and through the allocator model,
+"""Seeded random nodes and workloads (CPU, a share under the Static memory manager, a share with
+devices) through the real kubelet and through the allocator model,
 compared placement by placement (docs/design.md#reference). Bounded: PODRES_REFERENCE_CASES
 workloads per version (default 40) from PODRES_REFERENCE_SEED; ``python -m bench.reference``
 runs any other seed."""
