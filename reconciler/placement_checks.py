@@ -3,7 +3,9 @@ rules of the kubelet's configuration (docs/design.md#anomalies). Each is raised 
 the kubelet's own rules could not have produced the placement:
 
 * ``full_pcpus_violation`` (``full-pcpus-only``): a node-exclusive set or pod block that is not
-  whole physical cores (all online threads of each core it touches).
+  whole physical cores (all online threads of each core it touches), unless it spills past
+  the NUMA nodes of the pod's memory: the kubelet's take within a narrower hint is not held
+  to whole cores.
 * ``numa_policy_violation`` (topology policy ``restricted`` or ``single-numa-node``): CPUs
   spread over more NUMA nodes than the narrowest mask that could hold the request, so no
   preferred hint allows it. The request is a container's set under container scope and the
@@ -16,7 +18,8 @@ the kubelet's own rules could not have produced the placement:
 * ``uncore_split`` (``prefer-align-cpus-by-uncorecache``): a pod block or node-exclusive set
   whose part outside whole caches spans several uncore caches although one cache on its
   NUMA nodes is entirely free or its own now, so the kubelet's partial-cache take would
-  have kept it together. Pod-exclusive slices are carved from the block and not judged.
+  have kept it together (a set that spills past its memory's NUMA nodes is not judged, as
+  above). Pod-exclusive slices are carved from the block and not judged.
   Needs every pod's ownership, so it runs after the last pod (:meth:`PlacementChecks.finish`).
 """
 
@@ -109,7 +112,7 @@ class PlacementChecks:
         free = self.online - self.reserved - frozenset(owned)
         out: list[tuple[int, list[Anomaly]]] = []
         for index, view, (container, cpus) in self._uncore_subjects:
-            detail = self._uncore_split(cpus, free)
+            detail = None if self._two_pass(view, cpus) else self._uncore_split(cpus, free)
             if detail:
                 pod = view.alloc
                 out.append((index, [Anomaly("uncore_split", pod.namespace, pod.name,
@@ -122,6 +125,8 @@ class PlacementChecks:
         pod = view.alloc
         found = []
         for container, cpus in subjects:
+            if self._two_pass(view, cpus):
+                continue
             partial = sorted({self.core_of[c] for c in cpus if c in self.core_of
                               and not self.core_cpus[self.core_of[c]] <= cpus})
             if partial:
@@ -131,6 +136,15 @@ class PlacementChecks:
                     f"CPUs {format_cpuset(cpus)} hold part of physical cores (threads "
                     f"{format_cpuset(threads)}) under full-pcpus-only"))
         return found
+
+    def _two_pass(self, view: PodView, cpus: frozenset[int]) -> bool:
+        """Whether ``cpus`` spill past the NUMA nodes of the pod's memory: the kubelet then
+        took them in two passes (every free CPU of the merged hint's nodes, half cores and
+        split caches included, then the rest elsewhere), which neither full-pcpus-only nor
+        the uncore-cache preference holds to whole cores or caches
+        (docs/design.md#anomalies)."""
+        memory_nodes = _memory_nodes(view)
+        return bool(memory_nodes) and not {self.numa_of.get(c) for c in cpus} <= memory_nodes
 
     # ---- topology manager policy ---------------------------------------------------
 
