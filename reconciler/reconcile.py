@@ -39,7 +39,7 @@ from reconciler.ledger import (
     PodEntry,
     each_entry,
 )
-from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
+from reconciler.memory import MemoryShapes, PodMemory, memory_pools, no_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
 from reconciler.placement_checks import PlacementChecks
@@ -77,6 +77,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     memory_assigned: list[Assignment] = []
     reports, runs, specs = plain.reports, plain.runs, plain.specs
     done = 0  # the runs of the pods before this one are in ``containers``
+    shapes = MemoryShapes()
     for index in plain.holding:
         containers += runs[done:index]
         done = index + 1
@@ -85,7 +86,7 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         view, pod_mem, pods[index] = _reconcile_pod(
             index, pod, specs[index] if specs else None, bool(pod[3]) or reported[0],
             bool(pod[4]) or reported[1], facts, ownership, log, containers, placement,
-            device_checks)
+            device_checks, shapes)
         memory.append(pod_mem)
         cpu_assigned += view.assignments
         memory_assigned += pod_mem.assignments
@@ -187,14 +188,14 @@ def _counts(assigned: list[Assignment], containers: int) -> tuple[int, ...]:
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
                    containers: list[ContainerRun], placement: PlacementChecks | None,
-                   device_checks: DeviceChecks | None,
+                   device_checks: DeviceChecks | None, shapes: MemoryShapes | None = None,
                    ) -> tuple[PodView, PodMemory, PodEntry]:
     """A pod that reports CPUs or memory: appends its container entries, logs its anomalies
     and returns its classification, its memory and its pod entry."""
     view = classify(pod, spec, facts.online) if cpus else cpu_less_view(pod, spec)
     claim, claimed = ownership.claim(index, view)
     if mem:
-        pod_mem, mem_found = pod_memory(pod, spec, view.legacy_pattern)
+        pod_mem, mem_found = (shapes or MemoryShapes()).of(pod, spec, view.legacy_pattern)
     else:
         pod_mem, mem_found = no_memory(len(pod.containers)), []
     found = [*view.anomalies, *claimed, *pod_checks(view, claim, facts), *mem_found]

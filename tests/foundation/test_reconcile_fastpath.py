@@ -11,7 +11,7 @@ from hypothesis import given
 
 from exporter.pb import api_pb2
 from exporter.sources.convert import pods_from_proto, pods_to_proto
-from foundation.helpers import cspec, ctr, pod, pspec, snapshot, topology
+from foundation.helpers import cspec, ctr, mem, pod, pspec, snapshot, topology
 from foundation.test_reconcile_properties import SETTINGS, snapshots
 from reconciler import reconcile as R
 from reconciler.anomalies import Anomaly, AnomalyLog
@@ -289,3 +289,25 @@ def test_pods_told_apart_in_bulk_on_a_node_with_specs() -> None:
     # web-0's sidecar has no resources: not a Guaranteed pod, nothing is missing.
     assert [(a.kind, a.pod) for a in ledger.anomalies] == [("missing_exclusive", "h")]
     assert ledger.pods.holding == (1, 4)  # type: ignore[attr-defined]
+
+
+def test_memory_shapes_are_shared_only_where_nothing_differs() -> None:
+    """Pods of one memory shape share one PodMemory; another spec limit, another block, or
+    a result with anomalies (they name their pod) is worked out for its own pod."""
+    from reconciler.memory import MemoryShapes, pod_memory
+    gi = 2**30
+    same = [pod(f"web-{i}", ctr("app", memory=[mem(2 * gi)]), ctr("proxy"),
+                memory=[mem(3 * gi)]) for i in range(3)]
+    other = pod("web-9", ctr("app", memory=[mem(2 * gi, "memory", 1)]), ctr("proxy"),
+                memory=[mem(3 * gi)])
+    over = [pod(f"big-{i}", ctr("app", memory=[mem(4 * gi)]), memory=[mem(3 * gi)])
+            for i in range(2)]
+    small = pspec("web-2", cspec("app", "2"), budget="2", budget_memory="2Gi")
+    specs = {"web-2": small}
+    shapes = MemoryShapes()
+    results = [shapes.of(p, specs.get(p.name), False) for p in [*same, other, *over]]
+    assert results == [pod_memory(p, specs.get(p.name), False) for p in [*same, other, *over]]
+    assert results[0][0] is results[1][0]  # one shape, one object
+    assert results[2][1] and results[2][0] is not results[0][0]  # over its own limit
+    assert results[3][0] is not results[0][0]  # another NUMA node
+    assert [a.pod for _, found in results[4:] for a in found] == ["big-0", "big-1"]
