@@ -17,7 +17,8 @@ from reconciler.pools import EXCLUSIVE
 from reconciler.snapshot import PodAlloc
 
 _EMPTY_NAMES: frozenset[str] = frozenset()
-_NAMESPACE_OF, _NAME_OF, _CONTAINERS_OF = itemgetter(0), itemgetter(1), itemgetter(2)
+_NAMESPACE_OF, _NAME_OF, _CONTAINERS_OF = itemgetter(0), itemgetter(1), itemgetter(2)  # PodAlloc
+_CONTAINER_NAME_OF = itemgetter(0)  # ContainerAlloc
 
 
 def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
@@ -76,19 +77,19 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
     """Adds the pod's container entries; returns its pod entry."""
     pod = view.alloc
     namespace, pod_name = pod.namespace, pod.name
-    sidecars = _sidecar_names(view.spec)
-    add = containers.append
-    for c, assignment, cpus, mem_assignment, mem_bytes in zip(
-            pod.containers, view.assignments, view.sets, memory.assignments, memory.sizes,
-            strict=True):
+    sidecars = _sidecar_names(view.spec) if view.spec is not None else _EMPTY_NAMES
+    add, new, remainder = containers.append, tuple.__new__, claim.remainder
+    for name, assignment, cpus, mem_assignment, mem_bytes in zip(
+            map(_CONTAINER_NAME_OF, pod.containers), view.assignments, view.sets,
+            memory.assignments, memory.sizes, strict=True):
         if assignment == "pod_shared":
-            held = claim.remainder
+            held = remainder
         elif assignment == "node_shared":
             held = EMPTY
         else:
             held = cpus
-        add(tuple.__new__(ContainerEntry, (namespace, pod_name, c.name, c.name in sidecars,
-                                           assignment, mem_assignment, held, mem_bytes)))
+        add(new(ContainerEntry, (namespace, pod_name, name, name in sidecars, assignment,
+                                 mem_assignment, held, mem_bytes)))
     if view.plain:
         return _plain_entry(pod, view.spec, memory.rows)
     return _pod_entry(view, claim, memory.rows)
