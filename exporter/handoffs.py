@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol
 
 from exporter.kernel import KernelObserver, KernelReport
@@ -91,8 +92,11 @@ class KernelHandoff:
 
         def observe() -> KernelReport:
             # Only the pods' container references are kept, never the parsed /pods tree
-            # (tens of MiB on a busy node), and the decode too stays off the loop.
-            pods = bodies.parsed("pods", raw.pods, pod_refs_from_body)
+            # (tens of MiB on a busy node), and the decode too stays off the loop; taken
+            # only when the cgroup source has cgroups to match them to (some 1 MiB for
+            # 1000 pods, held until /pods changes).
+            pods = None if raw.pods is None else partial(bodies.parsed, "pods", raw.pods,
+                                                         pod_refs_from_body)
             configz = bodies.parsed("configz", raw.configz)
             return kernel.poll(reading.ledger, pods, configz, time.monotonic(), refresh)
 

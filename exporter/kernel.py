@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from exporter.errors import SourceError
 from exporter.options import KernelSourcesOptions
@@ -23,6 +23,7 @@ from exporter.sources.cgroup import (
     CgroupSource,
     CgroupUnavailable,
     EntryError,
+    LazyRefs,
     PodRef,
     capture_tree,
     cpu_manager_reconcile_period,
@@ -177,7 +178,7 @@ class KernelObserver:
                             container_usage=reading.container_usage,
                             pod_usage=reading.pod_usage)
 
-    def _cgroup_read(self, source: CgroupSource, refs: tuple[PodRef, ...] | None,
+    def _cgroup_read(self, source: CgroupSource, refs: tuple[PodRef, ...] | LazyRefs | None,
                      configz: Any, refresh: PodsRefresh | None, max_cpu: int) -> CgroupReading:
         """One reading; when cgroups /pods names are gone and have not been missing for
         ``GONE_POLLS`` polls yet, ``/pods`` is read afresh and the cgroups again: a
@@ -208,13 +209,14 @@ class KernelObserver:
             self._expected, self._expected_of = expected_cpusets(ledger, options), key
         return self._expected
 
-    def _pod_refs(self, pod_list: Any) -> tuple[PodRef, ...] | None:
+    def _pod_refs(self, pod_list: Any) -> tuple[PodRef, ...] | LazyRefs | None:
         """``pod_list``: the parsed ``/pods``, or its references already taken from it (a
-        tuple of ``PodRef``); the same object comes back while ``/pods`` is unchanged."""
+        tuple of ``PodRef``, or what takes them when called: ``LazyRefs``); the same object
+        comes back while ``/pods`` is unchanged."""
         if pod_list is None:
             return None
-        if isinstance(pod_list, tuple):
-            return pod_list
+        if isinstance(pod_list, tuple) or callable(pod_list):
+            return cast(tuple[PodRef, ...] | LazyRefs, pod_list)
         if pod_list is not self._pod_list:
             self._pod_list, self._refs = pod_list, pod_refs_from_pod_list(pod_list)
         return self._refs

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
+
 from reconciler.classify import EMPTY, PodView
 from reconciler.estimates import legacy_cost, reclaimable_cores
 from reconciler.kube import PodSpec
@@ -13,6 +17,8 @@ from reconciler.pools import EXCLUSIVE
 from reconciler.snapshot import PodAlloc
 
 _EMPTY_NAMES: frozenset[str] = frozenset()
+_NAMESPACE_OF, _NAME_OF, _CONTAINERS_OF = itemgetter(0), itemgetter(1), itemgetter(2)  # PodAlloc
+_CONTAINER_NAME_OF = itemgetter(0)  # ContainerAlloc
 
 
 def _sidecar_names(spec: PodSpec | None) -> frozenset[str]:
@@ -40,22 +46,30 @@ def _plain_entry(pod: PodAlloc, spec: PodSpec | None, memory: tuple[MemoryRow, .
                                     0, 0, None, 0, "spec", spec.uid, memory))
 
 
-def plain_pod_entries(pod: PodAlloc, spec: PodSpec | None, runs: list[ContainerRun],
-                      ) -> PodEntry:
-    """A pod that reports nothing (no CPU, no memory): its containers, every one
-    node_shared, added to ``runs`` as one ``NodeSharedPod`` (not built as entries: see
-    ``DistinctContainers``); returns its pod entry."""
-    namespace, name, containers = pod[0], pod[1], pod[2]
-    # tuple.__new__ in NodeSharedPod's and PodEntry's field order, as in _plain_entry; a pod
-    # without a spec (every pod of a node read without the kubelet's /pods) is written here
-    # whole: two calls less for each of most pods of a node.
-    if spec is None:
-        runs.append(tuple.__new__(NodeSharedPod, (namespace, name, containers, _EMPTY_NAMES)))
-        return tuple.__new__(PodEntry, (namespace, name, EMPTY, None, 0, 0, 0, 0, None, 0,
-                                        "podresources", "", ()))
-    runs.append(tuple.__new__(NodeSharedPod, (namespace, name, containers,
-                                              _sidecar_names(spec))))
-    return _plain_entry(pod, spec, ())
+def plain_records(pods: Sequence[PodAlloc]) -> tuple[list[PodEntry], list[NodeSharedPod]]:
+    """The entry and the one ``NodeSharedPod`` run (its containers, every one node_shared
+    and not built as entries: see ``DistinctContainers``) of each of ``pods`` as a pod that
+    reports nothing and has no spec would have them. Built by C-level iterators for every
+    pod of a node at once, which costs less than telling most pods apart one by one; the
+    reconciler then puts the records of pods with a spec (``spec_plain_records``) and of
+    pods that report something in their places."""
+    # tuple.__new__ in PodEntry's and NodeSharedPod's field order, without the Python-level
+    # __new__ that NamedTuple generates; zip hands each tuple over as it is.
+    new = tuple.__new__
+    entries = list(map(new, repeat(PodEntry), zip(
+        map(_NAMESPACE_OF, pods), map(_NAME_OF, pods), repeat(EMPTY), repeat(None), repeat(0),
+        repeat(0), repeat(0), repeat(0), repeat(None), repeat(0), repeat("podresources"),
+        repeat(""), repeat(()))))
+    runs = list(map(new, repeat(NodeSharedPod), zip(
+        map(_NAMESPACE_OF, pods), map(_NAME_OF, pods), map(_CONTAINERS_OF, pods),
+        repeat(_EMPTY_NAMES))))
+    return entries, runs
+
+
+def spec_plain_records(pod: PodAlloc, spec: PodSpec) -> tuple[PodEntry, NodeSharedPod]:
+    """``plain_records`` of a pod that reports nothing and has a spec."""
+    return (_plain_entry(pod, spec, ()),
+            tuple.__new__(NodeSharedPod, (pod[0], pod[1], pod[2], _sidecar_names(spec))))
 
 
 def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
@@ -63,19 +77,19 @@ def pod_entries(view: PodView, claim: Claim, memory: PodMemory,
     """Adds the pod's container entries; returns its pod entry."""
     pod = view.alloc
     namespace, pod_name = pod.namespace, pod.name
-    sidecars = _sidecar_names(view.spec)
-    add = containers.append
-    for c, assignment, cpus, mem_assignment, mem_bytes in zip(
-            pod.containers, view.assignments, view.sets, memory.assignments, memory.sizes,
-            strict=True):
+    sidecars = _sidecar_names(view.spec) if view.spec is not None else _EMPTY_NAMES
+    add, new, remainder = containers.append, tuple.__new__, claim.remainder
+    for name, assignment, cpus, mem_assignment, mem_bytes in zip(
+            map(_CONTAINER_NAME_OF, pod.containers), view.assignments, view.sets,
+            memory.assignments, memory.sizes, strict=True):
         if assignment == "pod_shared":
-            held = claim.remainder
+            held = remainder
         elif assignment == "node_shared":
             held = EMPTY
         else:
             held = cpus
-        add(tuple.__new__(ContainerEntry, (namespace, pod_name, c.name, c.name in sidecars,
-                                           assignment, mem_assignment, held, mem_bytes)))
+        add(new(ContainerEntry, (namespace, pod_name, name, name in sidecars, assignment,
+                                 mem_assignment, held, mem_bytes)))
     if view.plain:
         return _plain_entry(pod, view.spec, memory.rows)
     return _pod_entry(view, claim, memory.rows)

@@ -38,6 +38,7 @@ def reclaimable_cores(exclusive_counts: Sequence[int]) -> int:
     exclusive; with k ≥ 2 one-CPU candidates left, k − 1 cores come back."""
     if not exclusive_counts:
         return 0
-    largest = max(range(len(exclusive_counts)), key=lambda i: (exclusive_counts[i], -i))
-    k = sum(1 for i, n in enumerate(exclusive_counts) if n == 1 and i != largest)
+    # The first of the largest stays; the others of one CPU are the candidates (counted in
+    # C: every pod that owns CPUs without a block comes here).
+    k = exclusive_counts.count(1) - (max(exclusive_counts) == 1)
     return k - 1 if k >= 2 else 0

@@ -24,6 +24,7 @@ MemoryRow = tuple[MemoryPool, str, int]  # (pool, memory_type, bytes)
 
 _POOL_SLOT = {pool: slot for slot, pool in enumerate(MEMORY_POOLS)}
 _SIZE = attrgetter("size")
+_MEMORY_OF = attrgetter("memory")
 
 
 class PodMemory(NamedTuple):
@@ -62,6 +63,32 @@ def pod_memory(pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
         rows += [("pod_shared", mtype, size) for mtype, size in _in_order(shared_left)]
     # tuple.__new__: PodMemory's fields in order, without NamedTuple's Python-level __new__.
     return tuple.__new__(PodMemory, (assignments, sizes, tuple(rows))), found
+
+
+class MemoryShapes:
+    """``pod_memory`` of the pods of one reconcile, each distinct shape worked out once.
+    What it reads of a pod (its own blocks, each container's blocks, whether its CPUs show
+    the 1.36 pattern, its spec's memory limit) is the key: the replicas of a workload
+    mostly share it, and the result is immutable. A result with anomalies (they name their
+    pod) is never shared."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[object, ...], PodMemory] = {}
+
+    def of(self, pod: PodAlloc, spec: PodSpec | None, legacy_pattern: bool,
+           ) -> tuple[PodMemory, list[Anomaly]]:
+        limit = (spec.resources.memory_limit
+                 if spec is not None and spec.resources is not None else None)
+        key = (pod[4], tuple(map(_MEMORY_OF, pod[2])), legacy_pattern, limit)
+        known = self._known.get(key)
+        if known is not None:
+            return known, []
+        found = pod_memory(pod, spec, legacy_pattern)
+        if not found[1]:
+            self._known[key] = found[0]
+        return found
 
 
 def _in_order(by_type: dict[str, int]) -> Iterable[tuple[str, int]]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress, count
+from operator import attrgetter, itemgetter, or_
+from typing import NamedTuple
 
 from reconciler.anomalies import AnomalyLog
 from reconciler.checks import missing_exclusive, pod_checks
@@ -24,7 +25,7 @@ from reconciler.classify import (
     node_unknown_cpus,
 )
 from reconciler.devices import DeviceChecks, device_ledger, holds_devices
-from reconciler.entries import plain_pod_entries, pod_entries
+from reconciler.entries import plain_records, pod_entries, spec_plain_records
 from reconciler.kube import PodSpec
 from reconciler.kubelet_topology import Divergence, divergences
 from reconciler.ledger import (
@@ -33,11 +34,12 @@ from reconciler.ledger import (
     ContainerRun,
     DistinctContainers,
     Ledger,
+    NodeSharedPod,
     PodEntries,
     PodEntry,
     each_entry,
 )
-from reconciler.memory import PodMemory, memory_pools, no_memory, pod_memory
+from reconciler.memory import MemoryShapes, PodMemory, memory_pools, no_memory
 from reconciler.node_facts import NodeFacts, kubelet_info, node_facts
 from reconciler.ownership import Ownership, cpu_pools
 from reconciler.placement_checks import PlacementChecks
@@ -48,6 +50,8 @@ _CPU_IDS_OF = attrgetter("cpu_ids")
 _NAME_OF = attrgetter("name")
 _POD_NAME_OF = attrgetter("namespace", "name")
 _MEMORY_OF = attrgetter("memory")
+_CONTAINERS_OF = itemgetter(2)
+_OWN_OF = itemgetter(3, 4)  # a pod's own cpu_ids and memory
 # filter(None, ...) leaves out the None (and 0) estimates: C-level over every pod.
 _RECLAIMED_OF = attrgetter("reclaimed_cpus")
 _RECLAIMABLE_OF = attrgetter("reclaimable_cpus")
@@ -58,59 +62,41 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
     ownership = Ownership(snapshot.pods)
     log = AnomalyLog()
     log.extend(-1, node_unknown_cpus(snapshot, facts.online))  # node-level: before any pod
-    pods: list[PodEntry] = []
-    # The container entries in pod order, a pod that reports nothing as one NodeSharedPod.
+    listed = snapshot.pods
+    plain = _as_plain(listed, facts, log)
+    # The pod entries and container runs in pod order: every pod's plain record, but for
+    # the pods that report something, whose own take their place below.
+    pods: list[PodEntry] = plain.entries
     containers: list[ContainerRun] = []
-    node_shared_containers = 0  # the containers of those pods
     memory: list[PodMemory] = []
-    specs = facts.specs
     placement = PlacementChecks.for_node(facts)
     device_checks = DeviceChecks.for_node(facts)
-    # Whether a pod's containers report CPUs, memory, each name once and plain names, by
-    # the identity of their tuple: the pods of one workload share it
-    # (exporter.sources.convert decodes each distinct one once), so most pods of a busy
-    # node look it up. Every tuple is held by the snapshot until the end of this call, so
-    # no identity is reused meanwhile.
-    reports: dict[int, tuple[bool, bool, bool, bool, bool]] = {}
-    pod_names = set(map(_POD_NAME_OF, snapshot.pods))
-    names_once = len(pod_names) == len(snapshot.pods)
     # The assignments of the containers of pods that report something; every other
     # container is node_shared (for DistinctContainers' counts).
     cpu_assigned: list[Assignment] = []
-    holding: list[int] = []  # where the entries of pods that report anything are
     memory_assigned: list[Assignment] = []
-    for index, pod in enumerate(snapshot.pods):
-        # PodAlloc's fields in order (unpacking fails loudly if it changes shape).
-        namespace, name, pod_containers, cpu_ids, pod_mem_blocks = pod
-        spec = specs.get((namespace, name)) if specs else None
-        reported = reports.get(id(pod_containers))
-        if reported is None:
-            reported = reports[id(pod_containers)] = _reports(pod_containers)
-        if cpu_ids or pod_mem_blocks or reported[0] or reported[1]:
-            holding.append(len(pods))
-            view, pod_mem = _reconcile_pod(index, pod, spec, bool(cpu_ids) or reported[0],
-                                           bool(pod_mem_blocks) or reported[1], facts,
-                                           ownership, log, containers, pods, placement,
-                                           device_checks)
-            memory.append(pod_mem)
-            cpu_assigned += view.assignments
-            memory_assigned += pod_mem.assignments
-            continue
-        # The common case: the pod reports nothing and owns nothing, so only its spec can
-        # show something wrong.
-        pods.append(plain_pod_entries(pod, spec, containers))
-        node_shared_containers += len(pod_containers)
-        if spec is not None and facts.static_cpu:
-            log.extend(index, missing_exclusive(pod, spec,
-                                                all_node_shared(len(pod_containers))[0],
-                                                facts.pod_level_managers))
+    reports, runs, specs = plain.reports, plain.runs, plain.specs
+    done = 0  # the runs of the pods before this one are in ``containers``
+    shapes = MemoryShapes()
+    for index in plain.holding:
+        containers += runs[done:index]
+        done = index + 1
+        pod = listed[index]
+        reported = reports[id(pod[2])]
+        view, pod_mem, pods[index] = _reconcile_pod(
+            index, pod, specs[index] if specs else None, bool(pod[3]) or reported[0],
+            bool(pod[4]) or reported[1], facts, ownership, log, containers, placement,
+            device_checks, shapes)
+        memory.append(pod_mem)
+        cpu_assigned += view.assignments
+        memory_assigned += pod_mem.assignments
+    containers += runs[done:]
     if placement is not None:
         for index, found in placement.finish(ownership.owner):
             log.extend(index, found)
     pools, by_numa, cells = cpu_pools(facts, ownership.owner)
-    entries = PodEntries(pods, tuple(holding))
+    entries = PodEntries(pods, plain.holding)
     held = entries.held
-    count = len(cpu_assigned) + node_shared_containers  # the entries, built or not
     return Ledger(
         node_name=snapshot.node_name,
         online_cpus=len(facts.online),
@@ -120,15 +106,16 @@ def reconcile(snapshot: NodeSnapshot) -> Ledger:
         cpu_pools_by_numa=by_numa,
         memory_pools=memory_pools(memory),
         pods=entries,
-        containers=_container_entries(containers, count, cpu_assigned, memory_assigned,
-                                      reports, pod_names if names_once else None),
+        containers=_container_entries(containers, plain.containers, cpu_assigned,
+                                      memory_assigned, reports,
+                                      plain.names if plain.names_once else None),
         reclaimed_cpus=sum(filter(None, map(_RECLAIMED_OF, held))),
         reclaimable_cpus=sum(filter(None, map(_RECLAIMABLE_OF, held))),
         anomalies=log.ordered(),
         cpu_map=cells,
         checkpoints=snapshot.checkpoints,
         topology_divergences=_divergences(snapshot),
-        devices=device_ledger(snapshot, facts, _with_devices(snapshot.pods, reports)),
+        devices=device_ledger(snapshot, facts, _with_devices(listed, reports)),
     )
 
 
@@ -200,15 +187,15 @@ def _counts(assigned: list[Assignment], containers: int) -> tuple[int, ...]:
 
 def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, mem: bool,
                    facts: NodeFacts, ownership: Ownership, log: AnomalyLog,
-                   containers: list[ContainerRun], pods: list[PodEntry],
-                   placement: PlacementChecks | None, device_checks: DeviceChecks | None,
-                   ) -> tuple[PodView, PodMemory]:
-    """A pod that reports CPUs or memory: appends its entries, logs its anomalies and
-    returns its classification and its memory."""
+                   containers: list[ContainerRun], placement: PlacementChecks | None,
+                   device_checks: DeviceChecks | None, shapes: MemoryShapes | None = None,
+                   ) -> tuple[PodView, PodMemory, PodEntry]:
+    """A pod that reports CPUs or memory: appends its container entries, logs its anomalies
+    and returns its classification, its memory and its pod entry."""
     view = classify(pod, spec, facts.online) if cpus else cpu_less_view(pod, spec)
     claim, claimed = ownership.claim(index, view)
     if mem:
-        pod_mem, mem_found = pod_memory(pod, spec, view.legacy_pattern)
+        pod_mem, mem_found = (shapes or MemoryShapes()).of(pod, spec, view.legacy_pattern)
     else:
         pod_mem, mem_found = no_memory(len(pod.containers)), []
     found = [*view.anomalies, *claimed, *pod_checks(view, claim, facts), *mem_found]
@@ -218,5 +205,56 @@ def _reconcile_pod(index: int, pod: PodAlloc, spec: PodSpec | None, cpus: bool, 
         found += device_checks.check(view)
     if found:
         log.extend(index, found)
-    pods.append(pod_entries(view, claim, pod_mem, containers))
-    return view, pod_mem
+    return view, pod_mem, pod_entries(view, claim, pod_mem, containers)
+
+
+class _Plain(NamedTuple):
+    """Every pod of a node as if it reported nothing, and what tells the others apart."""
+
+    entries: list[PodEntry]  # each pod's entry as a pod that reports nothing
+    runs: list[NodeSharedPod]  # each pod's containers as such a pod's
+    specs: list[PodSpec | None] | None  # each pod's spec; None: no pod has one
+    holding: tuple[int, ...]  # the pods that report CPUs or memory, in order
+    # Whether the containers report CPUs, memory, each name once, plain names and any
+    # device, by the identity of their tuple (see _as_plain).
+    reports: dict[int, tuple[bool, bool, bool, bool, bool]]
+    containers: int  # of every pod
+    names: set[tuple[str, str]]  # the pods' (namespace, name)
+    names_once: bool  # no pod listed twice
+
+
+def _as_plain(listed: Sequence[PodAlloc], facts: NodeFacts, log: AnomalyLog) -> _Plain:
+    """Every pod's records as if it reported nothing (``plain_records``; with its spec's
+    where it has one, and its spec's anomalies logged), and which pods report something.
+    Most pods of a busy node report nothing: they are told apart by C-level iterators over
+    the whole node, not one by one."""
+    conts = list(map(_CONTAINERS_OF, listed))
+    # Facts of each distinct containers tuple, by its identity: the pods of one workload
+    # share it (exporter.sources.convert decodes each distinct one once). Every tuple is
+    # held by the snapshot until the end of reconcile, so no identity is reused meanwhile.
+    ids = list(map(id, conts))
+    reports = {key: _reports(c) for key, c in dict(zip(ids, conts, strict=True)).items()}
+    reporting = {key for key, r in reports.items() if r[0] or r[1]}
+    # A pod reports something when it lists CPUs or memory itself (any() over its two
+    # fields) or its containers do.
+    holding = tuple(compress(count(), map(or_, map(any, map(_OWN_OF, listed)),
+                                          map(reporting.__contains__, ids))))
+    entries, runs = plain_records(listed)
+    names = list(map(_POD_NAME_OF, listed))
+    specs = list(map(facts.specs.get, names)) if facts.specs else None
+    if specs:
+        # The pods with a spec: their own records, and what the spec alone shows wrong.
+        busy = set(holding)
+        for index in compress(count(), specs):
+            spec = specs[index]
+            if index in busy or spec is None:
+                continue
+            pod = listed[index]
+            entries[index], runs[index] = spec_plain_records(pod, spec)
+            if facts.static_cpu:
+                log.extend(index, missing_exclusive(pod, spec,
+                                                    all_node_shared(len(pod[2]))[0],
+                                                    facts.pod_level_managers))
+    unique = set(names)
+    return _Plain(entries, runs, specs, holding, reports, sum(map(len, conts)), unique,
+                  len(unique) == len(names))

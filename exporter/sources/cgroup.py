@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -474,6 +474,12 @@ def capture_tree(root: str, layout: CgroupLayout, pods: Iterable[PodRef], dest: 
     return copied
 
 
+# Takes a node's container references from its /pods when called; None: no pod list.
+LazyRefs = Callable[[], Sequence[PodRef] | None]
+_NO_POD_LIST = ("no pod list from the kubelet's /pods to match cgroups to containers (set "
+                "--kubelet.url)")
+
+
 class CgroupSource:
     """The source as the poll uses it: off (said once in the log, until it works again)
     without a pod list or without a usable cgroup hierarchy, with the reason."""
@@ -489,16 +495,23 @@ class CgroupSource:
         self._cache: _CpusetCache = {}
         self._max_cpu = MAX_CPU_ID
 
-    def read(self, pods: Sequence[PodRef] | None, configz: object = None,
+    def read(self, pods: Sequence[PodRef] | LazyRefs | None, configz: object = None,
              max_cpu: int = MAX_CPU_ID) -> CgroupReading:
-        """``configz``: the kubelet's parsed ``/configz``, for its ``cgroupRoot`` and
-        ``cgroupDriver`` (the flags, when set, win); ``max_cpu``: the node's last CPU."""
+        """``pods``: the references, or what takes them from ``/pods`` when first needed
+        (None: a body that is not a pod list); ``configz``: the kubelet's parsed
+        ``/configz``, for its ``cgroupRoot`` and ``cgroupDriver`` (the flags, when set,
+        win); ``max_cpu``: the node's last CPU."""
         if pods is None:
-            return self._off("no pod list from the kubelet's /pods to match cgroups to "
-                             "containers (set --kubelet.url)", "no_pod_list")
+            return self._off(_NO_POD_LIST, "no_pod_list")
         try:
             layout = detect_layout(self.root, self.driver, kubelet_cgroups(
                 configz, self.kubelet_root, self.driver))
+            # Only once there are cgroups to match: a node whose hierarchy has no kubepods
+            # (or none readable) never takes, nor holds, a reference per container.
+            if callable(pods):
+                pods = pods()
+                if pods is None:
+                    return self._off(_NO_POD_LIST, "no_pod_list")
             if max_cpu != self._max_cpu:  # the cache holds sets checked against the old bound
                 self._cache, self._max_cpu = {}, max_cpu
             reading = read_enforced(layout, pods, self._cache, max_cpu)
@@ -518,7 +531,8 @@ class CgroupSource:
 
 __all__ = [  # the layout's names are used through this module too
     "DRIVERS", "OFF_REASONS", "CgroupLayout", "CgroupReading", "CgroupSource",
-    "CgroupUnavailable", "ContainerRef", "Driver", "EntryError", "Gone", "PodRef", "Version",
+    "CgroupUnavailable", "ContainerRef", "Driver", "EntryError", "Gone", "LazyRefs", "PodRef",
+    "Version",
     "capture_tree", "cpu_manager_reconcile_period", "detect_layout", "kubelet_cgroups",
     "pod_refs_from_body", "pod_refs_from_items", "pod_refs_from_pod_list", "read_enforced",
 ]

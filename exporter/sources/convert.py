@@ -94,8 +94,10 @@ class _ListReader:
         data = self.data
         pods: list[PodAlloc] = []
         add = pods.append
-        tails, new = self.tails, tuple.__new__
+        new = tuple.__new__
         namespaces: dict[bytes, str] = {}
+        afters: dict[bytes, tuple[str, tuple[ContainerAlloc, ...], tuple[int, ...],
+                                  tuple[MemoryBlock, ...]]] = {}
         i, end = 0, len(data)
         try:
             while i < end:
@@ -119,17 +121,16 @@ class _ListReader:
                 try:
                     if (data[i] == _NAME and data[j] == _NAMESPACE and k <= stop
                             and data[i + 1] < 0x80 and data[j + 1] < 0x80):
-                        tail = data[k:stop]
-                        rest = tails.get(tail)
-                        if rest is None:
-                            rest = tails[tail] = self._pod_rest(tail)
-                        # A node's namespaces are few: one string each, shared by its
-                        # pods (and by their ledger entries, held until the next change).
-                        raw_namespace = data[j + 2:k]
-                        namespace = namespaces.get(raw_namespace)
-                        if namespace is None:
-                            namespace = namespaces[raw_namespace] = raw_namespace.decode()
-                        add(new(PodAlloc, (namespace, data[i + 2:j].decode(), *rest)))
+                        # What follows the name (the namespace, then the rest) is the same
+                        # bytes for the pods of one workload: read once, one lookup a pod.
+                        after = data[j:stop]
+                        known = afters.get(after)
+                        if known is None:
+                            known = afters[after] = self._after_name(data[j + 2:k],
+                                                                     data[k:stop], namespaces)
+                        namespace, containers, cpu_ids, memory = known
+                        add(new(PodAlloc, (namespace, data[i + 2:j].decode(), containers,
+                                           cpu_ids, memory)))
                     else:
                         add(self._pod(i, stop))
                 except (_Unexpected, UnicodeDecodeError):
@@ -139,6 +140,20 @@ class _ListReader:
             return tuple(map(_pod, api_pb2.ListPodResourcesResponse.FromString(data)
                              .pod_resources))
         return tuple(pods)
+
+    def _after_name(self, raw_namespace: bytes, tail: bytes, namespaces: dict[bytes, str],
+                    ) -> tuple[str, tuple[ContainerAlloc, ...], tuple[int, ...],
+                               tuple[MemoryBlock, ...]]:
+        """A pod's namespace and the rest, each shared with the pods that have the same: a
+        node's namespaces are few, one string each (held by the ledger's entries until the
+        next change), and a workload's pods in several namespaces share their rest."""
+        namespace = namespaces.get(raw_namespace)
+        if namespace is None:
+            namespace = namespaces[raw_namespace] = raw_namespace.decode()
+        rest = self.tails.get(tail)
+        if rest is None:
+            rest = self.tails[tail] = self._pod_rest(tail)
+        return (namespace, *rest)
 
     def _pod(self, i: int, stop: int) -> PodAlloc:
         """The names first (where protobuf writes them), then the rest, read once per

@@ -384,3 +384,23 @@ def test_pods_of_one_namespace_share_its_name() -> None:
         for i, ns in enumerate(["team-a", "team-b", "team-a", "team-a"])]).SerializeToString())
     assert [p.namespace for p in pods] == ["team-a", "team-b", "team-a", "team-a"]
     assert pods[0].namespace is pods[2].namespace is pods[3].namespace
+
+
+def test_pods_of_one_workload_in_several_namespaces_share_what_they_can() -> None:
+    """What follows a pod's name is read once per distinct bytes: pods of one namespace and
+    shape share the namespace and the containers, pods of one shape in another namespace
+    still share the containers, and each keeps its own name."""
+    def listed(name: str, namespace: str, cpus: list[int]) -> api_pb2.PodResources:
+        return api_pb2.PodResources(name=name, namespace=namespace, containers=[
+            api_pb2.ContainerResources(name="app", cpu_ids=cpus),
+            api_pb2.ContainerResources(name="proxy")])
+    pods = pods_from_wire(Message(pod_resources=[
+        listed("a", "team-a", []), listed("b", "team-b", []), listed("c", "team-a", []),
+        listed("d", "team-a", [3]), listed("e", "team-b", [])]).SerializeToString())
+    assert [(p.namespace, p.name) for p in pods] == [
+        ("team-a", "a"), ("team-b", "b"), ("team-a", "c"), ("team-a", "d"), ("team-b", "e")]
+    assert pods[0].namespace is pods[2].namespace is pods[3].namespace
+    assert pods[1].namespace is pods[4].namespace
+    assert pods[0].containers is pods[1].containers is pods[2].containers
+    assert pods[3].containers[0].cpu_ids == (3,)
+    assert pods[3].containers[1] is pods[0].containers[1]

@@ -11,16 +11,28 @@ from hypothesis import given
 
 from exporter.pb import api_pb2
 from exporter.sources.convert import pods_from_proto, pods_to_proto
-from foundation.helpers import cspec, ctr, pod, pspec, snapshot, topology
+from foundation.helpers import cspec, ctr, mem, pod, pspec, snapshot, topology
 from foundation.test_reconcile_properties import SETTINGS, snapshots
 from reconciler import reconcile as R
+from reconciler.anomalies import Anomaly, AnomalyLog
+from reconciler.checks import pod_checks
+from reconciler.classify import cpu_less_view, node_unknown_cpus
+from reconciler.devices import DeviceChecks
+from reconciler.entries import pod_entries
 from reconciler.ledger import (
     ASSIGNMENTS,
+    ContainerEntry,
+    ContainerRun,
     DistinctContainers,
     NodeSharedPod,
     PodEntries,
+    PodEntry,
     each_entry,
 )
+from reconciler.memory import no_memory
+from reconciler.node_facts import node_facts
+from reconciler.ownership import Ownership
+from reconciler.placement_checks import PlacementChecks
 from reconciler.snapshot import NodeSnapshot, Topology
 
 
@@ -207,3 +219,95 @@ def test_pod_entries_say_which_pods_hold_anything(
     assert ledger.reclaimable_cpus == sum(p.reclaimable_cpus or 0 for p in pods)
     copy = pickle.loads(pickle.dumps(pods))
     assert copy == pods and type(copy) is PodEntries and copy.holding == pods.holding
+
+
+def _pod_by_pod(snap: NodeSnapshot) -> tuple[list[PodEntry], list[ContainerEntry],
+                                              tuple[Anomaly, ...]]:
+    """The ledger's pods, containers and anomalies with every pod taken through the full
+    path one by one, as reconcile did before it told the pods that report nothing apart in
+    bulk (``_as_plain``)."""
+    facts = node_facts(snap)
+    ownership = Ownership(snap.pods)
+    log = AnomalyLog()
+    log.extend(-1, node_unknown_cpus(snap, facts.online))
+    placement = PlacementChecks.for_node(facts)
+    devices = DeviceChecks.for_node(facts)
+    runs: list[ContainerRun] = []
+    pods: list[PodEntry] = []
+    for index, p in enumerate(snap.pods):
+        cpus = bool(p.cpu_ids) or any(c.cpu_ids for c in p.containers)
+        memory = bool(p.memory) or any(c.memory for c in p.containers)
+        spec = facts.specs.get((p.namespace, p.name))
+        if cpus or memory:
+            pods.append(R._reconcile_pod(index, p, spec, cpus, memory, facts, ownership, log,
+                                         runs, placement, devices)[2])
+            continue
+        # What the full path finds for a pod that reports nothing: its spec's anomalies
+        # only (placement and devices have nothing of it to check).
+        view = cpu_less_view(p, spec)
+        claim, claimed = ownership.claim(index, view)
+        log.extend(index, [*claimed, *pod_checks(view, claim, facts)])
+        pods.append(pod_entries(view, claim, no_memory(len(p.containers)), runs))
+    if placement is not None:
+        for index, found in placement.finish(ownership.owner):
+            log.extend(index, found)
+    return pods, list(each_entry(runs)), log.ordered()
+
+
+@given(snapshots())
+@SETTINGS
+def test_pods_told_apart_in_bulk_get_the_pod_by_pod_ledger(
+        case: tuple[NodeSnapshot, Topology | None]) -> None:
+    """The bulk pass over the pods that report nothing gives the very entries, containers
+    and anomalies of every pod taken one by one through the full path, with and without
+    pod specs."""
+    snap = case[0]
+    for variant in (snap, replace(snap, pod_specs=None)):
+        ledger = R.reconcile(variant)
+        pods, containers, anomalies = _pod_by_pod(variant)
+        assert list(ledger.pods) == pods
+        assert list(ledger.containers) == containers
+        assert ledger.anomalies == anomalies
+        assert list(ledger.pods.holding) == [  # type: ignore[attr-defined]
+            i for i, p in enumerate(variant.pods)
+            if p.cpu_ids or p.memory or any(c.cpu_ids or c.memory for c in p.containers)]
+
+
+def test_pods_told_apart_in_bulk_on_a_node_with_specs() -> None:
+    """Pods that report nothing among pods that do, each with a spec or not, a name listed
+    twice, under the static policy: the pod-by-pod ledger."""
+    from foundation.helpers import STATIC
+    topo = topology(8)
+    pods = [pod("web-0", ctr("app"), ctr("proxy")), pod("db", ctr("pg", [1, 2]), ctr("proxy")),
+            pod("web-1", ctr("app"), ctr("proxy")), pod("web-0", ctr("app")),
+            pod("g", ctr("app", [3])), pod("h", ctr("app"))]
+    specs = [pspec("web-0", cspec("app", "2"), sidecars=[cspec("proxy", sidecar=True)]),
+             pspec("db", cspec("pg", "2")), pspec("h", cspec("app", "1"))]
+    snap = snapshot(*pods, topo=topo, specs=specs, config=STATIC)
+    ledger = R.reconcile(snap)
+    assert (list(ledger.pods), list(ledger.containers), ledger.anomalies) == _pod_by_pod(snap)
+    # web-0's sidecar has no resources: not a Guaranteed pod, nothing is missing.
+    assert [(a.kind, a.pod) for a in ledger.anomalies] == [("missing_exclusive", "h")]
+    assert ledger.pods.holding == (1, 4)  # type: ignore[attr-defined]
+
+
+def test_memory_shapes_are_shared_only_where_nothing_differs() -> None:
+    """Pods of one memory shape share one PodMemory; another spec limit, another block, or
+    a result with anomalies (they name their pod) is worked out for its own pod."""
+    from reconciler.memory import MemoryShapes, pod_memory
+    gi = 2**30
+    same = [pod(f"web-{i}", ctr("app", memory=[mem(2 * gi)]), ctr("proxy"),
+                memory=[mem(3 * gi)]) for i in range(3)]
+    other = pod("web-9", ctr("app", memory=[mem(2 * gi, "memory", 1)]), ctr("proxy"),
+                memory=[mem(3 * gi)])
+    over = [pod(f"big-{i}", ctr("app", memory=[mem(4 * gi)]), memory=[mem(3 * gi)])
+            for i in range(2)]
+    small = pspec("web-2", cspec("app", "2"), budget="2", budget_memory="2Gi")
+    specs = {"web-2": small}
+    shapes = MemoryShapes()
+    results = [shapes.of(p, specs.get(p.name), False) for p in [*same, other, *over]]
+    assert results == [pod_memory(p, specs.get(p.name), False) for p in [*same, other, *over]]
+    assert results[0][0] is results[1][0]  # one shape, one object
+    assert results[2][1] and results[2][0] is not results[0][0]  # over its own limit
+    assert results[3][0] is not results[0][0]  # another NUMA node
+    assert [a.pod for _, found in results[4:] for a in found] == ["big-0", "big-1"]

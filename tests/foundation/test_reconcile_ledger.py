@@ -243,3 +243,23 @@ def test_pool_vocabulary_matches_the_ledger_records() -> None:
     assert {cell.pool for cell in ledger.cpu_map} <= set(CPU_POOLS)
     assert {c.assignment for c in ledger.containers} <= set(ASSIGNMENTS)
     assert set(EXCLUSIVE) <= set(ASSIGNMENTS) and set(MEMORY_POOLS) <= set(ASSIGNMENTS)
+
+
+def test_reclaimable_cores_as_the_rule_reads() -> None:
+    """The rule of docs/design.md#estimates, written out (the largest exclusive container,
+    first on ties, stays; k ≥ 2 one-CPU candidates give back k − 1), against the counted
+    form reconcile uses, on every list of up to six counts of 0 to 3 CPUs."""
+    from itertools import product
+
+    from reconciler.estimates import reclaimable_cores
+
+    def rule(counts: list[int]) -> int:
+        if not counts:
+            return 0
+        largest = max(range(len(counts)), key=lambda i: (counts[i], -i))
+        k = sum(1 for i, n in enumerate(counts) if n == 1 and i != largest)
+        return k - 1 if k >= 2 else 0
+
+    for size in range(7):
+        for counts in product(range(4), repeat=size):
+            assert reclaimable_cores(list(counts)) == rule(list(counts)), counts

@@ -349,3 +349,26 @@ def test_captured_tree_reads_back_the_same(tmp_path: Path, version: str, driver:
     assert not list(fixture.rglob("*conmon*")) and not list(fixture.rglob("f" * 64 + "*"))
     again = read_enforced(detect_layout(str(fixture)), refs)
     assert again.enforced == original.enforced and again.errors == ()
+
+
+def test_references_are_taken_only_when_there_are_cgroups_to_match(tmp_path: Path) -> None:
+    """Handed what takes the references from /pods (as the kernel observer hands them), the
+    source takes them only once it found a kubepods hierarchy: a node without one holds no
+    reference per container. A body that is no pod list is still ``no_pod_list``."""
+    taken: list[int] = []
+    pods = three_pods("containerd")
+
+    def refs() -> tuple[PodRef, ...]:
+        taken.append(1)
+        return pod_refs_from_pod_list(pod_list(pods))
+
+    empty = tmp_path / "empty"
+    (empty / "cpuset").mkdir(parents=True)
+    assert CgroupSource(str(empty)).read(refs).off_reason == "no_kubepods"
+    assert taken == []
+    tree = tmp_path / "tree"
+    write_tree(tree, "v2", "systemd", pods)
+    reading = CgroupSource(str(tree)).read(refs)
+    assert taken == [1] and reading.off is None
+    assert reading.enforced == CgroupSource(str(tree)).read(refs()).enforced
+    assert CgroupSource(str(tree)).read(lambda: None).off_reason == "no_pod_list"
