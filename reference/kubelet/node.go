@@ -264,6 +264,7 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 		n.collectGarbage()
 		return result.Reason, result.Message, nil
 	}
+	n.updatePluginResources(&pod)
 	n.addContainers(&pod, true)
 	n.startContainers(&pod)
 	return "", "", nil
@@ -352,6 +353,7 @@ func (n *node) restart() ([]readmission, error) {
 		out = append(out, readmission{UID: string(pod.UID), Admitted: result.Admit,
 			Reason: result.Reason, Message: result.Message})
 		if result.Admit {
+			n.updatePluginResources(pod)
 			n.addContainers(pod, false)
 		} else if err := n.remove(string(pod.UID), ""); err != nil {
 			return out, err
