@@ -15,8 +15,10 @@ default mix (CPU, a share with devices), the memory mix (``--memory``: the Stati
 manager, a share with devices) and the device mix (``--devices``: devices on every
 workload), each from a seed of its own, into one set of counters. The same process also
 meets ``--options`` random kubelet configurations, good and bad
-(bench/reference_options.py), whose refusals count too. ``--memory`` or ``--devices`` alone
-runs that one mix.
+(bench/reference_options.py), whose refusals count too, and ``--memory-options`` random
+memory-manager configurations (bench/reference_memory_options.py; none by default: the
+model checks none of them yet). ``--memory`` or ``--devices`` alone runs that one mix; a
+``--covdir`` kept from an earlier run adds this run's counters to its own.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from bench.reference import (
     go_binary,
     run,
 )
+from bench.reference_memory_options import run_memory_options, summary
 from bench.reference_options import run_options
 
 # Files whose own figure the issue's acceptance names, beside the packages.
@@ -178,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--options", type=int, default=1000, metavar="N",
                         help="also run N random kubelet configurations, good and bad "
                              "(python -m bench.reference_options; default 1000, 0 for none)")
+    parser.add_argument("--memory-options", type=int, default=0, metavar="N",
+                        help="also run N random memory-manager configurations, good and bad "
+                             "(python -m bench.reference_memory_options; default 0: the model "
+                             "checks none of them yet, open)")
     parser.add_argument("--covdir", type=Path, default=None,
                         help="keep the coverage counters in this directory (default: a "
                              "temporary one)")
@@ -200,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             agreed, disagreements = run_mixes(ref, args.version, args.seed, args.count, mixes)
             options_agree = sum(option.agrees for option in
                                 run_options(args.version, args.seed, args.options, ref))
+            memory_options = list(run_memory_options(args.version, args.seed,
+                                                     args.memory_options, ref))
         packages = package_percent(go, covdir)
         files = file_percent(go, covdir)
         which = ", ".join(f"{name} from seed {args.seed + mixes[name][2]}" for name in mixes)
@@ -232,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"disagreement: {line}")
     if args.options:
         print(f"options {args.version}: {options_agree}/{args.options} agree")
+    if memory_options:
+        for line in summary(memory_options):
+            print(f"  memory options, {line}")
+        print(f"memory options {args.version}: {sum(o.agrees for o in memory_options)}/"
+              f"{len(memory_options)} agree")
     for name, (agree, took) in agreed.items():
         print(f"reference {args.version}, {name} mix: {agree}/{args.count} agree "
               f"({took:.0f} s)")

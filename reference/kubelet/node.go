@@ -169,6 +169,13 @@ func (n *node) reservation() (v1.ResourceList, []kubeletconfig.MemoryReservation
 			NumaNode: int32(id), Limits: v1.ResourceList{v1.ResourceMemory: q}})
 		total.Add(q)
 	}
+	if cfg.ReservedMemoryTotal != "" {
+		q, err := resource.ParseQuantity(cfg.ReservedMemoryTotal)
+		if err != nil {
+			return nil, nil, specific, fmt.Errorf("reserved_memory_total: %w", err)
+		}
+		total = &q
+	}
 	if !total.IsZero() {
 		res[v1.ResourceMemory] = *total
 	}
