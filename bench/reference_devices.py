@@ -225,4 +225,23 @@ def compare_devices(model: NodeModel, state: Mapping[str, Any], live: Mapping[st
             out.append(why)
         if (why := _start_errors(p, pod, errors.get(uid, {}))) is not None:
             out.append(why)
+        if (why := _health_differs(model, pod, state)) is not None:
+            out.append(why)
     return out
+
+
+def _health_differs(model: NodeModel, pod: PodSpec, state: Mapping[str, Any]) -> str | None:
+    """The pod status' allocated resources (UpdateAllocatedResourcesStatus): each app
+    container's devices, every one Healthy, as the model holds them."""
+    said = (state.get("device_health") or {}).get(pod.uid)
+    if said is None and "device_health" not in state:
+        return None  # a reference from before the field
+    kubelet = {c: {r: frozenset(ids) for r, ids in by_r.items()}
+               for c, by_r in (said or {}).items()}
+    held = _model_held(model, (pod.namespace, pod.name))
+    mine = {c: {r: frozenset(f"{i}=Healthy" for i in ids) for r, ids in by_r.items()}
+            for c, by_r in held.items() if c in {a.name for a in pod.containers}}
+    if kubelet == mine:
+        return None
+    return (f"{pod.name} allocated resources status: kubelet {_show(kubelet)}, model "
+            f"{_show(mine)}")

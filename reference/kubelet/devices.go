@@ -230,6 +230,7 @@ func (n *node) reportDevices(r *stateReport) {
 	}
 	r.Devices = map[string]map[string]map[string][]string{}
 	r.DeviceStartErrors = map[string]map[string]string{}
+	r.DeviceHealth = map[string]map[string]map[string][]string{}
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		for _, c := range allContainers(p) {
@@ -250,6 +251,7 @@ func (n *node) reportDevices(r *stateReport) {
 				r.Devices[uid][c.Name][resource] = list
 			}
 		}
+		n.reportDeviceHealth(r, p)
 		if errs := n.devs.startErrors[uid]; len(errs) > 0 {
 			r.DeviceStartErrors[uid] = errs
 		}
@@ -261,6 +263,35 @@ func (n *node) reportDevices(r *stateReport) {
 		r.DeviceAllocatable[string(name)] = q.Value()
 	}
 	r.DeviceAdmitAllocatable = n.devs.admitAllocatable
+}
+
+// reportDeviceHealth adds what the device manager writes into the pod's status
+// (UpdateAllocatedResourcesStatus, asked by the kubelet when it generates the status with
+// ResourceHealthStatus on): per app container and resource, each device held and its
+// health ("id=Healthy").
+func (n *node) reportDeviceHealth(r *stateReport, p *v1.Pod) {
+	status := &v1.PodStatus{}
+	for _, c := range p.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})
+	}
+	allocatedResourcesStatus(n, p, status)
+	for _, cs := range status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			var list []string
+			for _, h := range rs.Resources {
+				list = append(list, string(h.ResourceID)+"="+string(h.Health))
+			}
+			sort.Strings(list)
+			uid := string(p.UID)
+			if r.DeviceHealth[uid] == nil {
+				r.DeviceHealth[uid] = map[string]map[string][]string{}
+			}
+			if r.DeviceHealth[uid][cs.Name] == nil {
+				r.DeviceHealth[uid][cs.Name] = map[string][]string{}
+			}
+			r.DeviceHealth[uid][cs.Name][string(rs.Name)] = list
+		}
+	}
 }
 
 // forgetPod drops what the node remembers of a deleted pod's container starts.

@@ -102,3 +102,19 @@ def test_memory_configurations(version: str, need_reference: Callable[[str], Non
     for o in outcomes:
         if o.kind and o.config.memory_manager_policy != "None":
             assert o.kubelet, (o.seed, o.kind)
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_allocated_resources_status_is_compared(
+        version: str, need_reference: Callable[[str], None]) -> None:
+    need_reference(version)
+    model, state, live = _first(version, lambda s: bool(s.get("device_health")),
+                                memory=False, devices=True)
+    assert compare(model, state, live) == []
+    altered = copy.deepcopy(state)
+    by_container = next(iter(altered["device_health"].values()))
+    by_resource = next(iter(by_container.values()))
+    name = next(iter(by_resource))
+    by_resource[name] = [i.replace("=Healthy", "=Unhealthy") for i in by_resource[name]]
+    assert any("allocated resources status" in line
+               for line in reference_devices.compare_devices(model, altered, live))
