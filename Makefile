@@ -19,7 +19,8 @@ help:
 	@echo "make proto        regenerate exporter/pb from proto/"
 	@echo "make reference    build the kubelet reference (1.35, 1.36, 1.37; needs Go)"
 	@echo "make reference-coverage  statement coverage of the kubelet's managers reached by"
-	@echo "                  the random differential (COVERAGE_CASES workloads a version)"
+	@echo "                  the random differential: COVERAGE_CASES workloads of each mix"
+	@echo "                  (default, memory, devices) and as many configurations a version"
 	@echo "make real-node    build the real kubelets (1.36, 1.37) and run the real-node scenarios (root)"
 
 # The venv gets uv, which installs everything else: pip spends half a minute resolving the
@@ -86,16 +87,15 @@ reference: $(STAMP)
 	  $(BIN)/python -m bench.reference --build-only --version $$v || exit 1; done
 
 # Statement coverage of the kubelet's CPU, memory, topology and device managers reached by the
-# random differential (bench/reference_coverage.py; figures in docs/performance.md), for the
-# default mix and for the Static memory manager's (--memory).
+# random differential (bench/reference_coverage.py; figures in docs/performance.md): the joined
+# mix, COVERAGE_CASES workloads each of the default, memory (--memory) and device (--devices)
+# mixes and as many random configurations, into one set of counters a version.
 COVERAGE_CASES ?= 1000
 COVERAGE_SEED ?= 1
 reference-coverage: $(STAMP)
 	@for v in $(REFERENCE_VERSIONS); do \
 	  nice -n 10 $(BIN)/python -m bench.reference_coverage --version $$v \
-	    --seed $(COVERAGE_SEED) --count $(COVERAGE_CASES) --functions || exit 1; \
-	  nice -n 10 $(BIN)/python -m bench.reference_coverage --version $$v --memory \
-	    --seed $(COVERAGE_SEED) --count $(COVERAGE_CASES) || exit 1; done
+	    --seed $(COVERAGE_SEED) --count $(COVERAGE_CASES) --functions || exit 1; done
 # The real node (docs/real-node.md): the kubelet binaries 1.36 and 1.37 and the fake CRI runtime,
 # built from Go into realnode/build/ (ignored by git) when missing or changed, then every
 # scenario of tests/realnode against them; a skip is a failure here. Needs root and cgroup v1.

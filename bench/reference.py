@@ -32,7 +32,7 @@ from bench import reference_budget, reference_cpu, reference_devices
 from bench.reference_memory import compare_memory, memory_setup, under_memory, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
-from reconciler.allocator.devices import NodeDevices
+from reconciler.allocator.devices import Device, NodeDevices
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.report import pod_to_json
 from reconciler.allocator.restart import restart
@@ -259,6 +259,8 @@ class Case:
     reserved_memory: tuple[tuple[int, int], ...] = ()
     # Device-plugin devices (bench/reference_devices.py); none on most cases.
     devices: NodeDevices = field(default_factory=NodeDevices)
+    # Devices their plugins list as Unhealthy, which the model is not told of.
+    unhealthy: tuple[tuple[str, tuple[Device, ...]], ...] = ()
 
     def describe(self) -> str:
         cores = len(self.topo.core_cpus)
@@ -510,7 +512,7 @@ def setup_request(case: Case) -> dict[str, Any]:
         "memory_policy": c.memory_policy, "feature_gates": case.gates,
     }
     if case.devices:
-        setup["devices"] = reference_devices.setup_devices(case.devices)
+        setup["devices"] = reference_devices.setup_devices(case.devices, case.unhealthy)
     if c.reserved_cpus:
         setup["reserved_cpus"] = format_cpuset(c.reserved_cpus)
     else:

@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 
 # The share of the default mix's cases that get devices.
 SHARE = 0.3
+# The share of the cases with devices whose plugins also list devices as Unhealthy: none
+# by default (``--unhealthy`` of bench.reference_coverage sets 0.3). The device manager
+# counts every device, healthy or not, in its topology hints (deviceHasTopologyAlignment,
+# deviceNUMANodes, the narrowest mask holding enough devices), which the model, told of
+# the healthy devices alone (what GetAllocatableResources lists), cannot follow: open,
+# docs/performance.md#coverage-of-the-kubelets-own-code.
+UNHEALTHY_SHARE = 0.0
 _KINDS = ("gpu", "nic", "fpga")
 
 
@@ -91,20 +98,42 @@ def with_devices(case: Case, version: str, seed: int, *, always: bool = False) -
         if p is not None:
             p = done.setdefault(p.uid, pod(p))
         ops.append((op, p))
-    return replace(case, ops=ops, devices=devices)
+    return replace(case, ops=ops, devices=devices,
+                   unhealthy=unhealthy_devices(version, seed, devices, case.topo.numa_nodes))
 
 
-def setup_devices(devices: NodeDevices) -> list[dict[str, Any]]:
+def unhealthy_devices(version: str, seed: int, devices: NodeDevices,
+                      numa_nodes: tuple[int, ...]) -> tuple[tuple[str, tuple[Device, ...]], ...]:
+    """On :data:`UNHEALTHY_SHARE` of the cases, one or two more devices of one resource that
+    its plugin lists as Unhealthy (from a stream of their own: the healthy devices and the
+    pods of a seed stay as they were). The model is told of the healthy devices alone."""
+    rng = random.Random(f"{version}:{seed}:unhealthy")
+    if not devices or rng.random() >= UNHEALTHY_SHARE:
+        return ()
+    name = rng.choice(sorted(devices.by_name))
+    kind = name.rsplit("/", 1)[-1]
+    bad = tuple(Device(f"{kind}-bad{i}", (rng.choice(numa_nodes),) if rng.random() < 0.8
+                       else ()) for i in range(rng.randint(1, 2)))
+    return ((name, bad),)
+
+
+def setup_devices(devices: NodeDevices,
+                  unhealthy: tuple[tuple[str, tuple[Device, ...]], ...] = ()
+                  ) -> list[dict[str, Any]]:
     """The reference's ``devices`` setup: each resource's devices in its plugin's order of
-    preference (by ID when it offers none), and whether it asks for PreStartContainer."""
+    preference (by ID when it offers none), then those it lists as Unhealthy, and whether
+    it asks for PreStartContainer."""
     preference = dict(devices.preference)
+    bad = dict(unhealthy)
     out = []
     for name, devs in devices.resources:
         by_id = {d.id: d for d in devs}
         order = preference.get(name, tuple(by_id))
         out.append({"name": name, "preferred": name in preference,
                     "pre_start": name in devices.pre_start,
-                    "devices": [{"id": i, "numa": list(by_id[i].numa)} for i in order]})
+                    "devices": [{"id": i, "numa": list(by_id[i].numa)} for i in order]
+                    + [{"id": d.id, "numa": list(d.numa), "unhealthy": True}
+                       for d in bad.get(name, ())]})
     return out
 
 
@@ -198,6 +227,12 @@ def compare_devices(model: NodeModel, state: Mapping[str, Any], live: Mapping[st
     if state.get("device_allocatable", listed) != listed:
         out.append(f"device allocatable: kubelet {state.get('device_allocatable')}, model "
                    f"{listed}")
+    # What the predicate admit handler checked the last admission against, after the device
+    # manager's UpdatePluginResources: never less than what is allocated, which the healthy
+    # devices always cover here.
+    if state.get("device_admit_allocatable", listed) != listed:
+        out.append(f"device allocatable at admission: kubelet "
+                   f"{state.get('device_admit_allocatable')}, model {listed}")
     for uid, pod in live.items():
         p = placed.get(uid)
         kubelet = _kubelet_held(state, uid)
@@ -208,4 +243,23 @@ def compare_devices(model: NodeModel, state: Mapping[str, Any], live: Mapping[st
             out.append(why)
         if (why := _start_errors(p, pod, errors.get(uid, {}))) is not None:
             out.append(why)
+        if (why := _health_differs(model, pod, state)) is not None:
+            out.append(why)
     return out
+
+
+def _health_differs(model: NodeModel, pod: PodSpec, state: Mapping[str, Any]) -> str | None:
+    """The pod status' allocated resources (UpdateAllocatedResourcesStatus): each app
+    container's devices, every one Healthy, as the model holds them."""
+    said = (state.get("device_health") or {}).get(pod.uid)
+    if said is None and "device_health" not in state:
+        return None  # a reference from before the field
+    kubelet = {c: {r: frozenset(ids) for r, ids in by_r.items()}
+               for c, by_r in (said or {}).items()}
+    held = _model_held(model, (pod.namespace, pod.name))
+    mine = {c: {r: frozenset(f"{i}=Healthy" for i in ids) for r, ids in by_r.items()}
+            for c, by_r in held.items() if c in {a.name for a in pod.containers}}
+    if kubelet == mine:
+        return None
+    return (f"{pod.name} allocated resources status: kubelet {_show(kubelet)}, model "
+            f"{_show(mine)}")

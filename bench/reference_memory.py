@@ -147,11 +147,35 @@ def kubelet_machine(state: Mapping[str, Any]) -> MachineState | None:
     return MachineState.from_checkpoint(obj.get("machineState") or {})
 
 
+def _compare_mems(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSpec]
+                  ) -> list[str]:
+    """The memory manager's GetMemoryNUMANodes for every container, init ones too (the
+    cpuset.mems the container is created with): the NUMA nodes of its own blocks, of every
+    type, none when it has no blocks."""
+    out: list[str] = []
+    answers = (state.get("answers") or {}).get("pods") or {}
+    placed = {p.uid: p for p in model.pods.values()}
+    for uid, pod in live.items():
+        said = (answers.get(uid) or {}).get("mems")
+        if said is None:
+            continue  # a reference from before the field
+        p = placed.get(uid)
+        entries = dict(p.mem_entries) if p else {}
+        for c in (*pod.init_containers, *pod.containers):
+            want = sorted(said.get(c.name) or ())
+            got = sorted({n for b in entries.get(c.name, ()) for n in b.numa_nodes})
+            if want != got:
+                out.append(f"{pod.name}/{c.name} memory NUMA nodes (GetMemoryNUMANodes): "
+                           f"kubelet {want or '-'}, model {got or '-'}")
+    return out
+
+
 def compare_memory(model: NodeModel, state: Mapping[str, Any], live: Mapping[str, PodSpec]
                    ) -> list[str]:
     """Differences between the model's memory and the memory manager's state: each
-    long-running container's blocks (type, size, NUMA nodes), each pod-level set, and the
-    machine state (blocks and group per node, free and reserved per group and type)."""
+    long-running container's blocks (type, size, NUMA nodes), each pod-level set, every
+    container's NUMA nodes as GetMemoryNUMANodes gives them, and the machine state (blocks
+    and group per node, free and reserved per group and type)."""
     out: list[str] = []
     placed = {p.uid: p for p in model.pods.values()}
     for uid, pod in live.items():
@@ -166,6 +190,7 @@ def compare_memory(model: NodeModel, state: Mapping[str, Any], live: Mapping[str
         got_pod = _blocks(p.block_memory if p else ())
         if want_pod != got_pod:
             out.append(f"{pod.name} pod-level memory: kubelet {want_pod}, model {got_pod}")
+    out += _compare_mems(model, state, live)
     machine = kubelet_machine(state)
     if machine is not None and not (machine.matches(model.mem) and model.mem.matches(machine)):
         out.append(f"memory machine state: kubelet {machine.summary()}, model "

@@ -8,6 +8,7 @@ package main
 // them with what the model reports (reconciler/allocator/report.py).
 
 import (
+	"k8s.io/apimachinery/pkg/util/sets"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 )
@@ -17,6 +18,9 @@ type podAnswer struct {
 	Containers map[string][]int64 `json:"containers"`
 	// GetCPUAffinity per container (init containers too): what PreCreateContainer pins.
 	Affinity map[string][]int64 `json:"affinity"`
+	// GetMemoryNUMANodes per container (init containers too): the cpuset.mems
+	// PreCreateContainer pins (internal_container_lifecycle_linux.go).
+	Mems map[string][]int `json:"mems"`
 }
 
 type answers struct {
@@ -41,9 +45,13 @@ func (n *node) answers() *answers {
 	byName := map[string]string{}
 	for _, pod := range n.pods {
 		byName[pod.Namespace+"/"+pod.Name] = string(pod.UID)
-		a := podAnswer{Containers: map[string][]int64{}, Affinity: map[string][]int64{}}
+		a := podAnswer{Containers: map[string][]int64{}, Affinity: map[string][]int64{},
+			Mems: map[string][]int{}}
 		for _, c := range allContainers(pod) {
 			a.Affinity[c.Name] = int64s(n.cpu.GetCPUAffinity(string(pod.UID), c.Name))
+			if mems := n.mem.GetMemoryNUMANodes(n.logger, pod, &c); mems != nil {
+				a.Mems[c.Name] = sets.List(mems)
+			}
 		}
 		out.Pods[string(pod.UID)] = a
 	}

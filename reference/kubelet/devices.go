@@ -33,6 +33,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	schedulerframework "k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 //go:linkname newDeviceManager k8s.io/kubernetes/pkg/kubelet/cm/devicemanager.newManagerImpl
@@ -54,6 +56,9 @@ type deviceResource struct {
 type deviceSpec struct {
 	ID   string  `json:"id"`
 	NUMA []int64 `json:"numa"`
+	// Unhealthy: the plugin lists the device as Unhealthy (the manager counts it in the
+	// capacity, never allocates it).
+	Unhealthy bool `json:"unhealthy,omitempty"`
 }
 
 // devices is the node's device manager and its plugins.
@@ -64,6 +69,9 @@ type devices struct {
 	// Per pod UID and container: why starting it failed (the device manager's allocation at
 	// container start, which is where a pod with pod-level resources gets its devices).
 	startErrors map[string]map[string]string
+	// The extended-resource allocatable the predicate admit handler checked the last
+	// admitted pod against, after the device manager's UpdatePluginResources.
+	admitAllocatable map[string]int64
 }
 
 func (n *node) newDevices(tm topologymanager.Manager) error {
@@ -155,11 +163,44 @@ func (n *node) startDevices() error {
 func (n *node) devicesListed() bool {
 	listed := allocatableDevices(n)
 	for _, p := range n.devs.plugins {
-		if len(listed[p.res.Name]) != len(p.res.Devices) {
+		healthy := 0
+		for _, d := range p.res.Devices {
+			if !d.Unhealthy {
+				healthy++
+			}
+		}
+		if len(listed[p.res.Name]) != healthy {
 			return false
 		}
 	}
 	return true
+}
+
+// updatePluginResources is what the kubelet's predicate admit handler, which runs after
+// the resource managers' admit handler (pkg/kubelet/kubelet.go), does with the device
+// manager (pkg/kubelet/lifecycle/predicate.go): a NodeInfo of the other pods on the node's
+// status, whose allocatable carries GetCapacity's, and UpdatePluginResources, which raises
+// each resource's allocatable to what is allocated (sanitizeNodeAllocatable) so that
+// pods holding devices pass the general predicates. The allocatable left is reported.
+func (n *node) updatePluginResources(pod *v1.Pod) {
+	if n.devs == nil {
+		return
+	}
+	var others []*v1.Pod
+	for _, p := range n.pods {
+		if p.UID != pod.UID {
+			others = append(others, p)
+		}
+	}
+	status := &v1.Node{}
+	status.Status.Allocatable = deviceAllocatable(n)
+	info := schedulerframework.NewNodeInfo(others...)
+	info.SetNode(status)
+	_ = n.devs.dm.UpdatePluginResources(info, &lifecycle.PodAdmitAttributes{Pod: pod, OtherPods: others})
+	n.devs.admitAllocatable = map[string]int64{}
+	for name, q := range info.Allocatable.ScalarResources {
+		n.devs.admitAllocatable[string(name)] = q
+	}
 }
 
 // startContainers is what the kubelet does when it starts a pod's containers: it asks the
@@ -189,6 +230,7 @@ func (n *node) reportDevices(r *stateReport) {
 	}
 	r.Devices = map[string]map[string]map[string][]string{}
 	r.DeviceStartErrors = map[string]map[string]string{}
+	r.DeviceHealth = map[string]map[string]map[string][]string{}
 	for _, p := range n.pods {
 		uid := string(p.UID)
 		for _, c := range allContainers(p) {
@@ -209,6 +251,7 @@ func (n *node) reportDevices(r *stateReport) {
 				r.Devices[uid][c.Name][resource] = list
 			}
 		}
+		n.reportDeviceHealth(r, p)
 		if errs := n.devs.startErrors[uid]; len(errs) > 0 {
 			r.DeviceStartErrors[uid] = errs
 		}
@@ -218,6 +261,36 @@ func (n *node) reportDevices(r *stateReport) {
 	r.DeviceAllocatable = map[string]int64{}
 	for name, q := range deviceAllocatable(n) {
 		r.DeviceAllocatable[string(name)] = q.Value()
+	}
+	r.DeviceAdmitAllocatable = n.devs.admitAllocatable
+}
+
+// reportDeviceHealth adds what the device manager writes into the pod's status
+// (UpdateAllocatedResourcesStatus, asked by the kubelet when it generates the status with
+// ResourceHealthStatus on): per app container and resource, each device held and its
+// health ("id=Healthy").
+func (n *node) reportDeviceHealth(r *stateReport, p *v1.Pod) {
+	status := &v1.PodStatus{}
+	for _, c := range p.Spec.Containers {
+		status.ContainerStatuses = append(status.ContainerStatuses, v1.ContainerStatus{Name: c.Name})
+	}
+	allocatedResourcesStatus(n, p, status)
+	for _, cs := range status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			var list []string
+			for _, h := range rs.Resources {
+				list = append(list, string(h.ResourceID)+"="+string(h.Health))
+			}
+			sort.Strings(list)
+			uid := string(p.UID)
+			if r.DeviceHealth[uid] == nil {
+				r.DeviceHealth[uid] = map[string]map[string][]string{}
+			}
+			if r.DeviceHealth[uid][cs.Name] == nil {
+				r.DeviceHealth[uid][cs.Name] = map[string][]string{}
+			}
+			r.DeviceHealth[uid][cs.Name][string(rs.Name)] = list
+		}
 	}
 }
 
@@ -314,6 +387,9 @@ func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlu
 	devs := make([]*pluginapi.Device, 0, len(p.res.Devices))
 	for _, d := range p.res.Devices {
 		dev := &pluginapi.Device{ID: d.ID, Health: pluginapi.Healthy}
+		if d.Unhealthy {
+			dev.Health = pluginapi.Unhealthy
+		}
 		if len(d.NUMA) > 0 {
 			dev.Topology = &pluginapi.TopologyInfo{}
 			for _, id := range d.NUMA {

@@ -15,3 +15,7 @@ func deviceAllocatable(n *node) v1.ResourceList {
 	_, allocatable, _ := n.devs.dm.GetCapacity()
 	return allocatable
 }
+
+func allocatedResourcesStatus(n *node, pod *v1.Pod, status *v1.PodStatus) {
+	n.devs.dm.UpdateAllocatedResourcesStatus(pod, status)
+}

@@ -62,10 +62,14 @@ type setupRequest struct {
 	ReservedCPUs     string              `json:"reserved_cpus"`   // reservedSystemCPUs
 	ReservedCPU      string              `json:"reserved_cpu"`    // kubeReserved+systemReserved cpu quantity
 	ReservedMemory   map[string]uint64   `json:"reserved_memory"` // reservedMemory per NUMA node
-	FeatureGates     map[string]bool     `json:"feature_gates"`
-	Devices          []deviceResource    `json:"devices"` // device plugins' resources (devices.go)
-	StateDir         string              `json:"state_dir"`
-	KeepStateDir     bool                `json:"keep_state_dir"`
+	// The node allocatable's memory reservation (kubeReserved + systemReserved + the hard
+	// eviction threshold), which the memory manager checks reservedMemory against; when
+	// empty, the sum of reservedMemory, as a consistent configuration has it.
+	ReservedMemoryTotal string           `json:"reserved_memory_total"`
+	FeatureGates        map[string]bool  `json:"feature_gates"`
+	Devices             []deviceResource `json:"devices"` // device plugins' resources (devices.go)
+	StateDir            string           `json:"state_dir"`
+	KeepStateDir        bool             `json:"keep_state_dir"`
 
 	// Hugepages per NUMA node id: page size in KiB -> number of pages (hugepages.go).
 	Hugepages map[string]map[string]uint64 `json:"hugepages"`

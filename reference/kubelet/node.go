@@ -169,6 +169,13 @@ func (n *node) reservation() (v1.ResourceList, []kubeletconfig.MemoryReservation
 			NumaNode: int32(id), Limits: v1.ResourceList{v1.ResourceMemory: q}})
 		total.Add(q)
 	}
+	if cfg.ReservedMemoryTotal != "" {
+		q, err := resource.ParseQuantity(cfg.ReservedMemoryTotal)
+		if err != nil {
+			return nil, nil, specific, fmt.Errorf("reserved_memory_total: %w", err)
+		}
+		total = &q
+	}
 	if !total.IsZero() {
 		res[v1.ResourceMemory] = *total
 	}
@@ -264,6 +271,7 @@ func (n *node) admit(raw json.RawMessage) (reason, message string, err error) {
 		n.collectGarbage()
 		return result.Reason, result.Message, nil
 	}
+	n.updatePluginResources(&pod)
 	n.addContainers(&pod, true)
 	n.startContainers(&pod)
 	return "", "", nil
@@ -352,6 +360,7 @@ func (n *node) restart() ([]readmission, error) {
 		out = append(out, readmission{UID: string(pod.UID), Admitted: result.Admit,
 			Reason: result.Reason, Message: result.Message})
 		if result.Admit {
+			n.updatePluginResources(pod)
 			n.addContainers(pod, false)
 		} else if err := n.remove(string(pod.UID), ""); err != nil {
 			return out, err

@@ -17,6 +17,12 @@ type stateReport struct {
 	Devices           map[string]map[string]map[string][]string `json:"devices,omitempty"`
 	DeviceStartErrors map[string]map[string]string              `json:"device_start_errors,omitempty"`
 	DeviceAllocatable map[string]int64                          `json:"device_allocatable,omitempty"`
+	// UpdateAllocatedResourcesStatus: per pod UID, app container and resource, each device
+	// held as "id=Health" (devices.go).
+	DeviceHealth map[string]map[string]map[string][]string `json:"device_health,omitempty"`
+	// The extended-resource allocatable the last admission's predicate check saw, after the
+	// device manager's UpdatePluginResources (devices.go); absent before any admission.
+	DeviceAdmitAllocatable map[string]int64 `json:"device_admit_allocatable,omitempty"`
 	// GetAllocatableCPUs: what the PodResources server reports as allocatable.
 	Allocatable string `json:"allocatable"`
 	// The checkpoint files, byte for byte, and the directory they are in.
