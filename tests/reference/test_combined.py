@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from bench.reference import Reference, random_case, run, run_case
+from tests.reference.test_differential import check_agreement
 
 CASES = int(os.environ.get("PODRES_REFERENCE_COMBINED_CASES", "15"))
 SEED = int(os.environ.get("PODRES_REFERENCE_SEED", "20261204"))
@@ -20,9 +21,7 @@ SEED = int(os.environ.get("PODRES_REFERENCE_SEED", "20261204"))
 def test_memory_and_devices_agree_with_the_kubelet(
         version: str, need_reference: Callable[[str], None]) -> None:
     need_reference(version)
-    bad = [o.case.describe() + "\n  " + "\n  ".join(o.disagreements)
-           for o in run(version, SEED, CASES, memory=True, devices=True) if not o.agrees]
-    assert not bad, f"{len(bad)} of {CASES} workloads disagree:\n" + "\n".join(bad[:3])
+    check_agreement(version, run(version, SEED, CASES, memory=True, devices=True), CASES)
 
 
 # Each divergence found when the branches were joined, as the seed it was found with (the

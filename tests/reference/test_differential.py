@@ -72,8 +72,9 @@ def check_agreement(version: str, outcomes: Iterable[Outcome], cases: int) -> No
     assert not new, (f"{len(new)} of {cases} workloads disagree with kubelet {version} "
                      "(shrink each into tests/reference/test_known.py and fix the model, or "
                      "list its kind in tests/reference/known.py):\n" + "\n".join(new[:3]))
-    # At most one workload in a thousand may fail to reproduce (the reference's own race).
-    assert len(unsteady) <= cases // 1000, unsteady
+    # At most one workload in a thousand (one in a smaller run) may fail to reproduce: the
+    # reference's own race, seen at restarts with devices under load (docs/design.md#reference).
+    assert len(unsteady) <= max(1, cases // 1000), unsteady
     assert set(known) <= set(KNOWN)
     # The workloads must place pods, not only meet setups both sides refuse.
     assert agree >= cases // 2, (agree, skipped, dict(known))
