@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -147,12 +148,33 @@ def _dropped_init_refused(answers: list[dict[str, Any]], case: Case) -> None:
     assert "failed to get the default NUMA affinity" in again["readmitted"][0]["message"]
 
 
+# ---- 1.36 allocates an empty request on the merge of no preference ---------------------
+# The best-effort container scope, a pod with pod-level resources whose ordinary init
+# container asks nothing and whose app asks 5 GiB of its own, across both nodes (each has
+# 3 GiB). At the restart 1.36's ``Allocate`` goes on for the dropped init container (an
+# empty entry) on the topology manager's merge of providers with no preference: every
+# node, preferred, which breaks no group; the model had taken that merge for no affinity
+# and looked for a default hint for nothing, which no node gives (found as seed
+# 20261265784327 on 1.36.3 of the default mix).
+EMPTY_INIT = PodSpec("ref", "empty-init", "uid-empty-init",
+                     (ContainerSpec("app", Resources(1000, 1000, 5 * GiB, 5 * GiB)),),
+                     (ContainerSpec("init", init=True),),
+                     resources=Resources(1000, 1000, 6 * GiB, 6 * GiB))
+
+
+def _empty_init(version: str) -> Case:
+    case = _dropped_init(version)
+    config = replace(case.config, topology_policy="best-effort", scope="container")
+    return replace(case, config=config, ops=[("admit", EMPTY_INIT), ("restart", None)])
+
+
 # Run through the kubelet, both sides, by test_known.py's REGRESSIONS.
 CASES = [("refused-pods-devices-at-restart", v, _refused_pods_devices(v),
           _block_moves_off_the_stale_nics) for v in ("1.36", "1.37")] + [
     ("empty-request-hint-at-restart", "1.36", _empty_request("1.36"), _readmitted(False, True)),
     ("empty-request-hint-at-restart", "1.37", _empty_request("1.37"), _readmitted(True, True)),
     ("dropped-init-allocated-again", "1.37", _dropped_init("1.37"), _dropped_init_refused),
+    ("empty-init-on-no-preference-at-restart", "1.36", _empty_init("1.36"), _readmitted(True)),
 ]
 
 
