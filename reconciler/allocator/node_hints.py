@@ -97,7 +97,11 @@ class NodeHints(NodeMemory):
         manager's for ``asked`` bytes. (admitted, (affinity, preferred))."""
         if not asked and not devices:
             if cpu is None:
-                return True, (None, False)
+                # No provider has a preference: the merge is every node, preferred (the
+                # 1.36 memory manager allocates an empty request on it), or no affinity
+                # under single-numa-node.
+                return True, kubelet_merge_hint(self.config.topology_policy, [None],
+                                                frozenset(self.topo.numa_nodes))
             ok, mask = self.merge_cpu_hints(cpu)
             return ok, (mask, True)
         providers: list[list[Hint] | None] = [*(devices or {}).values(), cpu]

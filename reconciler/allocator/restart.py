@@ -153,7 +153,7 @@ def memory_start_error(model: NodeModel) -> tuple[str | None, str | None]:
 def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | None:
     """``None`` when the pod is admitted again (the model updated), else the refusal."""
     cpus = old.path != "none" and model.config.static
-    if not cpus and (old.block_memory or not old.mem_entries):
+    if not cpus and (old.block_memory or not (old.mem_entries or _allocates_again(model, old))):
         return _unpinned_again(model, old)
     # CPUs pinned, or (under the none CPU policy) only each container's memory.
     pod = old.spec
@@ -177,6 +177,21 @@ def _readmit(model: NodeModel, old: PodPlacement, *, smt_first: bool) -> str | N
     if smt_first and cpus:
         return _smt_again(model, old, wants)
     return None
+
+
+def _allocates_again(model: NodeModel, old: PodPlacement) -> bool:
+    """Whether a pod that holds no memory blocks meets the memory manager's per-container
+    ``Allocate`` again at a restart: a Guaranteed pod's container asking memory, gone from
+    the state (an ordinary init container, dropped once it ended), is placed again, under
+    any topology policy, and the pod is refused when no NUMA node has room for it any more.
+    A pod-scope pod with pod-level resources goes through ``AllocatePod`` instead."""
+    pod = old.spec
+    if model._skipped(pod):
+        return False
+    cfg = model.config
+    if model._pod_level_set(pod) and cfg.scope == "pod" and cfg.topology_policy != "none":
+        return False
+    return any(model.memory_requested(pod, c) for c, _ in in_start_order(pod))
 
 
 def _unpinned_again(model: NodeModel, old: PodPlacement) -> str | None:

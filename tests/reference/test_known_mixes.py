@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -110,11 +111,70 @@ def _readmitted(*admitted: bool) -> Callable[[list[dict[str, Any]], Case], None]
     return check
 
 
+# ---- a dropped init container is allocated again under any topology policy ------------
+# The none CPU and topology policies, the Static memory manager: ``DROPPED``'s pod-level
+# resources leave its app asking no memory, while its init container, Guaranteed on its own,
+# asks 2 GiB of node 0's 3, given back once it ends. ``SPREAD`` then takes 5 GiB across
+# both nodes. At the restart the init container, in no state, meets ``Allocate`` again, and
+# no node set has 2 GiB left: the kubelet refuses the pod, where the model had re-admitted a
+# pod holding no memory blocks unchecked (found as seed 9900030649 on 1.37.2 of the
+# --memory --devices mix).
+DROPPED = PodSpec("ref", "dropped", "uid-dropped", (ContainerSpec("app"),),
+                  (ContainerSpec("init", Resources(1000, 1000, 2 * GiB, 2 * GiB), init=True),),
+                  resources=_g(1000))
+SPREAD = PodSpec("ref", "spread", "uid-spread",
+                 (ContainerSpec("app", Resources(1000, 1000, 5 * GiB, 5 * GiB)),))
+
+
+def _dropped_init(version: str) -> Case:
+    topo = CPUTopology(cpus=tuple(CPUInfo(i, i, 0, i // 2) for i in range(4)),
+                       memory=((0, 3 * GiB), (1, 3 * GiB)),
+                       distances=((0, (10, 20)), (1, (20, 10))))
+    config = ModelConfig(cpu_policy="none", topology_policy="none", scope="pod",
+                         memory_policy="Static", reserved_cpu_m=1000, pod_level=True,
+                         kubelet_version=version)
+    gates = {"CPUManagerPolicyAlphaOptions": True, "PodLevelResources": True,
+             "PodLevelResourceManagers": True}
+    return Case(0, topo, config, gates,
+                [("admit", DROPPED), ("admit", SPREAD), ("restart", None)],
+                reserved_memory=((0, GiB), (1, GiB)))
+
+
+def _dropped_init_refused(answers: list[dict[str, Any]], case: Case) -> None:
+    dropped, spread, again = answers
+    assert dropped["ok"] and spread["ok"]
+    assert not dropped["state"]["memory"]  # the init container's blocks went back
+    assert [r["admitted"] for r in again["readmitted"]] == [False, True]
+    assert "failed to get the default NUMA affinity" in again["readmitted"][0]["message"]
+
+
+# ---- 1.36 allocates an empty request on the merge of no preference ---------------------
+# The best-effort container scope, a pod with pod-level resources whose ordinary init
+# container asks nothing and whose app asks 5 GiB of its own, across both nodes (each has
+# 3 GiB). At the restart 1.36's ``Allocate`` goes on for the dropped init container (an
+# empty entry) on the topology manager's merge of providers with no preference: every
+# node, preferred, which breaks no group; the model had taken that merge for no affinity
+# and looked for a default hint for nothing, which no node gives (found as seed
+# 20261265784327 on 1.36.3 of the default mix).
+EMPTY_INIT = PodSpec("ref", "empty-init", "uid-empty-init",
+                     (ContainerSpec("app", Resources(1000, 1000, 5 * GiB, 5 * GiB)),),
+                     (ContainerSpec("init", init=True),),
+                     resources=Resources(1000, 1000, 6 * GiB, 6 * GiB))
+
+
+def _empty_init(version: str) -> Case:
+    case = _dropped_init(version)
+    config = replace(case.config, topology_policy="best-effort", scope="container")
+    return replace(case, config=config, ops=[("admit", EMPTY_INIT), ("restart", None)])
+
+
 # Run through the kubelet, both sides, by test_known.py's REGRESSIONS.
 CASES = [("refused-pods-devices-at-restart", v, _refused_pods_devices(v),
           _block_moves_off_the_stale_nics) for v in ("1.36", "1.37")] + [
     ("empty-request-hint-at-restart", "1.36", _empty_request("1.36"), _readmitted(False, True)),
     ("empty-request-hint-at-restart", "1.37", _empty_request("1.37"), _readmitted(True, True)),
+    ("dropped-init-allocated-again", "1.37", _dropped_init("1.37"), _dropped_init_refused),
+    ("empty-init-on-no-preference-at-restart", "1.36", _empty_init("1.36"), _readmitted(True)),
 ]
 
 
