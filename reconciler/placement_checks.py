@@ -212,7 +212,8 @@ class PlacementChecks:
         nodes = {self.numa_of.get(c) for c in cpus}
         room = free | cpus
         for k, cache in self.uncore_cpus.items():
-            if len(cache) >= len(rest) and cache <= room \
+            # A cache the set already holds whole cannot also take its remainder.
+            if len(cache) >= len(rest) and cache <= room and not cache <= cpus \
                     and {self.numa_of.get(c) for c in cache} <= nodes:
                 return (f"CPUs {format_cpuset(rest)} span uncore caches {_nodes(spanned)} "
                         f"although cache {k} ({format_cpuset(cache)}) could hold them")

@@ -96,3 +96,17 @@ def test_the_checks_see_the_placements() -> None:
     pods = tuple(broken if p is held else p for p in listing)
     kinds = {a.kind for a in reconcile(replace(snapshot, pods=pods)).anomalies}
     assert "full_pcpus_violation" in kinds
+
+
+def test_a_set_holding_a_cache_whole_is_not_told_to_move_into_it() -> None:
+    """Found by the property above (shape 2x6x1, caches of 3 cores, seed 52): the model,
+    like the 1.37.2 reference on the same workload, gives p5 cache 1001 whole and three
+    single CPUs of caches no longer free; the check once offered cache 1001 itself as the
+    room the three could have shared."""
+    config = ModelConfig(memory_policy="None", topology_policy="none", scope="pod",
+                         options=frozenset({"prefer-align-cpus-by-uncorecache"}),
+                         reserved_cpu_m=2000, pod_level=True)
+    node = _placed_node(("2x6x1", 1), config, 3, 52, churn=False)
+    assert node.model.pods[("default", "p5")].held == frozenset({2, 5, 8, 9, 10, 11})
+    snapshot = snapshot_from_raw(node.state().raw(node.model.topo.to_snapshot())).snapshot
+    assert not [a for a in reconcile(snapshot).anomalies if a.kind == "uncore_split"]
