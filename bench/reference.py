@@ -142,6 +142,10 @@ class ReferenceTimeout(RuntimeError):
     """The reference did not answer a request within its bound; its process is killed."""
 
 
+class ReferenceCrashed(ReferenceUnavailable):
+    """The reference exited while a request of a case was open (a Go panic, exit code 2)."""
+
+
 # The default bound on one reference request (--case-timeout). The kubelet answers a
 # generated case's request in well under a second (bench/reference_budget.py).
 CASE_TIMEOUT = 60.0
@@ -206,8 +210,9 @@ class Reference:
                 f"the kubelet {self.version} reference did not answer {req.get('op')}"
                 f"{f' {name}' if name else ''} within {self.timeout:g} s") from None
         if not line:
-            raise ReferenceUnavailable(f"the kubelet {self.version} reference exited "
-                                       f"(code {self.proc.poll()})")
+            self.proc.wait()
+            raise ReferenceCrashed(f"the kubelet {self.version} reference exited during "
+                                   f"{req.get('op')} (code {self.proc.returncode})")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -661,8 +666,8 @@ def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
     """``count`` random workloads from ``seed``, on ``ref`` when given (else a fresh one
     whose requests are bounded by ``timeout`` seconds); ``memory`` and ``devices``: as
     :func:`random_case` (by default a share of the cases has each). A case the reference
-    does not answer in time is a timed-out outcome, and the next case runs on a fresh
-    process."""
+    does not answer in time is a timed-out outcome, one during which it exits a disagreement
+    (``op`` "crash"), and the next case runs on a fresh process."""
     if ref is None:
         with Reference(version, timeout=timeout) as own:
             yield from run(version, seed, count, own, memory=memory, devices=devices)
@@ -674,6 +679,11 @@ def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
         except ReferenceTimeout as exc:
             ref.restart()
             outcome = Outcome(case, [f"{exc} (killed and restarted)"], timed_out=True)
+        except ReferenceCrashed as exc:
+            # A disagreement of its own: the seed is printed and the run goes on.
+            ref.restart()
+            outcome = Outcome(case, [f"{exc}; restarted (PODRES_REFERENCE_STDERR keeps "
+                                     "its panic)"], op="crash")
         yield outcome
 
 

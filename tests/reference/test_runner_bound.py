@@ -95,3 +95,22 @@ def test_the_reference_stderr_is_kept_where_asked(tmp_path: Path,
     with Reference("1.37", _peer(tmp_path, body), timeout=5) as ref:
         assert ref.request({"op": "state"}) == {"ok": True}
     assert kept.read_text() == "stacks here\n"
+
+
+def test_a_reference_that_exits_mid_case_is_a_disagreement_and_the_run_goes_on(
+        tmp_path: Path) -> None:
+    # Exits as a Go panic does (code 2) on its first request ever, then refuses setups.
+    mark = tmp_path / "crashed"
+    body = (f"for line in sys.stdin:\n"
+            f"    if not os.path.exists({str(mark)!r}):\n"
+            f"        open({str(mark)!r}, 'w').close()\n"
+            f"        sys.exit(2)\n"
+            f"    print(json.dumps({{'ok': False, 'error': 'the stand-in refuses'}}), "
+            f"flush=True)\n")
+    with Reference("1.37", _peer(tmp_path, body), timeout=5) as ref:
+        crashed, after = run("1.37", SEED, 2, ref)
+    assert not crashed.agrees and not crashed.timed_out and crashed.op == "crash"
+    assert crashed.case.seed == SEED * 1_000_003
+    assert crashed.disagreements[0].startswith(
+        "the kubelet 1.37 reference exited during setup (code 2); restarted")
+    assert after.skipped or "the stand-in refuses" in after.disagreements[0]
