@@ -98,6 +98,7 @@ def node_json(live: LiveNode, name: str) -> dict[str, Any]:
         "free_cpus_by_numa": [{"numa_node": n, "cpus": len(live.free_cpus & cpus)}
                               for n, cpus in topo.numa_cpus.items()],
         "free_memory": [{"numa_node": n, "bytes": b} for n, b in live.free_memory],
+        "memory_groups": [list(g) for g in live.memory_groups],
         "free_devices": [{"resource_name": name, "device_id": dev, "numa_nodes": list(numa)}
                          for name, dev, numa in live.free_devices],
         "config": live.model.config.to_configz()["kubeletconfig"],

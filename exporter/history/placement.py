@@ -62,7 +62,10 @@ def placement_row(state: NodeState) -> PlacementRow:
     topology = _text(topology_to_json(state.topology))
     config = None if state.config is None else _text(kubelet_config_to_json(state.config))
     free_cpus = format_cpuset(state.free_cpus)
-    memory = _text([[n, b] for n, b in state.free_memory])
+    # A node in a memory group carries the group as a third element, so a state without
+    # groups keeps the text (and digest) it had before groups were recorded.
+    cells = {n: list(g) for g in state.memory_groups for n in g}
+    memory = _text([[n, b, cells[n]] if n in cells else [n, b] for n, b in state.free_memory])
     h = hashlib.blake2b(digest_size=16)
     for part in (topology, config or "", free_cpus, memory):
         h.update(len(part).to_bytes(8, "little"))
@@ -86,5 +89,18 @@ def state_from_row(digest: str, topology: str, kubelet_config: str | None, free_
             topologies[topology] = topo
     config = None if kubelet_config is None else kubelet_config_from_json(
         json.loads(kubelet_config))
-    memory = tuple((int(n), int(b)) for n, b in json.loads(free_memory))
-    return NodeState(topo, config, parse_cpuset(free_cpus), memory, key=digest)
+    memory, groups = _memory_from_text(free_memory)
+    return NodeState(topo, config, parse_cpuset(free_cpus), memory, key=digest,
+                     memory_groups=groups)
+
+
+def _memory_from_text(text: str) -> tuple[tuple[tuple[int, int], ...],
+                                           tuple[tuple[int, ...], ...]]:
+    """The free memory per NUMA node and the memory groups of a ``free_memory`` text."""
+    try:
+        rows = json.loads(text)
+        memory = tuple((int(row[0]), int(row[1])) for row in rows)
+        groups = {tuple(int(n) for n in row[2]) for row in rows if len(row) > 2}
+    except (TypeError, IndexError, KeyError) as exc:
+        raise ValueError(f"free_memory is not a list of [node, bytes(, group)]: {exc}") from None
+    return memory, tuple(sorted(groups))

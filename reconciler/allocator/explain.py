@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from reconciler.allocator.config import ModelConfig, ModelError
 from reconciler.allocator.devices import pod_request
 from reconciler.allocator.hints import Hint, HintRecord
-from reconciler.allocator.live import LiveNodeError, free_memory, live_node, pooled_pods
+from reconciler.allocator.live import (
+    LiveNodeError,
+    free_memory,
+    live_node,
+    memory_groups,
+    pooled_pods,
+)
 from reconciler.allocator.model import NodeModel, PodPlacement, Rejection
 from reconciler.allocator.rules import pod_memory
 from reconciler.kube import ContainerSpec, PodSpec, Resources
@@ -170,7 +176,7 @@ def variant(model: NodeModel, **changes: object) -> NodeModel | None:
                           model.devices)
     except ModelError:
         return None
-    other.seed(model.free, model.mem_free)
+    other.seed(model.free, model.mem_free, model.held_groups())
     other.dev_free = {name: set(ids) for name, ids in model.dev_free.items()}
     return other
 
@@ -772,6 +778,7 @@ def before_pod(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig, name
     # The memory the other pods leave, counted as live_node counts every pod's.
     others = tuple(p for p in snapshot.pods if (p.namespace, p.name) != (namespace, name))
     assert snapshot.topology is not None  # live_node refuses a node without one
-    mem = free_memory(replace(snapshot, pods=others), snapshot.topology, pooled_pods(ledger))
-    live.model.seed(live.model.free | held, mem)
+    rest, pooled = replace(snapshot, pods=others), pooled_pods(ledger)
+    live.model.seed(live.model.free | held, free_memory(rest, snapshot.topology, pooled),
+                    memory_groups(rest, snapshot.topology, pooled))
     return live.model, spec

@@ -77,7 +77,7 @@ def _fit(name: str, state: NodeState, templates: Sequence[PodTemplate],
     except (ModelError, TopologyError) as exc:
         return FleetFit(name, False, f"the node cannot be modelled: {exc}", (), 0,
                         state.config is not None, ())
-    model.seed(state.free_cpus, dict(state.free_memory))
+    model.seed(state.free_cpus, dict(state.free_memory), state.memory_groups)
     if state.devices:
         model.dev_free = {name: set(ids) for name, ids in state.free_devices}
     plans = tuple(plan_templates(templates, config, node=model))

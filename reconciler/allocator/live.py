@@ -4,7 +4,7 @@ now rather than on an empty one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
 
 from reconciler.allocator.config import ModelConfig
@@ -33,45 +33,49 @@ class LiveNode:
     free_memory: tuple[tuple[int, int], ...]  # (numa_node, bytes); empty without Static
     # Device-plugin devices no container holds: (resource name, device ID, NUMA nodes).
     free_devices: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
+    # The NUMA groups holding memory blocks (:func:`memory_groups`); empty without Static.
+    memory_groups: tuple[tuple[int, ...], ...] = ()
 
 
-def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int],
-                   pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
-    """Bytes of ``memory`` the pods hold per NUMA node: the pod block where reported (its
+def _reported_blocks(snapshot: NodeSnapshot, pooled: Set[tuple[str, str]] = frozenset()
+                     ) -> Iterator[MemoryBlock]:
+    """Every memory block the pods hold, each once: the pod block where reported (its
     containers' blocks lie inside it), else the containers' own; in a pod of ``pooled``
     (namespace, name: the ledger found it reporting its pool the 1.36 way, each container on
-    the pool listing the pool's blocks as its own) the same blocks count once. A block over
-    several NUMA nodes fills them in ascending order, each up to its ``capacity``, as the
-    kubelet's Static policy reserves it (``updateMachineState``; what would overflow the last
-    node is counted there). Blocks over several nodes share all of them (the kubelet keeps
-    such a group apart), so the order of the pods does not change the outcome
-    (docs/plan.md#--node)."""
-    used: dict[int, int] = {}
-    groups: dict[tuple[int, ...], int] = {}
-
-    def add(blocks: Iterable[MemoryBlock]) -> None:
-        for b in blocks:
-            if b.memory_type != "memory" or not b.numa_nodes:
-                continue
-            if len(b.numa_nodes) == 1:
-                used[b.numa_nodes[0]] = used.get(b.numa_nodes[0], 0) + b.size
-            else:
-                nodes = tuple(sorted(set(b.numa_nodes)))
-                groups[nodes] = groups.get(nodes, 0) + b.size
-
+    the pool listing the pool's blocks as its own) the same blocks count once."""
     for pod in snapshot.pods:
         if pod.memory:
-            add(pod.memory)
+            yield from pod.memory
         elif (pod.namespace, pod.name) in pooled:
             seen: set[MemoryKey] = set()
             for c in pod.containers:
                 key = _memory_key(c)
                 if key not in seen:
                     seen.add(key)
-                    add(c.memory)
+                    yield from c.memory
         else:
             for c in pod.containers:
-                add(c.memory)
+                yield from c.memory
+
+
+def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int],
+                   pooled: Set[tuple[str, str]] = frozenset()) -> dict[int, int]:
+    """Bytes of ``memory`` the pods hold per NUMA node (:func:`_reported_blocks`). A block
+    over several NUMA nodes fills them in ascending order, each up to its ``capacity``, as the
+    kubelet's Static policy reserves it (``updateMachineState``; what would overflow the last
+    node is counted there). Blocks over several nodes share all of them (the kubelet keeps
+    such a group apart), so the order of the pods does not change the outcome
+    (docs/plan.md#--node)."""
+    used: dict[int, int] = {}
+    groups: dict[tuple[int, ...], int] = {}
+    for b in _reported_blocks(snapshot, pooled):
+        if b.memory_type != "memory" or not b.numa_nodes:
+            continue
+        if len(b.numa_nodes) == 1:
+            used[b.numa_nodes[0]] = used.get(b.numa_nodes[0], 0) + b.size
+        else:
+            nodes = tuple(sorted(set(b.numa_nodes)))
+            groups[nodes] = groups.get(nodes, 0) + b.size
     for nodes, size in sorted(groups.items()):
         for n in nodes:
             room = max(0, capacity.get(n, 0) - used.get(n, 0))
@@ -79,6 +83,24 @@ def _memory_in_use(snapshot: NodeSnapshot, capacity: Mapping[int, int],
             used[n] = used.get(n, 0) + part
             size -= part
     return used
+
+
+def memory_groups(snapshot: NodeSnapshot, topo: Topology,
+                  pooled: Set[tuple[str, str]] = frozenset()) -> tuple[tuple[int, ...], ...]:
+    """The NUMA groups the pods' blocks hold (of every memory type), as the Static memory
+    manager keeps them in its machine state (``Cells``): the nodes of each block over several
+    nodes, and each node a block holds alone. A node in use serves no wider mask and a group
+    only blocks on exactly it, so the model must know them to place a pod on the node as it
+    is (docs/plan.md#--node). Where reports put one node both alone and in a group (the
+    kubelet never does), the group wins; nodes ``topo`` lacks are left out."""
+    cells: dict[int, tuple[int, ...]] = {}
+    known = set(topo.numa_nodes)
+    for b in _reported_blocks(snapshot, pooled):
+        nodes = tuple(sorted(set(b.numa_nodes) & known))
+        for n in nodes:
+            if len(nodes) > 1 or n not in cells:
+                cells[n] = nodes
+    return tuple(sorted(set(cells.values())))
 
 
 def _memory_capacity(snapshot: NodeSnapshot, topo: Topology) -> dict[int, int]:
@@ -154,13 +176,15 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
     topo = from_snapshot(snapshot.topology)
     model = NodeModel(topo, config, node_devices(snapshot))
     free, mem_free = free_resources(snapshot, ledger, snapshot.topology)
-    model.seed(free, mem_free)
+    groups = memory_groups(snapshot, snapshot.topology, pooled_pods(ledger))
+    model.seed(free, mem_free, groups)
     used = devices_in_use(snapshot)
     model.dev_free = {name: ids - used.get(name, set()) for name, ids in model.dev_free.items()}
     shown = tuple(sorted(mem_free.items())) if model.memory_enabled else ()
     devices = tuple((name, d.id, d.numa) for name, devs in model.devices.resources
                     for d in devs if d.id in model.dev_free.get(name, ()))
-    return LiveNode(model, frozenset(model.free), shown, devices)
+    return LiveNode(model, frozenset(model.free), shown, devices,
+                    groups if model.memory_enabled else ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +204,8 @@ class NodeState:
     # saw its containers hold) and, by resource, those no container holds now.
     devices: NodeDevices = NO_DEVICES
     free_devices: tuple[tuple[str, frozenset[str]], ...] = ()
+    # The NUMA groups its memory blocks hold (:func:`memory_groups`).
+    memory_groups: tuple[tuple[int, ...], ...] = ()
 
 
 def node_state(snapshot: NodeSnapshot, ledger: Ledger) -> NodeState | None:
@@ -188,5 +214,6 @@ def node_state(snapshot: NodeSnapshot, ledger: Ledger) -> NodeState | None:
     if snapshot.topology is None or not snapshot.topology.cpus:
         return None
     free, memory = free_resources(snapshot, ledger, snapshot.topology)
+    groups = memory_groups(snapshot, snapshot.topology, pooled_pods(ledger))
     return NodeState(snapshot.topology, snapshot.kubelet_config, free,
-                     tuple(sorted(memory.items())))
+                     tuple(sorted(memory.items())), memory_groups=groups)

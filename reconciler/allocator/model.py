@@ -63,16 +63,29 @@ __all__ = [
 class NodeModel(NodePaths):
     """One node's allocation state, and the kubelet's admission, release and resize on it."""
 
-    def seed(self, free: Iterable[int], mem_free: Mapping[int, int]) -> None:
+    def seed(self, free: Iterable[int], mem_free: Mapping[int, int],
+             groups: Iterable[tuple[int, ...]] = ()) -> None:
         """Start from a node already in use: only ``free`` (less the reserved CPUs) may be
-        handed out, and ``mem_free`` bytes are left per NUMA node. Pods placed before the
-        seed are not known to the model, so nothing of theirs can be released."""
+        handed out, ``mem_free`` bytes are left per NUMA node, and the NUMA nodes of each of
+        ``groups`` hold blocks together (one node: blocks of its own). Pods placed before
+        the seed are not known to the model, so nothing of theirs can be released."""
         self.free = (set(free) & set(self.topo.online)) - self.reserved \
             if self.config.static else set()
         for n, st in self.mem.nodes.items():
             table = st.tables["memory"]
             table.free = max(0, min(table.allocatable, mem_free.get(n, 0)))
             table.reserved = table.allocatable - table.free
+        for n, st in self.mem.nodes.items():
+            st.cells, st.assignments = (n,), 0
+        for cells in groups:
+            for n in cells:
+                held = self.mem.nodes.get(n)
+                if held is not None:
+                    held.cells, held.assignments = tuple(cells), 1
+
+    def held_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The NUMA groups that hold memory blocks now (what :meth:`seed` takes)."""
+        return tuple(sorted({st.cells for st in self.mem.nodes.values() if st.assignments}))
 
     @classmethod
     def from_checkpoint(cls, topo: CPUTopology,

@@ -5,6 +5,7 @@ changes, read back equal for ``plan --fleet``; and the ranking's cache and misus
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,24 @@ def test_placement_state_is_written_when_it_changes(history: History) -> None:
     [node] = read_fleet(history.reader)
     assert node.recorded_at == later
     assert node.state is not None and node.state.free_cpus == frozenset({1, 2, 3})
+
+
+def test_memory_groups_are_recorded_and_read_back(history: History) -> None:
+    """The NUMA groups of a node's memory blocks travel with its state, so ``plan --fleet``
+    keeps a multi-node block's group apart as ``plan --node`` does; a state without groups
+    keeps the text (and digest) it had before groups were recorded."""
+    plain = state(frozenset(range(1, 8)))
+    assert placement_row(plain).free_memory == "[[0,21474836480],[1,32212254720]]"
+    grouped = NodeState(TOPOLOGY, CONFIG, frozenset({1, 2}), ((0, 1 << 30), (1, 2 << 30)),
+                        memory_groups=((0, 1),))
+    write(history, "node-1", 1, T0, grouped)
+    [node] = read_fleet(history.reader)
+    assert node.state is not None and node.state.memory_groups == ((0, 1),)
+    assert node.state.key != placement_row(replace(grouped, memory_groups=())).digest
+    row = placement_row(grouped)
+    for bad in ('[[0, 1, 5]]', '[[0]]', '[7]', '[[0, 1, ["x"]]]'):
+        with pytest.raises(ValueError):
+            state_from_row(row.digest, row.topology, row.kubelet_config, row.free_cpus, bad)
 
 
 def test_nodes_without_state_are_listed_last(history: History, tmp_path: Path,

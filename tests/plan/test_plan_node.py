@@ -14,6 +14,7 @@ import yaml
 from exporter.cli import main
 from exporter.sim.model_driven import ModelDrivenNode
 from reconciler.allocator import ModelConfig, PodPlacement, from_spec
+from reconciler.cpuset import format_cpuset
 from tests.allocator.helpers import ctr, pod
 
 
@@ -233,3 +234,49 @@ def test_free_memory_counts_a_pool_reported_the_1_36_way_once() -> None:
     assert "legacy_shared_report" in {a.kind for a in ledger.anomalies}
     _, free = free_resources(snapshot, ledger, topo)
     assert free == {0: (8192 - 2048) * mib, 1: 8192 * mib}
+
+
+def _node_with_a_lone_block(policy: str) -> ModelDrivenNode:
+    """3 NUMA nodes of 4 CPUs and 8 GiB, the Static memory manager, CPU 0 reserved, and a
+    1Gi container on NUMA node 0: a node holding a single-node block serves no block over
+    several nodes (``isAffinityViolatingNUMAAllocations`` and ``calculateHints`` in
+    pkg/kubelet/cm/memorymanager/policy_static.go, v1.37.2)."""
+    config = ModelConfig(topology_policy=policy, scope="container",
+                         reserved_cpus=frozenset({0}))
+    node = ModelDrivenNode(from_spec("3x4x1", memory_per_numa=8 * 2**30), config)
+    placed = node.add(pod("small", ctr("app", "1", "1Gi")))
+    assert isinstance(placed, PodPlacement)
+    return node
+
+
+@pytest.mark.parametrize("policy", ["best-effort", "none"])
+def test_plan_node_keeps_the_memory_managers_numa_groups(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str) -> None:
+    """plan --node seeds the model with the NUMA groups the pods' memory blocks hold, not
+    only the free bytes: a 10Gi container needs two NUMA nodes, and node 0, which holds a
+    block of its own, may not be one of them, so its memory goes to nodes 1 and 2. Seeded
+    with the free bytes alone, the model put it on nodes 0 and 1. The expectation is the
+    model that admitted both pods in turn, whose memory placement the reference
+    differential checks."""
+    node = _node_with_a_lone_block(policy)
+    directory = tmp_path / "node"
+    from exporter.sources.fixture import write_fixture_dir
+
+    write_fixture_dir(directory, node.state().raw(node.model.topo.to_snapshot()))
+    manifest = tmp_path / "big.yaml"
+    manifest.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "default",
+                                                        "name": "big"},
+        "spec": {"containers": [{"name": "app", "resources": {
+            "requests": {"cpu": "2", "memory": "10Gi"},
+            "limits": {"cpu": "2", "memory": "10Gi"}}}]}}))
+    assert main(["plan", "--node", "--from", str(directory), "-f", str(manifest),
+                 "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["node"]["memory_groups"] == [[0]]
+    planned = report["pods"][0]
+    expected = node.add(pod("big", ctr("app", "2", "10Gi")))
+    assert isinstance(expected, PodPlacement)
+    assert planned["admitted"] is True
+    assert planned["cpus"] == format_cpuset(expected.held)
+    assert planned["memory_numa_nodes"] == [1, 2]
