@@ -179,16 +179,22 @@ def stale_memory(state: dict[str, Any], running: set[str]) -> dict[int, int]:
 def assert_free_memory_is_the_kubelets(node: Node, state: dict[str, Any],
                                        running: set[str]) -> None:
     """plan --node seeds its model with the memory the kubelet has left per NUMA node (less
-    what the kubelet holds for pods it does not run, see ``stale_memory``)."""
+    what the kubelet holds for pods it does not run, see ``stale_memory``) and with the NUMA
+    groups its blocks hold (``cells`` of the nodes with assignments)."""
     manifest = node.workdir / "plan-probe.json"
     manifest.write_text(json.dumps(guaranteed_pod("probe", cpu="1", memory="64Mi")))
     done = node.exporter("plan", "--node", "-f", str(manifest), "-o", "json")
     assert done.returncode == 0, done.stderr
-    free = {m["numa_node"]: m["bytes"] for m in json.loads(done.stdout)["node"]["free_memory"]}
+    seeded = json.loads(done.stdout)["node"]
+    free = {m["numa_node"]: m["bytes"] for m in seeded["free_memory"]}
     stale = stale_memory(state, running)
     kubelet = {int(n): s["memoryMap"]["memory"]["free"] + stale.get(int(n), 0)
                for n, s in state["machineState"].items()}
     assert free == kubelet
+    if not stale:  # blocks of pods it does not run hold their groups too
+        groups = {tuple(sorted(s["cells"])) for s in state["machineState"].values()
+                  if s.get("numberOfAssignments")}
+        assert {tuple(g) for g in seeded["memory_groups"]} == groups
 
 
 # ---- the scenarios -------------------------------------------------------------------------
