@@ -5,7 +5,6 @@ manager of every version; then random configurations, as CI runs them."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import pytest
@@ -154,19 +153,18 @@ def test_a_reservation_round_trips_through_configz() -> None:
     assert ModelConfig.from_kubelet_config(cfg) == config
 
 
-def _count() -> int:
-    return int(os.environ.get("PODRES_MEMORY_OPTIONS_CASES", "300"))
+# A version's random configurations here, in CI too (about 5 s a version).
+COUNT = 300
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_random_memory_configurations_agree(version: str,
                                             need_reference: Callable[[str], None]) -> None:
     need_reference(version)
-    count = _count()
     with Reference(version) as ref:
-        outcomes = list(run_memory_options(version, 20261204, count, ref))
+        outcomes = list(run_memory_options(version, 20261204, COUNT, ref))
     wrong = [o for o in outcomes if not o.agrees]
     assert not wrong, summary(outcomes)
     # Both sides must meet refusals and starts, and every kind of bad configuration.
-    assert 0 < sum(bool(o.kubelet) for o in outcomes) < count
+    assert 0 < sum(bool(o.kubelet) for o in outcomes) < COUNT
     assert len({o.kind for o in outcomes}) >= 6, summary(outcomes)
