@@ -216,9 +216,9 @@ def _run(args: argparse.Namespace, ref: Reference) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     return options_main(
         "python -m bench.reference_options",
-        "Random kubelet configurations, good and bad, through the real kubelet's CPU, "
-        "topology and memory managers and through the model: both must start, or both "
-        "refuse (docs/design.md#reference).", _run, argv)
+        "Random kubelet configurations, good and bad, through the real kubelet's CPU and "
+        "topology managers and through the model: both must start, or both refuse "
+        "(docs/design.md#reference).", _run, argv)
 
 
 if __name__ == "__main__":

@@ -153,7 +153,7 @@ def test_a_reservation_round_trips_through_configz() -> None:
     assert ModelConfig.from_kubelet_config(cfg) == config
 
 
-# A version's random configurations here, in CI too (about 5 s a version).
+# A version's random configurations here, in CI too (a few seconds a version).
 COUNT = 300
 
 
