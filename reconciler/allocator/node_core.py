@@ -88,8 +88,10 @@ class NodeCore:
         if self.config.memory_policy == "Static":
             # getTotalMemoryTypeReserved (memorymanager/memory_manager.go), the memory
             # manager's one refusal that needs the machine; kubelet_refusal has the rest.
+            # cAdvisor lists a NUMA node with memory and no CPU too (GetNodesInfo).
+            nodes = set(topo.numa_cpus) | {n for n, _ in topo.memory}
             for numa, _, _ in self.config.reserved_memory:
-                if numa not in self.topo.numa_cpus:
+                if numa not in nodes:
                     raise ModelError("the reserved memory configuration references a NUMA "
                                      f"node {numa} that does not exist on this machine")
         # full-pcpus-only never hands out a thread whose sibling is reserved.

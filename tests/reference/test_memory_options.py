@@ -104,6 +104,9 @@ def test_a_missing_numa_node_is_the_machines_to_refuse() -> None:
     assert config.reserved_memory == ((0, "memory", 512 << 20), (3, "memory", 512 << 20))
     with pytest.raises(ModelError, match="NUMA node 3 that does not exist"):
         NodeModel(_topo(), config)
+    # A node with memory and no CPU is the machine's too (cAdvisor lists it).
+    memory_only = CPUTopology(cpus=_topo().cpus, memory=((0, GiB), (1, GiB), (3, GiB)))
+    NodeModel(memory_only, config)
     # Under the None policy the memory manager reads no reservation.
     NodeModel(_topo(), ModelConfig.from_kubelet_config(_cfg("None", reserved={3: "1Gi"})))
 
