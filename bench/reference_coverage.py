@@ -15,9 +15,10 @@ default mix (CPU, a share with devices), the memory mix (``--memory``: the Stati
 manager, a share with devices) and the device mix (``--devices``: devices on every
 workload), each from a seed of its own, into one set of counters. The same process also
 meets ``--options`` random kubelet configurations, good and bad
-(bench/reference_options.py), whose refusals count too, and ``--memory-options`` random
-memory-manager configurations (bench/reference_memory_options.py; none by default: the
-model checks none of them yet). ``--memory`` or ``--devices`` alone runs that one mix; a
+(bench/reference_options.py), and ``--memory-options`` random memory-manager
+configurations (bench/reference_memory_options.py), whose refusals count too: the memory
+manager's ``NewManager`` and reservation checks are reached only there.
+``--memory`` or ``--devices`` alone runs that one mix; a
 ``--covdir`` kept from an earlier run adds this run's counters to its own.
 """
 
@@ -181,10 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--options", type=int, default=1000, metavar="N",
                         help="also run N random kubelet configurations, good and bad "
                              "(python -m bench.reference_options; default 1000, 0 for none)")
-    parser.add_argument("--memory-options", type=int, default=0, metavar="N",
+    parser.add_argument("--memory-options", type=int, default=1000, metavar="N",
                         help="also run N random memory-manager configurations, good and bad "
-                             "(python -m bench.reference_memory_options; default 0: the model "
-                             "checks none of them yet, open)")
+                             "(python -m bench.reference_memory_options; default 1000, 0 for "
+                             "none)")
     parser.add_argument("--covdir", type=Path, default=None,
                         help="keep the coverage counters in this directory (default: a "
                              "temporary one)")
@@ -213,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = file_percent(go, covdir)
         which = ", ".join(f"{name} from seed {args.seed + mixes[name][2]}" for name in mixes)
         print(f"kubelet {args.version}: statement coverage after {args.count} workloads "
-              f"of each mix ({which}) and {args.options} configurations")
+              f"of each mix ({which}), {args.options} configurations and "
+              f"{args.memory_options} memory-manager configurations")
         for pkg in COVERED[1:]:
             shown = f"{packages[pkg]:5.1f} %" if pkg in packages else "not linked"
             print(f"  {pkg.removeprefix(KUBELET + '/'):36} {shown}")

@@ -10,7 +10,8 @@ the machine lacks, and a node-allocatable memory reservation (kubeReserved + sys
 + the hard eviction threshold) equal to the reservedMemory's sum or not. The kubelet either
 creates its managers or refuses; the model must do the same through the path the exporter
 takes from ``/configz`` (``kubelet_refusal``, ``ModelConfig.from_kubelet_config``, the model
-node). The model checks none of these yet: its refusals are open (the report's list).
+node). Prints one line per kind of configuration (how many agree, an example of a
+disagreement), the first disagreements in full, then ``memory options 1.37: A/N agree``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import argparse
 import random
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from bench.reference import VERSIONS, Reference, ReferenceUnavailable, random_topology
-from bench.reference_options import _setup
-from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
-from reconciler.allocator.config import kubelet_refusal
+from bench.reference import Reference, random_topology
+from bench.reference_options import OptionsOutcome, _setup, model_refusal, options_main
+from reconciler.allocator import CPUTopology
 from reconciler.kube import KubeletConfig
 
 MiB = 2**20
@@ -33,23 +33,14 @@ POLICIES = ("Static", "Static", "Static", "None", "BestEffort", "static", "Dynam
 
 
 @dataclass
-class MemoryOptionsOutcome:
-    seed: int
-    kubelet: str  # "" when the kubelet starts, else its error
-    model: str  # "" when the model starts, else its refusal
-    config: KubeletConfig
+class MemoryOptionsOutcome(OptionsOutcome):
     kind: str  # what was drawn, for the report
 
-    @property
-    def agrees(self) -> bool:
-        return bool(self.kubelet) == bool(self.model)
 
-
-def random_memory_config(rng: random.Random, topo: CPUTopology
-                         ) -> tuple[KubeletConfig, dict[int, int], int | None, str]:
-    """A memory-manager configuration, good or bad: the KubeletConfig /configz would carry,
-    the reservedMemory per NUMA node, the node-allocatable memory reservation when it
-    differs from their sum, and a word for what is wrong with it ("" when nothing is)."""
+def random_memory_config(rng: random.Random, topo: CPUTopology) -> tuple[KubeletConfig, str]:
+    """A memory-manager configuration, good or bad: the KubeletConfig /configz would carry
+    (its kubeReserved memory the node allocatable's reservation, equal to reservedMemory's
+    sum or not), and a word for what is wrong with it ("" when nothing is)."""
     policy = rng.choice(POLICIES)
     nodes = list(topo.numa_nodes)
     reserved = {n: rng.choice((256, 512, 1024)) * MiB for n in nodes}
@@ -73,36 +64,18 @@ def random_memory_config(rng: random.Random, topo: CPUTopology
         topology_manager_scope=rng.choice(("container", "pod")),
         kube_reserved=(("cpu", "1"), ("memory", str(sum(reserved.values())
                                                     if total is None else total))),
-        reserved_memory=tuple({"numaNode": n, "limits": {"memory": str(b)}}
+        # Written in Mi, as the reference makes them (binary quantities), so that the
+        # kubelet's messages print them as the model's do.
+        reserved_memory=tuple({"numaNode": n, "limits": {"memory": f"{b // MiB}Mi"}}
                               for n, b in sorted(reserved.items())))
-    return cfg, reserved, total, kind
-
-
-def model_refusal(cfg: KubeletConfig, topo: CPUTopology, version: str) -> str:
-    """The model's refusal of ``cfg`` on ``topo`` ("" when it starts)."""
-    refusal = kubelet_refusal(cfg, version)
-    if refusal:
-        return refusal
-    try:
-        config = replace(ModelConfig.from_kubelet_config(cfg), kubelet_version=version,
-                         pod_level=False)
-        NodeModel(topo, config)
-    except ModelError as exc:
-        return str(exc)
-    return ""
+    return cfg, kind
 
 
 def run_one(ref: Reference, seed: int, version: str) -> MemoryOptionsOutcome:
     rng = random.Random(f"{version}:{seed}:memory-options")
     topo = random_topology(rng)
-    cfg, reserved, total, kind = random_memory_config(rng, topo)
-    req = _setup(cfg, topo, version)
-    req["setup"].update({
-        "memory_policy": cfg.memory_manager_policy,
-        "reserved_memory": {str(n): b for n, b in reserved.items()},
-        "reserved_memory_total": "" if total is None else str(total),
-    })
-    answer = ref.request(req)
+    cfg, kind = random_memory_config(rng, topo)
+    answer = ref.request(_setup(cfg, topo, version))
     kubelet = "" if answer.get("ok") else str(answer.get("error") or "refused")
     return MemoryOptionsOutcome(seed, kubelet, model_refusal(cfg, topo, version), cfg,
                                 kind)
@@ -132,29 +105,24 @@ def summary(outcomes: Sequence[MemoryOptionsOutcome]) -> list[str]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reference_memory_options",
-        description="Random memory-manager configurations, good and bad, through the real "
-                    "kubelet's managers and through the model: both must start, or both "
-                    "refuse (docs/design.md#reference).")
-    parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
-    parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=300,
-                        help="random configurations (default 300)")
-    args = parser.parse_args(argv)
-    try:
-        ref = Reference(args.version)
-    except ReferenceUnavailable as exc:
-        print(f"memory options {args.version}: unavailable: {exc}", file=sys.stderr)
-        return 2
-    with ref:
-        outcomes = list(run_memory_options(args.version, args.seed, args.count, ref))
+def _run(args: argparse.Namespace, ref: Reference) -> int:
+    outcomes = list(run_memory_options(args.version, args.seed, args.count, ref))
     for line in summary(outcomes):
         print(f"  {line}")
+    for o in [o for o in outcomes if not o.agrees][:args.show]:
+        print(f"disagreement (seed {o.seed}): kubelet {o.kubelet or 'starts'}; model "
+              f"{o.model or 'starts'}\n  {o.config}")
     agree = sum(o.agrees for o in outcomes)
     print(f"memory options {args.version}: {agree}/{args.count} agree")
     return 0 if agree == args.count else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return options_main(
+        "python -m bench.reference_memory_options",
+        "Random memory-manager configurations, good and bad, through the real kubelet's "
+        "managers and through the model: both must start, or both refuse "
+        "(docs/design.md#reference).", _run, argv, label="memory options")
 
 
 if __name__ == "__main__":

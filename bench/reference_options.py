@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,8 +33,13 @@ from bench.reference import (
     setup_request,
 )
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
-from reconciler.allocator.config import kubelet_refusal
-from reconciler.kube import KubeletConfig
+from reconciler.allocator.config import (
+    allocatable_reservation,
+    go_quantity,
+    kubelet_refusal,
+    reserved_memory_limits,
+)
+from reconciler.kube import KubeletConfig, parse_quantity
 from reconciler.snapshot import CPUInfo
 
 BOOLS = ("true", "false", "1", "0", "T", "False", "maybe", "yes", "")
@@ -105,12 +110,29 @@ def model_refusal(cfg: KubeletConfig, topo: CPUTopology, version: str) -> str:
     if refusal:
         return refusal
     try:
-        config = replace(ModelConfig.from_kubelet_config(cfg), memory_policy="None",
-                         kubelet_version=version, pod_level=False)
+        config = replace(ModelConfig.from_kubelet_config(cfg), kubelet_version=version,
+                         pod_level=False)
         NodeModel(topo, config)
     except ModelError as exc:
         return str(exc)
     return ""
+
+
+def _memory(cfg: KubeletConfig) -> dict[str, Any]:
+    """The memory manager's part of a setup: its policy, reservedMemory's memory per NUMA
+    node in bytes, and what ``GetNodeAllocatableReservation`` gives it of memory (the
+    reference takes a number: a threshold that is a share of the capacity cannot be
+    sent)."""
+    terms = allocatable_reservation(cfg).get("memory", [])
+    if terms is None:
+        raise ValueError("evictionHard memory.available as a share: the reference takes bytes")
+    reserved: dict[str, int] = {}
+    for numa, name, value in reserved_memory_limits(cfg):
+        if name == "memory":
+            reserved[str(numa)] = reserved.get(str(numa), 0) + int(parse_quantity(value))
+    return {"memory_policy": cfg.memory_manager_policy, "reserved_memory": reserved,
+            # Written as the kubelet's sum writes it, so that its messages read as the model's.
+            "reserved_memory_total": go_quantity(terms)}
 
 
 def _setup(cfg: KubeletConfig, topo: CPUTopology, version: str) -> dict[str, Any]:
@@ -125,6 +147,7 @@ def _setup(cfg: KubeletConfig, topo: CPUTopology, version: str) -> dict[str, Any
         "topology_scope": cfg.topology_manager_scope,
         "topology_options": dict(cfg.topology_manager_policy_options),
         "reserved_cpu": dict(cfg.kube_reserved).get("cpu", ""),
+        **_memory(cfg),
         # Every gate explicit: the reference process keeps a gate's last setting.
         "feature_gates": {**GATE_DEFAULTS, **dict(cfg.feature_gates),
                           "PodLevelResources": True,
@@ -150,12 +173,14 @@ def run_options(version: str, seed: int, count: int, ref: Reference) -> Iterator
         yield run_one(ref, seed * 1_000_003 + i, version)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reference_options",
-        description="Random kubelet configurations, good and bad, through the real kubelet's "
-                    "CPU and topology managers and through the model: both must start, or "
-                    "both refuse (docs/design.md#reference).")
+def options_main(prog: str, description: str,
+                 run: Callable[[argparse.Namespace, Reference], int],
+                 argv: Sequence[str] | None = None, *, label: str = "options") -> int:
+    """The command line of a random-configuration run (this module's and
+    bench/reference_memory_options.py's): the version, first seed, count and how many
+    disagreements to print, then ``run(args, ref)`` on that version's reference, whose
+    result is the exit status; 2 when the reference cannot run."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
     parser.add_argument("--count", type=int, default=300,
@@ -166,22 +191,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ref = Reference(args.version)
     except ReferenceUnavailable as exc:
-        print(f"options {args.version}: unavailable: {exc}", file=sys.stderr)
+        print(f"{label} {args.version}: unavailable: {exc}", file=sys.stderr)
         return 2
-    agree = refused = shown = 0
     with ref:
-        for outcome in run_options(args.version, args.seed, args.count, ref):
-            refused += bool(outcome.kubelet)
-            if outcome.agrees:
-                agree += 1
-            elif shown < args.show:
-                shown += 1
-                print(f"disagreement (seed {outcome.seed}): kubelet "
-                      f"{outcome.kubelet or 'starts'}; model {outcome.model or 'starts'}\n"
-                      f"  {outcome.config}")
+        return run(args, ref)
+
+
+def _run(args: argparse.Namespace, ref: Reference) -> int:
+    agree = refused = shown = 0
+    for outcome in run_options(args.version, args.seed, args.count, ref):
+        refused += bool(outcome.kubelet)
+        if outcome.agrees:
+            agree += 1
+        elif shown < args.show:
+            shown += 1
+            print(f"disagreement (seed {outcome.seed}): kubelet "
+                  f"{outcome.kubelet or 'starts'}; model {outcome.model or 'starts'}\n"
+                  f"  {outcome.config}")
     print(f"({refused} of {args.count} configurations refused by the kubelet)")
     print(f"options {args.version}: {agree}/{args.count} agree")
     return 0 if agree == args.count else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return options_main(
+        "python -m bench.reference_options",
+        "Random kubelet configurations, good and bad, through the real kubelet's CPU and "
+        "topology managers and through the model: both must start, or both refuse "
+        "(docs/design.md#reference).", _run, argv)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,9 @@ class KubeletConfig:
     kube_reserved: tuple[tuple[str, str], ...] = ()
     system_reserved: tuple[tuple[str, str], ...] = ()
     reserved_memory: tuple[Any, ...] = field(default=())
+    # evictionHard (signal -> threshold): its memory.available is part of the node
+    # allocatable's memory reservation, which reservedMemory must add up to.
+    eviction_hard: tuple[tuple[str, str], ...] = ()
 
     def gate(self, name: str) -> bool | None:
         """A feature gate's explicit setting, ``None`` when the config does not list it."""
@@ -468,4 +471,5 @@ def kubelet_config_from_json(obj: object, *, max_cpu: int = MAX_CPU_ID) -> Kubel
         kube_reserved=_reserved_quantities("kubeReserved", get("kubeReserved")),
         system_reserved=_reserved_quantities("systemReserved", get("systemReserved")),
         reserved_memory=tuple(reserved_memory) if isinstance(reserved_memory, list) else (),
+        eviction_hard=_pairs(get("evictionHard")),
     )

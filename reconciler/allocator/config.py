@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 
 from reconciler.cpuset import format_cpuset
-from reconciler.kube import KubeletConfig, go_atoi
+from reconciler.kube import KubeletConfig, SpecError, go_atoi, parse_quantity
 
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
@@ -39,6 +40,11 @@ RESIZE_MODES = ("off", "keep", "proposal")
 # The allocation manager's refusal (pkg/kubelet/allocation: canResizePod, handlers.go).
 RESIZE_INFEASIBLE = ('Infeasible: Resize is infeasible for Guaranteed Pods alongside CPU '
                      'Manager policy "static"')
+
+# The memory manager's policies on Linux (memorymanager/memory_manager.go: NewManager),
+# compared as written: "static" is not "Static"; BestEffort is Windows' only.
+MEMORY_POLICIES = ("None", "Static")
+MEMORY_NO_RESERVATION = "[memorymanager] you should specify the system reserved memory"
 
 # The kubelet minors whose placement the model knows; where they differ the model follows
 # ModelConfig.kubelet_version (docs/design.md#allocator).
@@ -123,18 +129,139 @@ def _cpu_refusal(cfg: KubeletConfig, version: str) -> str | None:
     return None
 
 
+def _memory_type(name: str) -> bool:
+    """A resource the memory manager reserves (``IsHugePageResourceName`` or memory)."""
+    return name == "memory" or name.startswith("hugepages-")
+
+
+def reserved_memory_limits(cfg: KubeletConfig) -> list[tuple[int, str, str]]:
+    """``reservedMemory`` as (NUMA node, resource, quantity as written), in its order;
+    :class:`ModelError` for an entry that is not a NUMA node and its limits."""
+    out = []
+    for i, entry in enumerate(cfg.reserved_memory):
+        limits = entry.get("limits") or {} if isinstance(entry, Mapping) else None
+        numa = entry.get("numaNode", 0) if isinstance(entry, Mapping) else None
+        if not isinstance(limits, Mapping) or type(numa) is not int:
+            raise ModelError(f"reservedMemory[{i}]: expected a numaNode and its limits, "
+                             f"got {entry!r:.60}")
+        for name, value in sorted(limits.items()):
+            try:
+                parse_quantity(value)
+            except SpecError as exc:
+                raise ModelError(f"reservedMemory[{i}].limits.{name}: {exc}") from None
+            out.append((numa, str(name), str(value)))
+    return out
+
+
+def go_quantity(terms: Iterable[str]) -> str:
+    """The sum of ``terms`` as Go's ``Quantity.String`` writes it: in the format of the
+    term it took it from (a zero sum takes the next term's: ``Quantity.Add``), binary
+    (``Mi``, ``Gi``) when that term had a binary suffix."""
+    total, binary = Decimal(0), False
+    for term in terms:
+        if total == 0:
+            binary = term.strip()[-2:] in ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+        total += parse_quantity(term)
+    if total != total.to_integral_value():
+        return str(total.normalize())
+    n = int(total)
+    units: tuple[tuple[str, int], ...] = (
+        (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20),
+         ("Ki", 2**10)) if binary and abs(n) >= 1024 else ())
+    units += (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6),
+              ("k", 10**3))
+    return next((f"{n // size}{suffix}" for suffix, size in units if n and n % size == 0),
+                str(n))
+
+
+def allocatable_reservation(cfg: KubeletConfig) -> dict[str, list[str] | None]:
+    """``GetNodeAllocatableReservation``'s memory types (node_container_manager_linux.go):
+    systemReserved + kubeReserved + evictionHard's memory.available, as the terms of each
+    sum; ``None`` for memory when the threshold is a share of the machine's capacity, or
+    not a quantity (which the kubelet refuses before its memory manager)."""
+    out: dict[str, list[str]] = {}
+    for pairs in (cfg.system_reserved, cfg.kube_reserved):
+        for name, value in pairs:
+            if _memory_type(name):
+                out.setdefault(name, []).append(value)
+    threshold = dict(cfg.eviction_hard).get("memory.available")
+    # parseThresholdStatement ignores 0% and 100% (eviction/helpers.go).
+    if threshold is None or threshold in ("0%", "100%"):
+        return dict(out)
+    try:
+        parse_quantity(threshold)
+    except SpecError:
+        return {**out, "memory": None}
+    out.setdefault("memory", []).append(threshold)
+    return dict(out)
+
+
+def _reservation_refusal(cfg: KubeletConfig) -> str | None:
+    """``getSystemReservedMemory`` and ``NewPolicyStatic``'s check of the Static policy's
+    reservation, less its machine's part (a NUMA node the machine lacks: the model node's):
+    each memory type's reservedMemory must add up to the node allocatable's reservation of
+    it, be whole bytes, and reserve some memory."""
+    try:
+        limits = reserved_memory_limits(cfg)
+    except ModelError as exc:
+        return str(exc)
+    totals: dict[str, list[str]] = {}
+    for _, name, value in limits:
+        totals.setdefault(name, []).insert(0, value)  # a later entry's format wins
+    allocatable = allocatable_reservation(cfg)
+    for name in sorted(set(totals) | set(allocatable)):
+        want = allocatable.get(name, [])
+        if want is None:
+            continue  # a share of the capacity: the machine's to decide
+        got = totals.get(name, [])
+        if sum(map(parse_quantity, got), Decimal(0)) != sum(map(parse_quantity, want),
+                                                            Decimal(0)):
+            return (f'the total amount "{go_quantity(got)}" of type "{name}" is not equal '
+                    f'to the value "{go_quantity(want)}" determined by Node Allocatable '
+                    "feature")
+    # convertReserved: every quantity as an int64, a later entry of a node and type in
+    # place of an earlier one.
+    sizes = [(numa, name, parse_quantity(value)) for numa, name, value in limits]
+    if any(q != q.to_integral_value() or q >= 2**63 for _, _, q in sizes):
+        return "could not covert a variable of type Quantity to int64"  # sic
+    converted = {(numa, name): q for numa, name, q in sizes}
+    if sum(q for (_, name), q in converted.items() if name == "memory") <= 0:
+        return MEMORY_NO_RESERVATION
+    return None
+
+
+def _memory_refusal(cfg: KubeletConfig) -> str | None:
+    """The memory manager's ``NewManager`` (memorymanager/memory_manager.go) on Linux."""
+    policy = cfg.memory_manager_policy
+    if policy == "BestEffort":
+        return 'policy "BestEffort" is not available for platform "linux"'
+    if policy not in MEMORY_POLICIES:
+        return f'unknown policy: "{policy}"'  # written as it is: the model reads it lowercased
+    return _reservation_refusal(cfg) if policy == "Static" else None
+
+
 def kubelet_refusal(cfg: KubeletConfig, version: str = "1.37") -> str | None:
-    """Why the kubelet ``version``'s topology and CPU managers refuse to be created with
-    ``cfg``, from the configuration alone (option names, gates, values, the static policy's
-    reservation), or ``None``; what depends on the machine is :class:`ModelConfig`'s and
-    the model node's to refuse (docs/design.md#reference)."""
+    """Why the kubelet ``version``'s topology, CPU and memory managers refuse to be created
+    with ``cfg``, from the configuration alone (policy and option names, gates, values, the
+    static policy's CPU reservation, the Static policy's memory reservation), or ``None``;
+    what depends on the machine is :class:`ModelConfig`'s and the model node's to refuse
+    (docs/design.md#reference)."""
     if cfg.topology_manager_policy not in TOPOLOGY_POLICIES:
         return f'unknown policy: "{cfg.topology_manager_policy}"'  # written as it is
     if cfg.topology_manager_policy != "none":
         refusal = _topology_refusal(cfg.topology_manager_policy_options)
         if refusal:
             return refusal
-    return _cpu_refusal(cfg, version)
+    return _cpu_refusal(cfg, version) or _memory_refusal(cfg)
+
+
+def _reserved_bytes(cfg: KubeletConfig) -> tuple[tuple[int, str, int], ...]:
+    """reservedMemory in bytes; none when it cannot be read (kubelet_refusal names it)."""
+    try:
+        return tuple((numa, name, int(parse_quantity(value)))
+                     for numa, name, value in reserved_memory_limits(cfg))
+    except ModelError:
+        return ()
 
 
 def _true(pairs: Iterable[tuple[str, str]], name: str) -> bool:
@@ -162,6 +289,10 @@ class ModelConfig:
     # static policy leaves the CPUs as they are; "proposal": grown or shrunk around the CPUs
     # kept, as the upstream work proposes and no released static policy does.
     exclusive_cpu_resize: str = "off"
+    # reservedMemory as (NUMA node, resource, bytes): the Static memory manager refuses a
+    # NUMA node the machine lacks (the model node checks it); the topology's memory is
+    # already what the reservation leaves.
+    reserved_memory: tuple[tuple[int, str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.cpu_policy not in ("static", "none"):
@@ -218,6 +349,7 @@ class ModelConfig:
             prefer_closest_numa=read_options and _true(cfg.topology_manager_policy_options,
                                                         "prefer-closest-numa-nodes"),
             max_numa_nodes=(read_options and cfg.max_numa_nodes()) or DEFAULT_MAX_NUMA_NODES,
+            reserved_memory=_reserved_bytes(cfg),
         )
 
     def to_configz(self) -> dict[str, object]:
@@ -241,8 +373,22 @@ class ModelConfig:
             topology_options["max-allowable-numa-nodes"] = str(self.max_numa_nodes)
         if topology_options:
             cfg["topologyManagerPolicyOptions"] = topology_options
+        reserved: dict[str, str] = {}
         if self.reserved_cpus:
             cfg["reservedSystemCPUs"] = format_cpuset(self.reserved_cpus)
         elif self.reserved_cpu_m:
-            cfg["kubeReserved"] = {"cpu": f"{self.reserved_cpu_m}m"}
+            reserved["cpu"] = f"{self.reserved_cpu_m}m"
+        if self.reserved_memory:
+            # The node allocatable's reservation of each memory type is what reservedMemory
+            # adds up to, or the kubelet would not start (kubelet_refusal).
+            nodes: dict[int, dict[str, str]] = {}
+            sums: dict[str, int] = {}
+            for numa, name, size in self.reserved_memory:
+                nodes.setdefault(numa, {})[name] = str(size)
+                sums[name] = sums.get(name, 0) + size
+            cfg["reservedMemory"] = [{"numaNode": n, "limits": limits}
+                                     for n, limits in nodes.items()]
+            reserved.update((name, str(size)) for name, size in sums.items())
+        if reserved:
+            cfg["kubeReserved"] = reserved
         return {"kubeletconfig": cfg}

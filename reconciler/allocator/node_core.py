@@ -85,6 +85,15 @@ class NodeCore:
                 and len(topo.socket_cpus) > len(topo.numa_cpus):
             raise ModelError("align-by-socket is not compatible with hardware where number of "
                              "sockets are more than number of NUMA nodes")
+        if self.config.memory_policy == "Static":
+            # getTotalMemoryTypeReserved (memorymanager/memory_manager.go), the memory
+            # manager's one refusal that needs the machine; kubelet_refusal has the rest.
+            # cAdvisor lists a NUMA node with memory and no CPU too (GetNodesInfo).
+            nodes = set(topo.numa_cpus) | {n for n, _ in topo.memory}
+            for numa, _, _ in self.config.reserved_memory:
+                if numa not in nodes:
+                    raise ModelError("the reserved memory configuration references a NUMA "
+                                     f"node {numa} that does not exist on this machine")
         # full-pcpus-only never hands out a thread whose sibling is reserved.
         self._reserved_cores = frozenset().union(
             *(topo.core_cpus[topo.by_id[c].core] for c in self.reserved))

@@ -17,7 +17,6 @@ from bench import reference_devices
 from bench.reference import Reference, _step, compare, random_case, setup_request
 from bench.reference_coverage import MIXES, chosen_mixes
 from bench.reference_memory import compare_memory
-from bench.reference_memory_options import run_memory_options
 from reconciler.allocator import NodeModel
 from reconciler.kube import PodSpec
 
@@ -86,22 +85,6 @@ def test_the_joined_mix_and_the_single_mixes() -> None:
         "memory+devices": (True, True, MIXES["memory"][2])}
     # Each mix from a seed of its own.
     assert len({offset for _, _, offset in MIXES.values()}) == len(MIXES)
-
-
-@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
-def test_memory_configurations(version: str, need_reference: Callable[[str], None]) -> None:
-    """Consistent memory-manager configurations start on both; each kind of bad one the
-    kubelet refuses and the model does not yet (open: docs/performance.md)."""
-    need_reference(version)
-    with Reference(version) as ref:
-        outcomes = list(run_memory_options(version, 7, 80, ref))
-    consistent = [o for o in outcomes if not o.kind]
-    assert consistent and all(o.agrees for o in consistent)
-    bad = {o.kind for o in outcomes if o.kind and o.config.memory_manager_policy != "None"}
-    assert len(bad) >= 4, bad
-    for o in outcomes:
-        if o.kind and o.config.memory_manager_policy != "None":
-            assert o.kubelet, (o.seed, o.kind)
 
 
 @pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])

@@ -125,7 +125,8 @@ def test_max_allowable_numa_nodes_is_read_as_go_reads_a_number() -> None:
 
 def test_an_alpha_option_writes_its_gate_into_configz() -> None:
     from reconciler.kube import kubelet_config_from_json
-    config = ModelConfig(options=frozenset({"align-by-socket"}), reserved_cpu_m=1000)
+    config = ModelConfig(options=frozenset({"align-by-socket"}), reserved_cpu_m=1000,
+                         reserved_memory=((0, "memory", 2**30),))
     assert kubelet_refusal(kubelet_config_from_json(config.to_configz())) is None
 
 
