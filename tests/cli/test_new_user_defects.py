@@ -157,6 +157,10 @@ def test_readme_names_demo_churn_and_args() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert 'make demo ARGS="--churn"' in text
     assert 'make demo ARGS="--web.listen-address=127.0.0.1:0"' in text
+    # The Quick start itself is two commands: the demo and the tests.
+    block = text.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in block.splitlines()] == [
+        "make demo", "make test"]
 
 
 def test_snapshot_containers_table_shows_memory_as_a_size() -> None:
