@@ -31,8 +31,14 @@ sized like a kubelet's (``pods_bytes``).
 
 The process runs with the daemon's garbage-collector and TLS read-buffer settings
 (``exporter.runtime.tune_gc`` and ``shrink_tls_read_buffer``, applied by ``serve``).
-Medians over the rounds. Prints a table and, as its
-last line, one JSON object with the figures and the ratios to the floor.
+Medians over the rounds. The ratios with a target are paired: each round measures its
+floor on both sides of its cold cycle (two samples before, one after; their median is the
+round's floor), each cold and steady figure is divided by its own round's floor, and the
+median of those ratios is printed. A ratio of medians taken over the whole run moved with
+the machine's load by a factor of two and more (the floor, a socket round trip between
+threads, suffers from other processes far more than the cycle's Python does), so it is
+given too, with the ratio of minima, for information. Prints a table and, as its last
+line, one JSON object with the figures and the ratios to the floor.
 """
 
 from __future__ import annotations
@@ -111,6 +117,11 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def _paired(values: list[float], floors: list[float]) -> float:
+    """The median of each sample's ratio to the floor measured beside it (its round's)."""
+    return round(statistics.median(v / f for v, f in zip(values, floors, strict=True)), 2)
+
+
 def _spread(values: list[float]) -> list[float]:
     return [round(min(values), 3), round(max(values), 3)]
 
@@ -154,6 +165,7 @@ async def _cycles(options: SourceOptions, rounds: int,
     finally:
         await warm.close()
     floor_ms: dict[str, list[float]] = {name: [] for name in floors}
+    paired_floor: dict[str, list[float]] = {name: [] for name in floors}
     cold: list[float] = []
     render: list[float] = []
     assemble: list[float] = []
@@ -161,6 +173,8 @@ async def _cycles(options: SourceOptions, rounds: int,
     gzip: list[float] = []
     body_bytes = 0
     steady: list[float] = []
+    steady_floor: list[float] = []  # the round's floor beside each steady read
+    first = next(iter(floors))
     kernel_ms: list[float] = []
     unchanged = True
     ledger = None
@@ -178,13 +192,23 @@ async def _cycles(options: SourceOptions, rounds: int,
                 await reader.kubelet.fetch("/configz")
             if reader.topology is not None:
                 reader.topology.read()
-            for _ in range(3):
+            # The round's floor is taken on both sides of its cold cycle (two samples
+            # before, one after) and the cold figure is compared with it alone: a ratio of
+            # two figures measured a few milliseconds apart, which a machine busy with
+            # something else for a while weighs on alike (docs/performance.md#the-poll).
+            round_floor: dict[str, list[float]] = {name: [] for name in floors}
+            for _ in range(2):
                 for name, floor_once in floors.items():
-                    floor_ms[name].append(await _timed(floor_once))
+                    round_floor[name].append(await _timed(floor_once))
             start = time.perf_counter()
             reading = await reader.read()
             read_ms = (time.perf_counter() - start) * 1000.0
             render_ms, gzip_ms, body_bytes = _publish(reading.ledger)
+            for name, floor_once in floors.items():
+                round_floor[name].append(await _timed(floor_once))
+            for name, samples in round_floor.items():
+                floor_ms[name] += samples
+                paired_floor[name].append(statistics.median(samples))
             cold.append(read_ms + render_ms)
             render.append(render_ms)
             assemble_ms, reconcile_ms = _stages(reading.raw, options.node_name)
@@ -195,6 +219,7 @@ async def _cycles(options: SourceOptions, rounds: int,
                 start = time.perf_counter()
                 reading = await reader.read()
                 steady.append((time.perf_counter() - start) * 1000.0)
+                steady_floor.append(paired_floor[first][-1])
                 unchanged = unchanged and not reading.changed
                 if kernel is not None:
                     kernel_ms.append(kernel.poll(reading.ledger))
@@ -202,8 +227,9 @@ async def _cycles(options: SourceOptions, rounds: int,
         finally:
             await reader.close()
     assert ledger is not None
-    return {**floor_ms, "cold": cold, "render": render, "assemble": assemble,
-            "reconcile": reconciled, "gzip": gzip,
+    paired = {f"{name}_paired": samples for name, samples in paired_floor.items()}
+    return {**floor_ms, **paired, "steady_floor": steady_floor, "cold": cold,
+            "render": render, "assemble": assemble, "reconcile": reconciled, "gzip": gzip,
             "exposition_bytes": body_bytes, "steady": steady, "kernel": kernel_ms,
             "unchanged": unchanged,
             "ledger_pods": len(ledger.pods), "ledger_containers": len(ledger.containers)}
@@ -266,8 +292,12 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         "floor_ms": floor_ms,
         "steady_ms": _median(main["steady"]),
         "cold_ms": _median(main["cold"]),
-        "steady_ratio": round(_median(main["steady"]) / floor_ms, 2),
-        "cold_ratio": round(_median(main["cold"]) / floor_ms, 2),
+        "steady_ratio": _paired(main["steady"], main["steady_floor"]),
+        "cold_ratio": _paired(main["cold"], main["floor_paired"]),
+        # For comparison with the figures before the ratios were paired round by round:
+        # the ratio of the medians, and of the minima, over all rounds.
+        "cold_ratio_of_medians": round(_median(main["cold"]) / floor_ms, 2),
+        "cold_ratio_of_minima": round(min(main["cold"]) / min(floor), 2),
         "render_ms": _median(main["render"]),
         "assemble_ms": _median(main["assemble"]),
         "reconcile_ms": _median(main["reconcile"]),
@@ -296,11 +326,11 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         result["with_kubelet"] = {
             "floor_ms": extra_floor,
             "steady_ms": _median(extra["steady"]), "cold_ms": _median(extra["cold"]),
-            "steady_ratio": round(_median(extra["steady"]) / extra_floor, 2),
-            "cold_ratio": round(_median(extra["cold"]) / extra_floor, 2),
+            "steady_ratio": _paired(extra["steady"], extra["steady_floor"]),
+            "cold_ratio": _paired(extra["cold"], extra["floor_paired"]),
             "kubelet_floor_ms": kubelet_floor,
             "steady_kubelet_ratio": round(_median(extra["steady"]) / kubelet_floor, 2),
-            "cold_kubelet_ratio": round(_median(extra["cold"]) / kubelet_floor, 2),
+            "cold_kubelet_ratio": _paired(extra["cold"], extra["kubelet_floor_paired"]),
             "steady_unchanged": extra["unchanged"],
             "spread_ms": {"steady": _spread(extra["steady"]), "cold": _spread(extra["cold"]),
                           "kubelet_floor": _spread(extra["kubelet_floor"])},
@@ -339,14 +369,23 @@ def _table(result: dict[str, Any]) -> str:
                   KUBELET_STEADY_TARGET),
                  ("cold × kubelet floor", kubelet, "cold", "kubelet_floor",
                   KUBELET_COLD_TARGET)]
+    # The ratios with a target are the medians of ratios paired round by round (see
+    # ``_paired``), not this table's median over median.
+    paired = {("steady", "floor"): "steady_ratio", ("cold", "floor"): "cold_ratio",
+              ("steady", "kubelet_floor"): "steady_kubelet_ratio",
+              ("cold", "kubelet_floor"): "cold_kubelet_ratio"}
     for label, figures, key, floor, target in rows:
         ms = figures[f"{key}_ms"]
-        ratio = ms / figures[f"{floor}_ms"]
+        name = paired.get((key, floor))
+        ratio = figures[name] if name else ms / figures[f"{floor}_ms"]
         lo, hi = figures["spread_ms"][key]
         verdict = "" if target is None else (f"≤{target:g}× " +
                                              ("ok" if ratio <= target else "OVER"))
         lines.append(f"{label:<24} {ms:>10.2f} {lo:>9.2f} {hi:>9.2f} {ratio:>8.2f} "
                      f"{verdict:>10}")
+    lines.append(f"cold × floor: {result['cold_ratio']:.2f} paired round by round (the "
+                 f"target's), {result['cold_ratio_of_medians']:.2f} median over median, "
+                 f"{result['cold_ratio_of_minima']:.2f} minimum over minimum")
     return "\n".join(lines)
 
 

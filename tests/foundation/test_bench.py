@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 import pytest
@@ -90,6 +91,19 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 < low <= result[f"{stage}_ms"] <= high
     assert result["exposition_bytes"] > 20 * 100 and result["gzip_ms"] > 0
     assert any(line.startswith("cold") for line in lines)
+    # The targets' ratios are paired round by round; the unpaired ones are printed beside.
+    assert {"cold_ratio_of_medians", "cold_ratio_of_minima"} <= set(result)
+    assert any(line.startswith("cold × floor:") for line in lines)
+
+
+def test_cycle_ratio_is_paired_round_by_round() -> None:
+    # Rounds 4 and 5 ran while the machine was busy: both their floor and their cycle took
+    # twice as long. Paired, the cycle is 7× its floor; median over median it read 14×.
+    cold, floors = [7.0, 7.0, 14.0, 14.0, 14.0], [1.0, 1.0, 1.0, 2.0, 2.0]
+    assert cycle._paired(cold, floors) == 7.0
+    assert round(statistics.median(cold) / statistics.median(floors), 2) == 14.0
+    with pytest.raises(ValueError):
+        cycle._paired(cold, floors[:-1])
 
 
 def test_history_bench_measures_serves_write_path_and_the_sqlalchemy_one(
