@@ -117,7 +117,7 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def _paired(values: list[float], floors: list[float]) -> float:
+def paired_ratio(values: list[float], floors: list[float]) -> float:
     """The median of each sample's ratio to the floor measured beside it (its round's)."""
     return round(statistics.median(v / f for v, f in zip(values, floors, strict=True)), 2)
 
@@ -292,8 +292,8 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         "floor_ms": floor_ms,
         "steady_ms": _median(main["steady"]),
         "cold_ms": _median(main["cold"]),
-        "steady_ratio": _paired(main["steady"], main["steady_floor"]),
-        "cold_ratio": _paired(main["cold"], main["floor_paired"]),
+        "steady_ratio": paired_ratio(main["steady"], main["steady_floor"]),
+        "cold_ratio": paired_ratio(main["cold"], main["floor_paired"]),
         # For comparison with the figures before the ratios were paired round by round:
         # the ratio of the medians, and of the minima, over all rounds.
         "cold_ratio_of_medians": round(_median(main["cold"]) / floor_ms, 2),
@@ -326,11 +326,11 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         result["with_kubelet"] = {
             "floor_ms": extra_floor,
             "steady_ms": _median(extra["steady"]), "cold_ms": _median(extra["cold"]),
-            "steady_ratio": _paired(extra["steady"], extra["steady_floor"]),
-            "cold_ratio": _paired(extra["cold"], extra["floor_paired"]),
+            "steady_ratio": paired_ratio(extra["steady"], extra["steady_floor"]),
+            "cold_ratio": paired_ratio(extra["cold"], extra["floor_paired"]),
             "kubelet_floor_ms": kubelet_floor,
             "steady_kubelet_ratio": round(_median(extra["steady"]) / kubelet_floor, 2),
-            "cold_kubelet_ratio": _paired(extra["cold"], extra["kubelet_floor_paired"]),
+            "cold_kubelet_ratio": paired_ratio(extra["cold"], extra["kubelet_floor_paired"]),
             "steady_unchanged": extra["unchanged"],
             "spread_ms": {"steady": _spread(extra["steady"]), "cold": _spread(extra["cold"]),
                           "kubelet_floor": _spread(extra["kubelet_floor"])},
@@ -370,7 +370,7 @@ def _table(result: dict[str, Any]) -> str:
                  ("cold × kubelet floor", kubelet, "cold", "kubelet_floor",
                   KUBELET_COLD_TARGET)]
     # The ratios with a target are the medians of ratios paired round by round (see
-    # ``_paired``), not this table's median over median.
+    # ``paired_ratio``), not this table's median over median.
     paired = {("steady", "floor"): "steady_ratio", ("cold", "floor"): "cold_ratio",
               ("steady", "kubelet_floor"): "steady_kubelet_ratio",
               ("cold", "kubelet_floor"): "cold_kubelet_ratio"}

@@ -100,10 +100,10 @@ def test_cycle_ratio_is_paired_round_by_round() -> None:
     # Rounds 4 and 5 ran while the machine was busy: both their floor and their cycle took
     # twice as long. Paired, the cycle is 7× its floor; median over median it read 14×.
     cold, floors = [7.0, 7.0, 14.0, 14.0, 14.0], [1.0, 1.0, 1.0, 2.0, 2.0]
-    assert cycle._paired(cold, floors) == 7.0
+    assert cycle.paired_ratio(cold, floors) == 7.0
     assert round(statistics.median(cold) / statistics.median(floors), 2) == 14.0
     with pytest.raises(ValueError):
-        cycle._paired(cold, floors[:-1])
+        cycle.paired_ratio(cold, floors[:-1])
 
 
 def test_history_bench_measures_serves_write_path_and_the_sqlalchemy_one(
