@@ -29,8 +29,9 @@ the simulator's HTTPS server and the decode of all four bodies (protobuf and JSO
 as ``kubelet_floor_ms`` with the steady and cold ratios to it. The synthetic ``/pods`` is
 sized like a kubelet's (``pods_bytes``).
 
-The process runs with the daemon's garbage-collector and TLS read-buffer settings
-(``exporter.runtime.tune_gc`` and ``shrink_tls_read_buffer``, applied by ``serve``).
+The process runs with the daemon's garbage-collector, TLS read-buffer and allocator
+settings (``exporter.runtime.tune_gc``, ``shrink_tls_read_buffer`` and
+``fix_mmap_threshold``, applied by ``serve``).
 Medians over the rounds. The ratios with a target are paired: each round measures its
 floor on both sides of its cold cycle (two samples before, one after; their median is the
 round's floor), each cold and steady figure is divided by its own round's floor, and the
@@ -66,7 +67,7 @@ from exporter.metrics.compression import GzipPrefix
 from exporter.metrics.exposition import node_exposition
 from exporter.options import PollOptions
 from exporter.reader import NodeReader, SourceOptions
-from exporter.runtime import shrink_tls_read_buffer, tune_gc
+from exporter.runtime import fix_mmap_threshold, shrink_tls_read_buffer, tune_gc
 from exporter.sim.cgroupfs import ProcStatWriter, decorate_pod_list
 from exporter.sim.server import SimKubelet
 from exporter.sources.kubelet import KubeletClient
@@ -408,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="podres-bench-", dir="/tmp"))
     tune_gc()
     shrink_tls_read_buffer()
+    fix_mmap_threshold()
     try:
         result = asyncio.run(measure(node, rounds=args.rounds, kubelet=args.kubelet,
                                      workdir=workdir))
