@@ -22,7 +22,7 @@ from functools import partial
 from typing import TypeVar
 
 from exporter.errors import SourceError
-from exporter.rawnode import RawNode
+from exporter.rawnode import RawNode, body_bytes
 from exporter.sources.checkpoint import checkpoint_facts
 from exporter.sources.kubelet_bodies import (
     GATE,
@@ -102,7 +102,9 @@ def parse_optional(raw: RawNode, *, checkpoints: bool = False) -> OptionalParts:
     last = max(raw.topology.online, default=MAX_CPU_ID) if raw.topology else MAX_CPU_ID
     allocatable = _optional(raw.allocatable, decode_allocatable,
                             ("podresources", "GetAllocatableResources"), errors)
-    specs = _optional(raw.pods, pod_specs_from_body, ("kubelet", "pods"), errors)
+    # Read back whole (a live read holds it deflated) only here, where it is decoded.
+    specs = _optional(body_bytes(raw.pods), pod_specs_from_body, ("kubelet", "pods"),
+                      errors)
     config = _optional(raw.configz, partial(config_from_body, max_cpu=last),
                        ("kubelet", "configz"), errors)
     facts = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from exporter.errors import SourceError
-from exporter.rawnode import RawNode
+from exporter.rawnode import PackedBody, RawNode
 from exporter.runtime import release_free_memory
 from exporter.sources.checkpoint import CheckpointFiles
 from exporter.sources.kubelet import KubeletClient
@@ -83,7 +83,7 @@ class SourceFetcher:
         # that read, and the List answer it was read beside.
         self._pods_at = -1e18
         self._polled_at = -1e18  # the time of the last poll
-        self._pods: bytes | None = None
+        self._pods: PackedBody | None = None
         self._pods_error: SourceError | None = None
         self._pods_list: bytes | None = None
 
@@ -162,10 +162,10 @@ class SourceFetcher:
         assert self.kubelet is not None
         fresh: dict[SourceKey, SourceError] = {}
         body = await self._part(self.kubelet.fetch_buffer("/pods"), fresh)
-        pods = None if body is None else await asyncio.to_thread(reduce_pod_list, body)
-        # The same pods again (a periodic refresh, mostly): keep the bytes already held, so
-        # that whoever kept the last ones (a parsed-body cache, the last reading) does not
-        # hold a second copy of a body of ~1.5 KB a pod.
+        pods = None if body is None else await asyncio.to_thread(_packed_pods, body)
+        # The same pods again (a periodic refresh, mostly): keep the body already held, so
+        # that whoever kept the last one (a parsed-body cache, the last reading) goes on
+        # seeing the same object.
         if pods is None or pods != self._pods:
             self._pods = pods
         if body is not None:
@@ -183,7 +183,7 @@ class SourceFetcher:
         await self._pods_body(errors)
         return True
 
-    async def refresh_pods(self) -> bytes | None:
+    async def refresh_pods(self) -> PackedBody | None:
         """Read /pods now, out of its schedule (the kernel observer, when a container's
         cgroup is gone: a restart gives it a new id); the reduced body, None when it could
         not be read. The next poll sees the new body as it would a scheduled read's."""
@@ -236,3 +236,9 @@ class SourceFetcher:
         return {key: last for key, last in ((METRICS, self._metrics_error),
                                             (PODS, self._pods_error))
                 if key not in periodic and last is not None}
+
+
+def _packed_pods(body: bytearray) -> PackedBody:
+    """/pods reduced to what the exporter reads, and held deflated: between polls nothing
+    reads it (a poll compares its digest), and a recompute reads it back once."""
+    return PackedBody(reduce_pod_list(body))

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from exporter.kernel import KernelObserver, KernelReport
 from exporter.metrics.catalogue import KernelFacts
 from exporter.metrics.exposition import render_kernel
+from exporter.rawnode import Body, unpacked
 from exporter.reader import Reading
 from exporter.sources.cgroup import pod_refs_from_body
 from reconciler.allocator.live import NodeState
@@ -67,7 +68,7 @@ class KernelHandoff:
     five thousand file reads, which must not hold up scrapes."""
 
     def __init__(self, kernel: KernelObserver,
-                 refresh_pods: Callable[[], Coroutine[Any, Any, bytes | None]]) -> None:
+                 refresh_pods: Callable[[], Coroutine[Any, Any, Body | None]]) -> None:
         self.kernel = kernel
         self._refresh_pods = refresh_pods
         self._bodies = _ParsedBodies()
@@ -144,9 +145,9 @@ class _ParsedBodies:
     object."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[bytes, Any]] = {}
+        self._cache: dict[str, tuple[Body, Any]] = {}
 
-    def parsed(self, name: str, body: bytes | None,
+    def parsed(self, name: str, body: Body | None,
                decode: Callable[[bytes], Any] = _json_or_none) -> Any:
         """The body decoded (``None`` when malformed: the poll reports that already), by a
         ``decode`` that keeps only what is worth holding on to."""
@@ -155,6 +156,6 @@ class _ParsedBodies:
         cached = self._cache.get(name)
         if cached is not None and cached[0] == body:
             return cached[1]
-        value = decode(body)
+        value = decode(unpacked(body))
         self._cache[name] = (body, value)
         return value

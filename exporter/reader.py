@@ -14,7 +14,7 @@ from exporter.assemble import SourceKey, parse_optional
 from exporter.errors import SourceError
 from exporter.fetch import LIST, SourceFetcher, SourceOptions
 from exporter.ledger_cache import LedgerByContent
-from exporter.rawnode import RawNode
+from exporter.rawnode import PackedBody, RawNode
 from exporter.sources.checkpoint import CheckpointFiles
 from exporter.sources.kubelet import KubeletClient
 from exporter.sources.podresources import PodResourcesClient
@@ -90,7 +90,7 @@ class NodeReader:
     async def close(self) -> None:
         await self.fetcher.close()
 
-    async def refresh_pods(self) -> bytes | None:
+    async def refresh_pods(self) -> PackedBody | None:
         """/pods read now, out of its schedule (``SourceFetcher.refresh_pods``)."""
         return await self.fetcher.refresh_pods()
 

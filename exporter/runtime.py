@@ -46,12 +46,36 @@ def shrink_tls_read_buffer() -> None:
 # bodies it replaced) in its arenas, one per thread that allocated; malloc_trim hands the
 # free pages back to the system. Other C libraries have no such call: then nothing is done.
 _MALLOC_TRIM: Any
+_MALLOPT: Any
 try:
-    _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    _MALLOC_TRIM = _LIBC.malloc_trim
     _MALLOC_TRIM.argtypes = (ctypes.c_size_t,)
     _MALLOC_TRIM.restype = ctypes.c_int
+    _MALLOPT = _LIBC.mallopt
+    _MALLOPT.argtypes = (ctypes.c_int, ctypes.c_int)
+    _MALLOPT.restype = ctypes.c_int
 except (OSError, AttributeError):
-    _MALLOC_TRIM = None
+    _MALLOC_TRIM = _MALLOPT = None
+
+# glibc serves a block of at least M_MMAP_THRESHOLD bytes (128 KiB at start) by a mapping
+# of its own, unmapped when freed; but when such a block is freed it raises the threshold
+# to that block's size (up to 32 MiB), so that after serve's first /pods read (a 12 MB
+# buffer on a 1000-pod node) every block under 12 MB comes from the heap or a thread's
+# arena instead, where a freed one leaves a hole that is rarely handed back: the /pods
+# body read back for a recompute (1.2 MB), the rendered bodies. Setting the threshold
+# turns that raise off (mallopt's contract); 128 KiB is glibc's own starting value.
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024
+
+
+def fix_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold where it starts (see above); whether the platform
+    could. Call once, before the first large read. Elsewhere (musl, macOS) nothing is
+    done: their allocators have no such threshold to move."""
+    if _MALLOPT is None:
+        return False
+    return bool(_MALLOPT(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release_free_memory() -> bool:

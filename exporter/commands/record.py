@@ -57,6 +57,7 @@ def _check_target(target: Path, *, force: bool) -> None:
 
 async def _record(args: argparse.Namespace) -> int:
     from exporter.commands._sources import source_options
+    from exporter.rawnode import body_bytes
     from exporter.reader import NodeReader
 
     reader = NodeReader(source_options(args))
@@ -73,7 +74,7 @@ async def _record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write {args.directory}: {exc.strerror or exc}") from None
     for name in names:
         print(target / name)
-    for path in _record_kernel(args, reading.raw.pods, reading.raw.configz):
+    for path in _record_kernel(args, body_bytes(reading.raw.pods), reading.raw.configz):
         print(path)
     return 0
 

@@ -83,13 +83,14 @@ async def run_service(options: ServeOptions, *, on_ready: Callable[[str], None] 
     from exporter.commands._sources import source_options
     from exporter.kernel import KernelObserver, KernelOptions
     from exporter.reader import NodeReader
-    from exporter.runtime import shrink_tls_read_buffer, tune_gc
+    from exporter.runtime import fix_mmap_threshold, shrink_tls_read_buffer, tune_gc
     from exporter.service import Exporter, ServiceOptions
     from exporter.web.app import build_app
     from exporter.web.lifecycle import start_site, stop_on_signals
     from exporter.web.webconfig import load_web_config
 
     shrink_tls_read_buffer()  # before the kubelet client's first connection
+    fix_mmap_threshold()  # before the first /pods read
     host, port = options.web.bind()
     web_config = load_web_config(options.web.config_file)
     sources = source_options(options.sources)

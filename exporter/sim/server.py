@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError
 
 from exporter.errors import UserError
 from exporter.pb import api_pb2
-from exporter.rawnode import KubeletState, RawNode
+from exporter.rawnode import KubeletState, RawNode, body_bytes
 from exporter.tlsutil import write_self_signed
 
 log = logging.getLogger("podres.sim")
@@ -83,7 +83,7 @@ class SimKubelet:
         except DecodeError:
             listing = api_pb2.ListPodResourcesResponse()
         self._pods = {(p.namespace, p.name): p for p in listing.pod_resources}
-        self._pods_body = raw.pods
+        self._pods_body = body_bytes(raw.pods)
         self._configz_body = raw.configz
         self._metrics_body = raw.metrics if raw.metrics is not None \
             else _feature_metrics(raw.configz)

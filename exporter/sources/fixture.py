@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError, Message
 from exporter.errors import SourceError, UserError
 from exporter.files import read_file_bytes, read_text_file
 from exporter.pb import api_pb2
-from exporter.rawnode import CHECKPOINT_FILES, KubeletState, RawNode
+from exporter.rawnode import CHECKPOINT_FILES, KubeletState, RawNode, body_bytes
 from exporter.sources.topology import topology_from_json, topology_to_json
 
 # A fixture is operator input, not a dump of the internet: refuse absurd files early.
@@ -130,7 +130,7 @@ def write_fixture_dir(directory: str | Path, raw: RawNode,
         text = _message_json(kind, data)
         if text is not None:
             files[name] = text
-    for name, data in (("pods.json", raw.pods), ("configz.json", raw.configz),
+    for name, data in (("pods.json", body_bytes(raw.pods)), ("configz.json", raw.configz),
                        ("metrics.txt", raw.metrics), *raw.checkpoints):
         if data is not None:
             files[name] = data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 
 import pytest
@@ -80,7 +81,10 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"kubelet_floor_ms", "steady_kubelet_ratio", "cold_kubelet_ratio"} <= set(kubelet)
     # The kubelet ratios are to the kubelet floor, not to the PodResources one.
     assert kubelet["steady_kubelet_ratio"] == round(
-        kubelet["steady_ms"] / kubelet["kubelet_floor_ms"], 2)
+        kubelet["spread_ms"]["steady"][0] / kubelet["spread_ms"]["kubelet_floor"][0], 2)
+    # The targets' ratios are minimum over minimum.
+    assert result["cold_ratio"] == round(
+        result["spread_ms"]["cold"][0] / result["spread_ms"]["floor"][0], 2)
     assert result["pods_bytes"] > 20 * 5000  # kubelet-sized /pods items
     # The cold cycle includes rendering the exposition (per-pod series on), as serve does.
     assert 0 < result["render_ms"] <= result["cold_ms"]
@@ -90,6 +94,22 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 < low <= result[f"{stage}_ms"] <= high
     assert result["exposition_bytes"] > 20 * 100 and result["gzip_ms"] > 0
     assert any(line.startswith("cold") for line in lines)
+    # The ratios that move with the machine's load are printed beside, for information.
+    assert {"cold_ratio_of_medians", "cold_ratio_paired"} <= set(result)
+    assert any(line.startswith("cold × floor:") for line in lines)
+
+
+def test_cycle_ratios_of_a_busy_machine() -> None:
+    # Rounds 3 to 5 ran while the machine was busy: their floors (a round trip between
+    # threads) took up to three times as long, their cycles twice. Median over median the
+    # cycle read 14×, paired 7× (the busier, the lower); minimum over minimum it is 7×.
+    cold, floors = [7.0, 7.0, 14.0, 14.0, 14.0], [1.0, 1.0, 1.0, 2.0, 3.0]
+    assert round(statistics.median(cold) / statistics.median(floors), 2) == 14.0
+    assert cycle.paired_ratio(cold, floors) == 7.0
+    assert cycle.paired_ratio([7.0, 14.0, 14.0], [1.0, 3.0, 3.0]) == 4.67
+    assert cycle.ratio_of_minima(cold, floors) == 7.0
+    with pytest.raises(ValueError):
+        cycle.paired_ratio(cold, floors[:-1])
 
 
 def test_history_bench_measures_serves_write_path_and_the_sqlalchemy_one(

@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 
+from exporter.assemble import snapshot_from_raw
 from exporter.errors import SourceError
 from exporter.pb import api_pb2
+from exporter.rawnode import PackedBody, body_bytes, unpacked
 from exporter.sim.server import Misbehaviour
 from exporter.sources.fixture import KubeletState, load_fixture_dir
+from exporter.sources.pod_list import reduce_pod_list
 from foundation.reading import DB, DEEP, HUGE, HYBRID, hostile
+from reconciler.reconcile import reconcile
 
 
 async def test_optional_kubelet_failures_are_errors_not_exceptions(start_sim: Any,
@@ -252,3 +256,30 @@ async def test_a_failed_pods_read_stands_until_the_next_read(start_sim: Any,
     assert ("kubelet", "pods") not in healed.errors
     assert healed.reading is not None and healed.reading.changed
     assert {p.estimate_basis for p in healed.reading.ledger.pods} == {"spec"}
+
+
+async def test_pods_is_held_deflated_and_reads_back_as_reduced(start_sim: Any,
+                                                              reader_for: Any) -> None:
+    """Between polls the reduced /pods is held deflated (a sixth of its size on the
+    bench's node): it reads back as the reduced body, and the ledger and the typed
+    answers are exactly what plain bytes give."""
+    sim = await start_sim(DB, http=True)
+    reader = reader_for(sim)
+    reading = await reader.read()
+    held = reading.raw.pods
+    assert isinstance(held, PackedBody)
+    body = sim.state.raw().pods
+    assert body is not None and unpacked(held) == reduce_pod_list(bytearray(body))
+    assert len(held.packed) < len(held) == len(unpacked(held))
+    plain = replace(reading.raw, pods=unpacked(held))
+    assert reconcile(snapshot_from_raw(plain, "node-a").snapshot) == reconcile(
+        snapshot_from_raw(reading.raw, "node-a").snapshot)
+    assert reading.raw.kubelet == plain.kubelet
+
+
+def test_packed_bodies_compare_by_their_bytes() -> None:
+    a, b = PackedBody(b'{"items":[1]}'), PackedBody(b'{"items":[1]}')
+    assert a == b and hash(a) == hash(b) and a is not b
+    assert a != PackedBody(b'{"items":[2]}') and a != b'{"items":[1]}'
+    assert body_bytes(a) == b'{"items":[1]}' and body_bytes(None) is None
+    assert body_bytes(b"x") == b"x"
