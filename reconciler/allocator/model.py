@@ -208,7 +208,7 @@ class NodeModel(NodePaths):
             return None
         for c in placement.containers:
             self._admitted.pop((namespace, name, c.name), None)
-        self.free |= placement.held
+        self.free |= placement.held - self.reserved
         entries = dict(placement.mem_entries)
         self.release_memory(entries, placement.block_memory,
                             [c.name for c in (*placement.spec.init_containers,

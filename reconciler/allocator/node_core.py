@@ -149,7 +149,10 @@ class NodeCore:
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
             base = (base - self.reserved) | self._default_reserved
-        return base - held
+        # A CPU both free and held: the kubelet took it whole with a socket or core while
+        # another container held it, and gave it back to the default set when one of the
+        # two went (docs/design.md#allocator).
+        return (base - held) | (held & self.free)
 
     def pools(self, numa: int | None = None) -> dict[str, int]:
         """Ground-truth CPU pools (docs/design.md#cpu-pools), optionally for one NUMA node.
