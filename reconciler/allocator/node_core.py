@@ -72,6 +72,9 @@ class NodeCore:
         self._default_reserved: frozenset[int] = frozenset()
         # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
         self.orphan_blocks: dict[str, frozenset[int]] = {}
+        # CPUs the takes of the pod being placed claimed though they were not in the pool:
+        # a socket or core taken whole with CPUs in use (docs/design.md#allocator).
+        self.grabbed: set[int] = set()
         self._masks = MaskTable(topo.numa_nodes, self.config.max_numa_nodes)
         self._closest = self._topology_options()
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
@@ -218,7 +221,17 @@ class NodeCore:
         got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
             raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        self.grabbed |= got - pool
         return got
+
+    def give_back(self, cpus: Iterable[int]) -> None:
+        """CPUs the kubelet returns to its default set (``RemoveContainer``), whoever else
+        holds them: reserved ones too, which under strict-cpu-reservation stay there as
+        reserved CPUs in the default set."""
+        cpus = frozenset(cpus)
+        self.free |= cpus - self.reserved
+        if "strict-cpu-reservation" in self.config.options:
+            self._default_reserved |= cpus & self.reserved
 
     @property
     def mem_free(self) -> dict[int, int]:
