@@ -111,8 +111,14 @@ def start_error(model: NodeModel) -> str | None:
         return None
     assignments: dict[str, dict[str, frozenset[int]]] = {}
     for placement in model.pods.values():
-        if placement.held:
-            assignments[placement.uid] = {"*": placement.held}
+        # By container, as the state holds them: a CPU the kubelet claimed while in use can
+        # be in the default set too, and its error names the container (docs/design.md#allocator).
+        entries = {c.name: c.exclusive for c in placement.containers if c.exclusive}
+        rest = placement.held.difference(*entries.values())
+        if rest:
+            entries["*"] = rest
+        if entries:
+            assignments[placement.uid] = entries
     for (uid, name), cpus in model.checkpointed.items():
         assignments.setdefault(uid, {})[name] = cpus
     strict = "strict-cpu-reservation" in model.config.options
