@@ -1,0 +1,141 @@
+"""Machines whose sockets or cores are of unequal size (CPUs offline): the kubelet counts a
+socket free when its free CPUs number ``NumCPUs / NumSockets`` and a core when they number
+``NumCPUs / NumCores`` (``isSocketFree``, ``isCoreFree``), and takes such a unit with all
+its CPUs, busy ones included (docs/design.md#allocator).
+
+Source of every expected value: the scenario run through the reference (the kubelet's own
+code, bench/reference.py) of v1.35.4, v1.36.3 and v1.37.2, which agree; the machines are
+the smallest that show each rule.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.allocator import CPUTopology, ModelConfig, NodeModel, take_by_topology
+from reconciler.allocator.placement import PodPlacement, Rejection
+from reconciler.allocator.restart import restart
+from reconciler.allocator.take import policy_taker
+from reconciler.kube import ContainerSpec, PodSpec, Resources
+from reconciler.snapshot import CPUInfo
+
+GiB = 2**30
+
+
+def _machine(rows: list[tuple[int, int, int, int]]) -> CPUTopology:
+    return CPUTopology(cpus=tuple(CPUInfo(*r) for r in rows), memory=((0, 8 * GiB),))
+
+
+# One NUMA node over two sockets, socket 0 of CPUs 0-3 and socket 1 of CPUs 4-5 (one
+# thread per core): CPUsPerSocket is 6 / 2 = 3.
+UNEQUAL_SOCKETS = _machine([(c, c, 0 if c < 4 else 1, 0) for c in range(6)])
+# One socket, cores {0,4} {1,5} {2} {3,7}: CPU 6, the sibling of 2, is offline, so
+# CPUsPerCore is 7 / 4 = 1.
+OFFLINE_SIBLING = _machine([(0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 0, 0), (3, 3, 0, 0),
+                            (4, 0, 0, 0), (5, 1, 0, 0), (7, 3, 0, 0)])
+
+
+def _g(cpus: int) -> Resources:
+    return Resources(cpus * 1000, cpus * 1000, 64 * 2**20, 64 * 2**20)
+
+
+def _pod(i: int, *cpus: int) -> PodSpec:
+    apps = tuple(ContainerSpec(f"app{j}", _g(n)) for j, n in enumerate(cpus))
+    return PodSpec("ns", f"p{i}", f"uid-{i}", apps)
+
+
+def _model(topo: CPUTopology, reserved: set[int], *options: str,
+           version: str = "1.37") -> NodeModel:
+    return NodeModel(topo, ModelConfig(cpu_policy="static", topology_policy="none",
+                                       options=frozenset(options),
+                                       reserved_cpus=frozenset(reserved),
+                                       kubelet_version=version))
+
+
+def test_per_unit_sizes_are_the_kubelets_integer_averages() -> None:
+    assert UNEQUAL_SOCKETS.cpus_per_socket == 3
+    assert OFFLINE_SIBLING.threads_per_core == 1
+    assert OFFLINE_SIBLING.cpus_per_socket == 7
+
+
+def test_a_larger_socket_with_its_average_free_is_taken_whole_busy_cpu_included() -> None:
+    """Socket 0 has 3 of its 4 CPUs free, the machine's average: the kubelet claims all 4
+    for a 4-CPU request, CPU 0 (in use) included. Counting a socket free only when all
+    its CPUs are gives 1,2,4,5."""
+    assert take_by_topology(UNEQUAL_SOCKETS, {1, 2, 3, 4, 5}, 4) == {0, 1, 2, 3}
+
+
+def test_a_smaller_socket_is_never_free() -> None:
+    """Socket 1 (2 CPUs, both free) is not the average 3, so it is not taken whole: the
+    cores come socket by socket, the one with fewer free CPUs first, ties to the lower id.
+    Counting it free takes 4,5."""
+    assert take_by_topology(UNEQUAL_SOCKETS, {2, 3, 4, 5}, 2) == {2, 3}
+
+
+def test_a_core_with_one_free_thread_is_free_when_cpus_per_core_is_one() -> None:
+    """CPUsPerCore is 1: core {0,4} with CPU 0 in use counts free and is taken whole; the
+    naive count takes the one-thread core {2} and then CPU 4."""
+    assert take_by_topology(OFFLINE_SIBLING, {1, 2, 3, 4, 5, 7}, 2) == {0, 4}
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_the_reserved_cpu_in_a_core_taken_whole_is_handed_out(version: str) -> None:
+    model = _model(OFFLINE_SIBLING, {0}, version=version)
+    placed = model.admit(_pod(1, 2))
+    assert isinstance(placed, PodPlacement)
+    assert placed.containers[0].exclusive == {0, 4}
+    assert model.default_set == {1, 2, 3, 5, 7}
+
+
+def test_a_cpu_held_twice_is_back_in_the_default_set_when_one_holder_goes() -> None:
+    """p1 gets CPU 0; p2 then claims core {0,4} whole (CPU 4 its only free thread). When p1
+    goes the kubelet puts 0 back in its default set though p2 holds it, and a restart then
+    refuses the overlap."""
+    model = _model(OFFLINE_SIBLING, {2})
+    first = model.admit(_pod(1, 1))
+    second = model.admit(_pod(2, 2))
+    assert isinstance(first, PodPlacement) and isinstance(second, PodPlacement)
+    assert first.exclusive == {0} and second.exclusive == {0, 4}
+    assert model.default_set == {1, 2, 3, 5, 7}
+    model.release("ns", "p1")
+    assert model.default_set == {0, 1, 2, 3, 5, 7}
+    assert restart(model, "1.37").error == (
+        'cpu manager start: pod: uid-2, container: app0 cpuset: "0,4" overlaps with default '
+        'cpuset "0-3,5,7"')
+
+
+def test_a_refused_pod_gives_back_the_cpus_it_claimed_while_in_use() -> None:
+    """p2's first container claims core {0,4} (0 is p1's), its second cannot be placed: the
+    sweep after the refusal returns both to the default set, 0 while p1 still holds it."""
+    model = _model(OFFLINE_SIBLING, {2})
+    assert isinstance(model.admit(_pod(1, 1)), PodPlacement)
+    assert isinstance(model.admit(_pod(2, 2, 9)), Rejection)
+    assert model.default_set == {0, 1, 2, 3, 4, 5, 7}
+    assert restart(model, "1.37").error == (
+        'cpu manager start: pod: uid-1, container: app0 cpuset: "0" overlaps with default '
+        'cpuset "0-5,7"')
+
+
+def test_a_reserved_cpu_given_back_under_strict_reservation_stays_in_the_default_set() -> None:
+    model = _model(OFFLINE_SIBLING, {0}, "strict-cpu-reservation")
+    assert isinstance(model.admit(_pod(1, 2)), PodPlacement)
+    model.release("ns", "p1")
+    assert model.default_set == {0, 1, 2, 3, 4, 5, 7}
+    assert restart(model, "1.37").error == (
+        'cpu manager start: some of strictly reserved cpus: "0" are present in '
+        'defaultCpuSet: "0-5,7"')
+
+
+def test_unequal_numa_nodes_are_free_by_their_own_size() -> None:
+    """``isNUMANodeFree`` compares with the node's own CPUs: the smaller node (2 CPUs) is
+    taken whole for a request of 3, the larger one (4 CPUs, one busy) is not."""
+    topo = _machine([(c, c, 0 if c < 4 else 1, 0 if c < 4 else 1) for c in range(6)])
+    topo = CPUTopology(topo.cpus, memory=((0, 8 * GiB), (1, 8 * GiB)))
+    assert take_by_topology(topo, {1, 2, 3, 4, 5}, 3) == {1, 4, 5}
+
+
+def test_the_distributed_take_follows_the_same_counts() -> None:
+    """Each NUMA node's share is packed with the same rules: a request that fits one node
+    is the packed take."""
+    take = policy_taker(OFFLINE_SIBLING, frozenset({"distribute-cpus-across-numa"}))
+    assert take(OFFLINE_SIBLING, frozenset({1, 2, 3, 4, 5, 7}), 2) == {0, 4}
