@@ -10,9 +10,19 @@ the smallest that show each rule.
 
 from __future__ import annotations
 
+import tarfile
+from pathlib import Path
+
 import pytest
 
-from reconciler.allocator import CPUTopology, ModelConfig, NodeModel, take_by_topology
+from exporter.sources.topology import read_sysfs_topology
+from reconciler.allocator import (
+    CPUTopology,
+    ModelConfig,
+    NodeModel,
+    from_snapshot,
+    take_by_topology,
+)
 from reconciler.allocator.placement import PodPlacement, Rejection
 from reconciler.allocator.restart import restart
 from reconciler.allocator.take import policy_taker
@@ -139,3 +149,41 @@ def test_the_distributed_take_follows_the_same_counts() -> None:
     is the packed take."""
     take = policy_taker(OFFLINE_SIBLING, frozenset({"distribute-cpus-across-numa"}))
     assert take(OFFLINE_SIBLING, frozenset({1, 2, 3, 4, 5, 7}), 2) == {0, 4}
+
+
+# Real machines from hwloc's test suite (tests/data/hwloc): on each, the placements below
+# are the reference's (1.35.4 and 1.37.2, reserved CPUs as kubeReserved, topology policy
+# none, one pod after the other).
+ARCHIVE = Path(__file__).parents[1] / "data" / "hwloc" / "hwloc-trees.tar.xz"
+TREES = {
+    # 4 sockets of 4, 2, 2 and 4 CPUs (CPUs 2, 5, 13, 14 offline), cores of one and two
+    # threads: CPUsPerSocket 3, CPUsPerCore 12 / 7 = 1. The two one-thread cores are the
+    # kubelet's free cores, so it reserves them (counting whole cores it would take 1,9).
+    "16em64t-4s2c2t-offlines": (2, [(2, {1, 9}), (4, {0, 4, 8, 12})], {6, 10}),
+    # A hybrid CPU: 6 P-cores of two threads, 8 E-cores of one: CPUsPerCore 20 / 14 = 1. The
+    # last pod takes P-core {2,3} whole, CPU 2 the previous pod's.
+    "20em64t-hybrid-1p6c2t+2ca4co1t": (1, [(4, {13, 14, 15, 16}), (5, {0, 1, 17, 18, 19}),
+                                           (1, {2}), (2, {2, 3})], {12}),
+}
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hwloc")
+    with tarfile.open(ARCHIVE) as tar:
+        members = [m for m in tar.getmembers()
+                   if len(Path(m.name).parts) > 1 and Path(m.name).parts[1] in TREES]
+        tar.extractall(root, members=members, filter="data")
+    return root / "hwloc-trees"
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_real_machines_with_cpus_offline(trees: Path, name: str) -> None:
+    reserved_cpus, pods, reserved = TREES[name]
+    topo = from_snapshot(read_sysfs_topology(trees / name / "sys", goarch="amd64"))
+    model = NodeModel(topo, ModelConfig(cpu_policy="static", topology_policy="none",
+                                        reserved_cpu_m=reserved_cpus * 1000))
+    assert model.reserved == reserved
+    for i, (cpus, want) in enumerate(pods):
+        placed = model.admit(_pod(i, cpus))
+        assert isinstance(placed, PodPlacement) and placed.exclusive == want, i
