@@ -33,7 +33,7 @@ def with_offline_cpus(case: Case, version: str, seed: int) -> Case:
     """The case, on a share of seeds with some of its machine's CPUs offline; a reserved
     set loses the CPUs that went offline (a reserved CPU count stands in when none is
     left)."""
-    rng = random.Random(f"{version}:{seed}:offline-cpus")
+    rng = _stream(version, seed)
     if rng.random() >= SHARE:
         return case
     topo = offline(rng, case.topo, rng.choice(KINDS))
@@ -45,6 +45,15 @@ def with_offline_cpus(case: Case, version: str, seed: int) -> Case:
         config = replace(config, reserved_cpus=kept or None,
                          reserved_cpu_m=config.reserved_cpu_m if kept else 1000)
     return replace(case, topo=topo, config=config)
+
+
+def drawn(version: str, seed: int) -> bool:
+    """Whether the seed's machine is one with CPUs offline (when it has any to take)."""
+    return _stream(version, seed).random() < SHARE
+
+
+def _stream(version: str, seed: int) -> random.Random:
+    return random.Random(f"{version}:{seed}:offline-cpus")
 
 
 def offline(rng: random.Random, topo: CPUTopology, kind: str) -> CPUTopology:
