@@ -84,8 +84,8 @@ class NodeCore:
         self._mask_sockets: dict[frozenset[int], frozenset[int]] = {}
         self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
                                  for n, cpus in topo.numa_cpus.items()}
-        if "align-by-socket" in self.config.options \
-                and len(topo.socket_cpus) > len(topo.numa_cpus):
+        counts = topo.kubelet_counts  # the kubelet compares its counts, not the rows
+        if "align-by-socket" in self.config.options and counts.sockets > counts.numa_nodes:
             raise ModelError("align-by-socket is not compatible with hardware where number of "
                              "sockets are more than number of NUMA nodes")
         # full-pcpus-only never hands out a thread whose sibling is reserved.

@@ -19,6 +19,7 @@ from exporter.sources.topology import read_sysfs_topology
 from reconciler.allocator import (
     CPUTopology,
     ModelConfig,
+    ModelError,
     NodeModel,
     from_snapshot,
     take_by_topology,
@@ -165,6 +166,9 @@ TREES = {
     "20em64t-hybrid-1p6c2t+2ca4co1t": (1, [(4, {13, 14, 15, 16}), (5, {0, 1, 17, 18, 19}),
                                            (1, {2}), (2, {2, 3})], {12}),
 }
+# CPU 0 and its node offline: the CPUs left are on one socket, but cAdvisor counts the
+# packages of /proc/cpuinfo, so NumSockets is 2 beside one NUMA node.
+OFFLINE_NODE0 = "offline-cpu0-node0"
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +176,8 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("hwloc")
     with tarfile.open(ARCHIVE) as tar:
         members = [m for m in tar.getmembers()
-                   if len(Path(m.name).parts) > 1 and Path(m.name).parts[1] in TREES]
+                   if len(Path(m.name).parts) > 1
+                   and Path(m.name).parts[1] in {*TREES, OFFLINE_NODE0}]
         tar.extractall(root, members=members, filter="data")
     return root / "hwloc-trees"
 
@@ -187,3 +192,15 @@ def test_real_machines_with_cpus_offline(trees: Path, name: str) -> None:
     for i, (cpus, want) in enumerate(pods):
         placed = model.admit(_pod(i, cpus))
         assert isinstance(placed, PodPlacement) and placed.exclusive == want, i
+
+
+def test_align_by_socket_is_checked_against_the_kubelets_counts(trees: Path) -> None:
+    """policy_options.go (v1.35.4-v1.37.2) ValidateStaticPolicyOptions refuses align-by-socket
+    when ``topology.NumSockets > topology.NumNUMANodes``: its counts, 2 and 1 here, though
+    every CPU left is on one socket of one node."""
+    topo = from_snapshot(read_sysfs_topology(trees / OFFLINE_NODE0 / "sys", goarch="amd64"))
+    assert len(topo.socket_cpus) == 1 and topo.kubelet_counts.sockets == 2
+    config = ModelConfig(cpu_policy="static", topology_policy="none", reserved_cpu_m=1000,
+                         options=frozenset({"align-by-socket"}))
+    with pytest.raises(ModelError, match="align-by-socket is not compatible"):
+        NodeModel(topo, config)
