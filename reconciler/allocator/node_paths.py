@@ -334,7 +334,10 @@ class NodePaths(NodeHints):
             if not n:
                 continue
             # AllocatePod holds the block to full-pcpus-only, not the slices carved from it.
-            got = self._take(inside | reusable, n, None, f"container {c.name}", smt=False)
+            # The pool is the block less what is taken: an init container's CPUs the
+            # kubelet claimed outside the block (a core taken whole) are not in it again.
+            got = self._take(inside | (reusable & block), n, None, f"container {c.name}",
+                             smt=False)
             inside -= got
             reusable -= got
             if ordinary_init:
