@@ -212,8 +212,6 @@ class NodeCore:
         pool = frozenset(pool)
         if smt:
             self._check_smt(pool if default is None else frozenset(default), n, what)
-        if n > len(pool):
-            raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
         if hint is not None and "align-by-socket" in self.config.options:
             # The hinted NUMA nodes widen to their whole sockets.

@@ -495,8 +495,9 @@ def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,
     nodes first (with ``taker``, packed by default), the rest from anywhere."""
     take = taker or take_by_topology
     pool = frozenset(available)
-    if n > len(pool):
-        return None
+    # No count up front, as allocateCPUs has none: the hinted take can claim a core or a
+    # socket whole with CPUs outside the pool, and what is left may then be enough
+    # (docs/design.md#allocator). The second take fails when it is not.
     first: frozenset[int] = frozenset()
     if numa_hint is not None:
         aligned = pool & topo.cpus_of_numa(numa_hint)
