@@ -213,7 +213,8 @@ class NodeModel(NodePaths):
             return None
         for c in placement.containers:
             self._admitted.pop((namespace, name, c.name), None)
-        self.give_back(placement.held)
+        # A pod block goes back whole, and only the block (RemoveContainer's pod-level arm).
+        self.give_back(placement.block or placement.held)
         entries = dict(placement.mem_entries)
         self.release_memory(entries, placement.block_memory,
                             [c.name for c in (*placement.spec.init_containers,

@@ -148,7 +148,9 @@ class NodeCore:
         held: set[int] = set(self._unaccounted).union(*self.checkpointed.values(),
                                                       *self.orphan_blocks.values())
         for p in self.pods.values():
-            held |= p.held
+            # A pod block's slices are carved inside the block and leave the default set
+            # alone, a CPU one claimed outside it included (docs/design.md#allocator).
+            held |= p.block or p.held
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
             base = (base - self.reserved) | self._default_reserved
