@@ -152,6 +152,89 @@ def test_the_distributed_take_follows_the_same_counts() -> None:
     assert take(OFFLINE_SIBLING, frozenset({1, 2, 3, 4, 5, 7}), 2) == {0, 4}
 
 
+# Two NUMA nodes: {0,4} {1} (CPU 5 offline) and {2,6} {3,7}: CPUsPerCore 7 / 4 = 1.
+TWO_NODES = CPUTopology(cpus=tuple(CPUInfo(c, core, 0, numa) for c, core, numa in (
+    (0, 0, 0), (1, 1, 0), (4, 0, 0), (2, 2, 1), (6, 2, 1), (3, 3, 1), (7, 3, 1))),
+    memory=((0, 8 * GiB), (1, 8 * GiB)))
+# One NUMA node, cores {0,3} {2,5} {4}: CPUsPerCore 5 / 3 = 1.
+FIVE = _machine([(0, 0, 0, 0), (2, 2, 0, 0), (3, 0, 0, 0), (4, 4, 0, 0), (5, 2, 0, 0)])
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_a_hinted_take_can_give_more_cpus_than_were_free(version: str) -> None:
+    """allocateCPUs counts nothing before its takes: with 3 CPUs free (3, 6, 7) the hinted
+    take of node 1 claims core {2,6} whole (2 is p3's) and a 4-CPU pod is admitted."""
+    model = NodeModel(TWO_NODES, ModelConfig(
+        cpu_policy="static", memory_policy="None", topology_policy="best-effort",
+        reserved_cpus=frozenset({0}), kubelet_version=version))
+    for i, want in enumerate(({1}, {4}, {2})):
+        placed = model.admit(_pod(i, 1))
+        assert isinstance(placed, PodPlacement) and placed.exclusive == want
+    assert model.free == {3, 6, 7}
+    placed = model.admit(_pod(3, 4))
+    assert isinstance(placed, PodPlacement) and placed.exclusive == {2, 3, 6, 7}
+    assert model.default_set == {0}
+
+
+def _pod_level(version: str, *options: str) -> NodeModel:
+    return NodeModel(FIVE, ModelConfig(
+        cpu_policy="static", memory_policy="None", topology_policy="best-effort",
+        scope="pod", pod_level=True, reserved_cpus=frozenset({0}), kubelet_version=version,
+        options=frozenset(options)))
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_a_pod_blocks_slice_claimed_outside_the_block_stays_in_the_default_set(
+        version: str) -> None:
+    """With prefer-align-cpus-by-uncorecache the block is the cache's free cores, 2-5. The
+    slice of app0 takes core {0,3} whole, 0 reserved and outside the block: the kubelet
+    carves slices inside the block and leaves the default set alone, so 0 stays in it."""
+    model = _pod_level(version, "prefer-align-cpus-by-uncorecache")
+    pod = PodSpec("ns", "p", "uid-p", (ContainerSpec("app0", _g(2)),), (), _g(4))
+    placed = model.admit(pod)
+    assert isinstance(placed, PodPlacement)
+    assert placed.block == {2, 3, 4, 5} and placed.containers[0].exclusive == {0, 3}
+    assert model.default_set == {0}
+    model.release("ns", "p")
+    assert model.default_set == {0, 2, 3, 4, 5} and model.free == {2, 3, 4, 5}
+
+
+@pytest.mark.parametrize("version", ["1.36", "1.37"])
+def test_a_later_slice_takes_from_the_block_not_from_an_init_slice_outside_it(
+        version: str) -> None:
+    """init0's slice is core {2,5} (5 outside the block); app0's pool is the block again,
+    0, 2, 3, 4, where core {2,5} has one CPU and counts whole. Taking from the block and
+    init0's slice (5 too) gives 0,4."""
+    model = _pod_level(version)
+    pod = PodSpec("ns", "p", "uid-p", (ContainerSpec("app0", _g(2)), ContainerSpec("app1")),
+                  (ContainerSpec("init0", _g(2), init=True),), _g(4))
+    placed = model.admit(pod)
+    assert isinstance(placed, PodPlacement)
+    assert dict(placed.init_slices) == {"init0": {2, 5}}
+    assert {c.name: c.cpus for c in placed.containers} == {"app0": {2, 5},
+                                                           "app1": {0, 3, 4}}
+
+
+def test_a_restart_names_either_entry_that_overlaps_the_default_set() -> None:
+    """p1's init container i0 and its app a0 (reusing i0's CPUs) hold 0,4; p3 claims core
+    {0,4} whole, and when p3 goes 0 and 4 are back in the default set. validateState walks
+    Go maps: the reference named i0 in 4 of 6 runs (1.35.4, 1.37.2) and a0 in the others."""
+    model = _model(OFFLINE_SIBLING, {7}, version="1.37")
+    p0 = _pod(0, 2, 1)
+    p1 = PodSpec("ns", "p1", "uid-1", (ContainerSpec("a0", _g(2)), ContainerSpec("a1", _g(2))),
+                 (ContainerSpec("i0", _g(2), init=True),))
+    p3 = _pod(3, 1, 2)
+    for pod in (p0, p1):
+        assert isinstance(model.admit(pod), PodPlacement)
+    model.release("ns", "p0")
+    assert isinstance(model.admit(p3), PodPlacement)
+    model.release("ns", "p3")
+    result = restart(model, "1.37")
+    assert {result.error, result.may_fail} == {
+        f'cpu manager start: pod: uid-1, container: {name} cpuset: "0,4" overlaps with '
+        'default cpuset "0,2-4,7"' for name in ("i0", "a0")}
+
+
 # Real machines from hwloc's test suite (tests/data/hwloc): on each, the placements below
 # are the reference's (1.35.4 and 1.37.2, reserved CPUs as kubeReserved, topology policy
 # none, one pod after the other).
