@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import reference_budget, reference_cpu, reference_devices
+from bench import reference_budget, reference_cpu, reference_devices, reference_machines
 from bench.reference_memory import compare_memory, memory_setup, under_memory, with_memory
 from reconciler.allocator import CPUTopology, ModelConfig, ModelError, NodeModel
 from reconciler.allocator.config import EXCLUSIVE_OPTIONS
@@ -381,10 +381,8 @@ def random_distances(rng: random.Random, topo: CPUTopology
 
 def _many_numa(rng: random.Random) -> CPUTopology:
     """A machine past the topology manager's default limit: 10 or 12 NUMA nodes of 1-2
-    cores, two sockets of as many, SMT on or off. Sockets of unequal size are left out: the
-    kubelet counts a socket free when its free CPUs number NumCPUs / NumSockets
-    (``isSocketFree``), which on such a machine claims a larger socket whole while one of its
-    CPUs is in use; the model does not follow that (docs/design.md#reference)."""
+    cores, two sockets of as many, SMT on or off (some lose CPUs afterwards,
+    bench/reference_machines.py)."""
     numas = rng.choice((10, 12))
     cores, threads = rng.randint(1, 2), rng.choice((1, 2))
     total = numas * cores
@@ -400,8 +398,9 @@ def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bo
                            ) -> Case:
     """The topology manager's options, from a random stream of their own (the cases of
     earlier seeds keep their machines and pods): NUMA distances on every machine,
-    prefer-closest-numa-nodes on some, and now and then a machine of 10 or 12 NUMA nodes
-    with or without max-allowable-numa-nodes."""
+    prefer-closest-numa-nodes on some, now and then a machine of 10 or 12 NUMA nodes
+    with or without max-allowable-numa-nodes, and on a share of seeds some CPUs offline
+    (bench/reference_machines.py)."""
     rng = random.Random(f"{version}:{seed}:topology-options")
     topo = case.topo
     many = rng.random() < 0.08 and many_numa
@@ -421,7 +420,8 @@ def _with_topology_options(case: Case, version: str, seed: int, *, many_numa: bo
     # "topo is not case.topo" dropped every explicit set, the distances making a new topology).
     if many and config.reserved_cpus:
         config = replace(config, reserved_cpus=None, reserved_cpu_m=1000)
-    return replace(case, topo=topo, config=config)
+    return reference_machines.with_offline_cpus(replace(case, topo=topo, config=config),
+                                                version, seed)
 
 
 def random_case(seed: int, version: str, *, ops: int = 12, memory: bool | None = False,

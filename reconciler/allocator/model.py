@@ -133,8 +133,13 @@ class NodeModel(NodePaths):
             if placed.spec == pod:
                 return placed
             return Rejection(pod.namespace, pod.name, "a pod with this name is already placed")
+        self.grabbed = set()
         result = self.plan(pod)
         if isinstance(result, Rejection):
+            # The sweep after a refusal gives back what its containers were given: the CPUs
+            # taken from the pool were never out of it here, those claimed while in use
+            # join the default set (docs/design.md#allocator).
+            self.give_back(self.grabbed)
             self.device_picks.pop(pod.uid, None)
             if result.memory_after is not None:
                 self.mem = result.memory_after
@@ -221,7 +226,8 @@ class NodeModel(NodePaths):
             return None
         for c in placement.containers:
             self._admitted.pop((namespace, name, c.name), None)
-        self.free |= placement.held
+        # A pod block goes back whole, and only the block (RemoveContainer's pod-level arm).
+        self.give_back(placement.block or placement.held)
         entries = dict(placement.mem_entries)
         self.release_memory(entries, placement.block_memory,
                             [c.name for c in (*placement.spec.init_containers,

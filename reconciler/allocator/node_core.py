@@ -72,6 +72,9 @@ class NodeCore:
         self._default_reserved: frozenset[int] = frozenset()
         # Pod-level blocks of refused pods, kept by pod UID in the state with no container.
         self.orphan_blocks: dict[str, frozenset[int]] = {}
+        # CPUs the takes of the pod being placed claimed though they were not in the pool:
+        # a socket or core taken whole with CPUs in use (docs/design.md#allocator).
+        self.grabbed: set[int] = set()
         self._masks = MaskTable(topo.numa_nodes, self.config.max_numa_nodes)
         self._closest = self._topology_options()
         self._numa_size = {n: len(cpus) for n, cpus in topo.numa_cpus.items()}
@@ -81,8 +84,8 @@ class NodeCore:
         self._mask_sockets: dict[frozenset[int], frozenset[int]] = {}
         self._sockets_of_numa = {n: frozenset(topo.by_id[c].socket for c in cpus)
                                  for n, cpus in topo.numa_cpus.items()}
-        if "align-by-socket" in self.config.options \
-                and len(topo.socket_cpus) > len(topo.numa_cpus):
+        counts = topo.kubelet_counts  # the kubelet compares its counts, not the rows
+        if "align-by-socket" in self.config.options and counts.sockets > counts.numa_nodes:
             raise ModelError("align-by-socket is not compatible with hardware where number of "
                              "sockets are more than number of NUMA nodes")
         if self.config.memory_policy == "Static":
@@ -154,11 +157,16 @@ class NodeCore:
         held: set[int] = set(self._unaccounted).union(*self.checkpointed.values(),
                                                       *self.orphan_blocks.values())
         for p in self.pods.values():
-            held |= p.held
+            # A pod block's slices are carved inside the block and leave the default set
+            # alone, a CPU one claimed outside it included (docs/design.md#allocator).
+            held |= p.block or p.held
         base = self.topo.online
         if "strict-cpu-reservation" in self.config.options:
             base = (base - self.reserved) | self._default_reserved
-        return base - held
+        # A CPU both free and held: the kubelet took it whole with a socket or core while
+        # another container held it, and gave it back to the default set when one of the
+        # two went (docs/design.md#allocator).
+        return (base - held) | (held & self.free)
 
     def pools(self, numa: int | None = None) -> dict[str, int]:
         """Ground-truth CPU pools (docs/design.md#cpu-pools), optionally for one NUMA node.
@@ -215,8 +223,6 @@ class NodeCore:
         pool = frozenset(pool)
         if smt:
             self._check_smt(pool if default is None else frozenset(default), n, what)
-        if n > len(pool):
-            raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
         taker = policy_taker(self.topo, self.config.options, self.config.kubelet_version)
         if hint is not None and "align-by-socket" in self.config.options:
             # The hinted NUMA nodes widen to their whole sockets.
@@ -224,7 +230,17 @@ class NodeCore:
         got = take_with_hint(self.topo, pool, n, hint, taker)
         if got is None:
             raise Refused(f"{what}: {not_enough_cpus(n, len(pool))}")
+        self.grabbed |= got - pool
         return got
+
+    def give_back(self, cpus: Iterable[int]) -> None:
+        """CPUs the kubelet returns to its default set (``RemoveContainer``), whoever else
+        holds them: reserved ones too, which under strict-cpu-reservation stay there as
+        reserved CPUs in the default set."""
+        cpus = frozenset(cpus)
+        self.free |= cpus - self.reserved
+        if "strict-cpu-reservation" in self.config.options:
+            self._default_reserved |= cpus & self.reserved
 
     @property
     def mem_free(self) -> dict[int, int]:

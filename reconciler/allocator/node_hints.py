@@ -126,7 +126,12 @@ class NodeHints(NodeMemory):
         if "align-by-socket" not in self.config.options or narrowest is None:
             return hints
         # align-by-socket also prefers a mask on as few sockets as the narrowest needs.
-        per_socket = len(self.topo.numa_cpus) // len(self.topo.socket_cpus)
+        # isHintSocketAligned: NumNUMANodes / NumSockets of the kubelet's counts, integer
+        # division, none aligned when it is 0 (docs/design.md#allocator).
+        counts = self.topo.kubelet_counts
+        per_socket = counts.numa_nodes // counts.sockets if counts.sockets else 0
+        if not per_socket:
+            return hints
         min_sockets = -(-narrowest // per_socket)
         return [(m, preferred or len(self._sockets_of(m)) == min_sockets)
                 for m, preferred in hints]

@@ -328,13 +328,20 @@ class NodePaths(NodeHints):
         inside = set(block)
         reusable: set[int] = set()
         exclusive: dict[str, frozenset[int]] = {}
+        # A slice claimed outside the block never leaves the default set, so a refusal
+        # has nothing of it to give back.
+        grabbed = set(self.grabbed)
         for c, ordinary_init in in_start_order(pod):
             eligible = eligible_init(pod, c) if ordinary_init else pod.eligible(c)
             n = container_cpus(pod, c) if eligible else 0
             if not n:
                 continue
             # AllocatePod holds the block to full-pcpus-only, not the slices carved from it.
-            got = self._take(inside | reusable, n, None, f"container {c.name}", smt=False)
+            # The pool is the block less what is taken: an init container's CPUs the
+            # kubelet claimed outside the block (a core taken whole) are not in it again.
+            got = self._take(inside | (reusable & block), n, None, f"container {c.name}",
+                             smt=False)
+            self.grabbed = set(grabbed)
             inside -= got
             reusable -= got
             if ordinary_init:

@@ -57,7 +57,8 @@ class RestartResult:
     readmitted: tuple[Readmission, ...] = ()
     # The error the kubelet gives under some of Go's map orders and not under others (the
     # memory manager's start check, memory_start.py): the model starts, and the kubelet
-    # refusing so is one of its outcomes too.
+    # refusing so is one of its outcomes too. Beside an ``error``: the other entry a
+    # validateState overlap may name (overlap_errors).
     may_fail: str | None = None
 
 
@@ -69,7 +70,9 @@ def restart(model: NodeModel, kubelet: str | None = None) -> RestartResult:
     if error is None:
         error, may_fail = memory_start_error(model)
     if error is not None:
-        return RestartResult(error)
+        # Where two entries overlap the default set, the kubelet names either.
+        other = [e for e in overlap_errors(model) if e != error]
+        return RestartResult(error, may_fail=other[0] if other else None)
     version = kubelet or model.config.kubelet_version
     out: list[Readmission] = []
     # The device manager starts from its checkpoint: devices of pods gone since it was last
@@ -104,17 +107,47 @@ def _stale_devices(model: NodeModel) -> dict[str, set[str]]:
     return stale
 
 
+def _state_entries(model: NodeModel) -> dict[str, dict[str, frozenset[int]]]:
+    """The CPU manager state's entries, by pod UID and container, as far as validateState
+    needs them: each container's own CPUs (a pod shared pool's container holds the pool),
+    each ordinary init container's slice, and what else a pod holds under "*"."""
+    assignments: dict[str, dict[str, frozenset[int]]] = {}
+    for placement in model.pods.values():
+        entries = {c.name: c.cpus for c in placement.containers if c.cpus}
+        entries.update((name, cpus) for name, cpus in placement.init_slices if cpus)
+        rest = placement.held.difference(*entries.values())
+        if rest:
+            entries["*"] = rest
+        if entries:
+            assignments[placement.uid] = entries
+    for (uid, name), cpus in model.checkpointed.items():
+        assignments.setdefault(uid, {})[name] = cpus
+    return assignments
+
+
+def overlap_errors(model: NodeModel) -> tuple[str, ...]:
+    """Each error validateState may give for an entry that overlaps the default set: a CPU
+    the kubelet claimed while in use can be in both (docs/design.md#allocator), and which
+    entry it names first is Go's map order."""
+    if not model.config.static:
+        return ()
+    strict = "strict-cpu-reservation" in model.config.options
+    out = []
+    for uid, entries in _state_entries(model).items():
+        for name, cpus in entries.items():
+            if cpus & model.default_set:
+                _, error = validate_state(model.topo, model.reserved, model.default_set,
+                                          {uid: {name: cpus}}, strict=strict)
+                out.append(f"cpu manager start: {error}")
+    return tuple(out)
+
+
 def start_error(model: NodeModel) -> str | None:
     """``validateState`` of the static policy on the model's state, or ``None`` when it
     passes, in which case the model takes the default set the kubelet starts with."""
     if not model.config.static:
         return None
-    assignments: dict[str, dict[str, frozenset[int]]] = {}
-    for placement in model.pods.values():
-        if placement.held:
-            assignments[placement.uid] = {"*": placement.held}
-    for (uid, name), cpus in model.checkpointed.items():
-        assignments.setdefault(uid, {})[name] = cpus
+    assignments = _state_entries(model)
     strict = "strict-cpu-reservation" in model.config.options
     default, error = validate_state(model.topo, model.reserved, model.default_set,
                                     assignments, strict=strict,

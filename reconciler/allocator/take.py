@@ -47,8 +47,10 @@ class _Acc:
         # A resize keeps close to the CPUs the container keeps: units holding some of them
         # come first, and a unit counts as whole when kept plus free CPUs fill it.
         self.resize = resize
-        # NUMA nodes larger than sockets (or equal): NUMA nodes are the outer level.
-        self.numa_first = len(topo.socket_cpus) >= len(topo.numa_cpus)
+        # NUMA nodes larger than sockets (or equal): NUMA nodes are the outer level. The
+        # kubelet compares its counts (NumSockets, NumNUMANodes), not the rows.
+        counts = topo.kubelet_counts
+        self.numa_first = counts.sockets >= counts.numa_nodes
 
     def take(self, cpus: Iterable[int]) -> None:
         got = set(cpus)
@@ -99,13 +101,26 @@ class _Acc:
             return self._inner(self.sockets(), topo.socket_cpus, topo.core_cpus, _CORE)
         return self._inner(self.numas(), topo.numa_cpus, topo.core_cpus, _CORE)
 
-    def take_whole(self, order: list[int], units: dict[int, frozenset[int]]) -> None:
+    def take_whole(self, order: list[int], units: dict[int, frozenset[int]],
+                   per_unit: int | None = None) -> None:
+        """Each unit of ``order`` that is free, taken whole while a whole one is needed.
+        Free is every CPU of the unit free, or with ``per_unit`` (sockets and cores: the
+        kubelet's ``isSocketFree`` and ``isCoreFree``) exactly ``per_unit`` CPUs free, the
+        machine's average, and then the unit is taken with all its CPUs, busy ones
+        included: on a machine of unequal sockets or cores the kubelet claims a larger
+        unit with CPUs in use and never a smaller one (docs/design.md#allocator)."""
         for uid in order:
             cpus = units[uid]
             free = cpus & self.free
-            kept = len(cpus & self.result) if self.resize else 0
-            if kept + len(free) == len(cpus) and self.need >= len(free):
-                self.take(free)
+            if self.resize:
+                if len(cpus & self.result) + len(free) == len(cpus) \
+                        and self.need >= len(free):
+                    self.take(free)
+            elif per_unit is not None:
+                if len(free) == per_unit and self.need >= len(cpus):
+                    self.take(cpus)
+            elif len(free) == len(cpus) and self.need >= len(cpus):
+                self.take(cpus)
 
     def take_single(self) -> None:
         for core in self.cores():
@@ -202,17 +217,18 @@ def take_by_topology(topo: CPUTopology, available: Iterable[int], n: int, *,
 
 def _take_levels(acc: _Acc, spread: bool, uncore: bool = False) -> frozenset[int] | None:
     topo = acc.topo
-    levels = [(acc.numas, topo.numa_cpus), (acc.sockets, topo.socket_cpus)]
+    levels = [(acc.numas, topo.numa_cpus, None),
+              (acc.sockets, topo.socket_cpus, topo.cpus_per_socket)]
     if not acc.numa_first:
         levels.reverse()
-    for order, units in levels:
-        acc.take_whole(order(), units)
+    for order, units, per_unit in levels:
+        acc.take_whole(order(), units, per_unit)
     if uncore and acc.need > 0:
         acc.take_uncore()
     if spread:
         acc.take_spread()
     else:
-        acc.take_whole(acc.cores(), topo.core_cpus)
+        acc.take_whole(acc.cores(), topo.core_cpus, topo.threads_per_core)
         acc.take_single()
     return frozenset(acc.result) if acc.need == 0 else None
 
@@ -479,8 +495,9 @@ def take_with_hint(topo: CPUTopology, available: Iterable[int], n: int,
     nodes first (with ``taker``, packed by default), the rest from anywhere."""
     take = taker or take_by_topology
     pool = frozenset(available)
-    if n > len(pool):
-        return None
+    # No count up front, as allocateCPUs has none: the hinted take can claim a core or a
+    # socket whole with CPUs outside the pool, and what is left may then be enough
+    # (docs/design.md#allocator). The second take fails when it is not.
     first: frozenset[int] = frozenset()
     if numa_hint is not None:
         aligned = pool & topo.cpus_of_numa(numa_hint)

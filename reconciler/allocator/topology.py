@@ -97,6 +97,13 @@ class CPUTopology:
         return max(1, counts.cpus // counts.cores) if counts.cores else 1
 
     @property
+    def cpus_per_socket(self) -> int:
+        """The kubelet's ``CPUsPerSocket``: NumCPUs / NumSockets, integer division, which
+        is not every socket's size where sockets differ (docs/design.md#allocator)."""
+        counts = self.kubelet_counts
+        return counts.cpus // counts.sockets if counts.sockets else 0
+
+    @property
     def cpus_per_uncore(self) -> int:
         """The kubelet's ``CPUsPerUncore``: NumCPUs / NumUncoreCache."""
         counts = self.kubelet_counts
