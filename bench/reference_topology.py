@@ -166,7 +166,6 @@ def random_raw(rng: random.Random) -> tuple[list[list[RawCore]], int]:
 def _break(rng: random.Random, how: str, nodes: list[list[RawCore]], ids: list[int],
            counts: list[int]) -> None:
     """Break the machine info in place (``counts`` is [NumCores, NumSockets])."""
-    cores = [(n, i) for n, node in enumerate(nodes) for i in range(len(node))]
     if how == "no_cpu_count":
         counts[0] = 0
     elif how == "no_sockets":
@@ -179,19 +178,6 @@ def _break(rng: random.Random, how: str, nodes: list[list[RawCore]], ids: list[i
         nodes.clear()
     elif how == "node_without_cores" and nodes:
         nodes.insert(rng.randrange(len(nodes) + 1), [])
-    elif how in ("core_without_threads", "thread_twice_in_core") and cores:
-        n, i = rng.choice(cores)
-        core = nodes[n][i]
-        threads = () if how == "core_without_threads" else (
-            *core.threads, rng.choice(core.threads))
-        nodes[n][i] = core._replace(threads=threads)
-    elif how == "thread_on_two_cores" and len(cores) > 1:
-        (n1, i1), (n2, i2) = rng.sample(cores, 2)
-        stolen = rng.choice(nodes[n1][i1].threads)
-        core = nodes[n2][i2]
-        at = rng.randrange(len(core.threads) + 1)
-        nodes[n2][i2] = core._replace(threads=(*core.threads[:at], stolen,
-                                               *core.threads[at:]))
     elif how == "node_ids_gap" and ids:
         at = rng.randrange(len(ids))
         ids[at:] = [i + rng.randint(1, 3) for i in ids[at:]]
@@ -202,6 +188,28 @@ def _break(rng: random.Random, how: str, nodes: list[list[RawCore]], ids: list[i
         shift = rng.randint(1, 3)
         for node in nodes:
             node[:] = [c._replace(socket=c.socket + shift if c.socket else 0) for c in node]
+    else:
+        _break_cores(rng, how, nodes)
+
+
+def _break_cores(rng: random.Random, how: str, nodes: list[list[RawCore]]) -> None:
+    """The breakages of one core's threads; none where no core has a thread left."""
+    cores = [(n, i) for n, node in enumerate(nodes) for i, c in enumerate(node) if c.threads]
+    if not cores:
+        return
+    n, i = rng.choice(cores)
+    core = nodes[n][i]
+    if how == "core_without_threads":
+        nodes[n][i] = core._replace(threads=())
+    elif how == "thread_twice_in_core":
+        nodes[n][i] = core._replace(threads=(*core.threads, rng.choice(core.threads)))
+    elif how == "thread_on_two_cores":
+        n2, i2 = rng.choice([(a, b) for a, node in enumerate(nodes)
+                             for b in range(len(node)) if (a, b) != (n, i)] or [(n, i)])
+        other = nodes[n2][i2]
+        at = rng.randrange(len(other.threads) + 1)
+        nodes[n2][i2] = other._replace(threads=(*other.threads[:at],
+                                                rng.choice(core.threads), *other.threads[at:]))
 
 
 def random_machine(rng: random.Random) -> Machine:
