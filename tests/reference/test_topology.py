@@ -5,7 +5,9 @@ and the model's side without Go; then random machines through both."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from bench.reference_topology import (
     model_topology,
     run_topology,
 )
+from exporter.cli import main
 from reconciler.allocator import TopologyError
 from reconciler.kubelet_topology import DiscoverError, RawCore, RawNode
 
@@ -74,6 +77,31 @@ def test_the_model_reads_the_machine_as_the_kubelet(name: str, machine: Machine,
 def test_a_topology_with_fewer_cpus_than_cores_is_refused_with_the_reason() -> None:
     with pytest.raises(TopologyError, match=r"1 CPUs on 2 cores: the kubelet's CPUsPerCore"):
         model_topology(TABLE[-1][1])
+
+
+@pytest.mark.parametrize(("counts", "words"), [
+    ({"cpus": 1, "cores": 2}, "1 CPUs on 2 cores: the kubelet's CPUsPerCore"),
+    (None, "a topology needs at least one CPU"),
+])
+def test_a_topology_file_the_model_refuses_is_one_line(
+        counts: dict[str, int] | None, words: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A recorded topology.json with such counts, or with no CPU the kubelet reads, is an
+    operator's file: one line, no traceback."""
+    cpus = [{"id": c, "core": c, "socket": 0, "numa_node": 0} for c in range(2)]
+    body: dict[str, object] = {"cpus": cpus, "memory": [{"numa_node": 0, "bytes": 2**33}]}
+    if counts is None:
+        body = {"cpus": [], "kernel": {"online": "0-1", "numa_nodes": [0]}}
+    else:
+        body["counts"] = {"sockets": 1, "numa_nodes": 1, "uncore_caches": 1, **counts}
+    topo = tmp_path / "topology.json"
+    topo.write_text(json.dumps(body))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+                   "  - {name: c, image: x, resources: {limits: {cpu: '1', memory: 1Gi}}}\n")
+    assert main(["plan", "-f", str(pod), "--topology", str(topo)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
