@@ -17,8 +17,9 @@ workload), each from a seed of its own, into one set of counters. The same proce
 meets ``--options`` random kubelet configurations, good and bad
 (bench/reference_options.py), and ``--memory-options`` random memory-manager
 configurations (bench/reference_memory_options.py), whose refusals count too: the memory
-manager's ``NewManager`` and reservation checks are reached only there.
-``--memory`` or ``--devices`` alone runs that one mix; a
+manager's ``NewManager`` and reservation checks are reached only there; and ``--topology``
+random machine descriptions, healthy and broken, through ``topology.Discover``
+(bench/reference_topology.py). ``--memory`` or ``--devices`` alone runs that one mix; a
 ``--covdir`` kept from an earlier run adds this run's counters to its own.
 """
 
@@ -48,6 +49,7 @@ from bench.reference import (
 )
 from bench.reference_memory_options import run_memory_options, summary
 from bench.reference_options import run_options
+from bench.reference_topology import run_topology
 
 # Files whose own figure the issue's acceptance names, beside the packages.
 FILES = ("cm/memorymanager/policy_static.go", "cm/memorymanager/memory_manager.go",
@@ -186,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also run N random memory-manager configurations, good and bad "
                              "(python -m bench.reference_memory_options; default 1000, 0 for "
                              "none)")
+    parser.add_argument("--topology", type=int, default=1000, metavar="N",
+                        help="also run N random machine descriptions, healthy and broken, "
+                             "through Discover (python -m bench.reference_topology; default "
+                             "1000, 0 for none)")
     parser.add_argument("--covdir", type=Path, default=None,
                         help="keep the coverage counters in this directory (default: a "
                              "temporary one)")
@@ -210,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 run_options(args.version, args.seed, args.options, ref))
             memory_options = list(run_memory_options(args.version, args.seed,
                                                      args.memory_options, ref))
+            topology_agree = sum(machine.agrees for machine in
+                                 run_topology(args.version, args.seed, args.topology, ref))
         packages = package_percent(go, covdir)
         files = file_percent(go, covdir)
         which = ", ".join(f"{name} from seed {args.seed + mixes[name][2]}" for name in mixes)
@@ -243,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"disagreement: {line}")
     if args.options:
         print(f"options {args.version}: {options_agree}/{args.options} agree")
+    if args.topology:
+        print(f"topology {args.version}: {topology_agree}/{args.topology} agree")
     if memory_options:
         for line in summary(memory_options):
             print(f"  memory options, {line}")

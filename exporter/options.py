@@ -458,7 +458,10 @@ class ModelOptions(FlagGroup):
                 raise UserError(f"--topology {self.topology}: no such file; a modelled node's "
                                 "shape is --topology.shape SOCKETSxCORESxTHREADS (e.g. 2x8x2)")
 
-            return from_snapshot(load_topology_file(self.topology))
+            try:
+                return from_snapshot(load_topology_file(self.topology))
+            except TopologyError as exc:
+                raise UserError(f"--topology {self.topology}: {exc}") from None
         return None
 
     @property

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from reconciler import kubelet_topology
-from reconciler.kubelet_topology import core_groups, kubelet_identity, uncore_of
+from reconciler.kubelet_topology import core_groups, uncore_of
 from reconciler.snapshot import CPUInfo, Topology, TopologyCounts
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -74,6 +74,15 @@ class CPUTopology:
         for cpu_id, cache in self.uncore_of.items():
             caches.setdefault(cache, set()).add(cpu_id)
         self.uncore_cpus.update({k: frozenset(v) for k, v in sorted(caches.items())})
+        counts = self.kubelet_counts
+        if counts.cores < 1 or counts.cpus < counts.cores:
+            # The kubelet's Discover takes such a machine info (cAdvisor never gives one:
+            # every core it reads has a thread), but CPUsPerCore is then 0 and its static
+            # policy divides by it: full-pcpus-only and uncore-cache admissions panic
+            # (docs/design.md#topology). The model does not follow it there.
+            raise TopologyError(
+                f"{counts.cpus} CPUs on {counts.cores} cores: the kubelet's CPUsPerCore "
+                "(NumCPUs / NumCores) would be 0, and its static policy divides by it")
 
     @property
     def online(self) -> frozenset[int]:
@@ -92,14 +101,15 @@ class CPUTopology:
     @property
     def threads_per_core(self) -> int:
         """The kubelet's ``CPUsPerCore``: NumCPUs / NumCores, integer division (1 on a
-        hybrid machine whose E-cores have one thread), at least 1."""
+        hybrid machine whose E-cores have one thread); at least 1, as a topology with
+        fewer CPUs than cores is refused."""
         counts = self.kubelet_counts
-        return max(1, counts.cpus // counts.cores) if counts.cores else 1
+        return counts.cpus // counts.cores
 
     @property
     def cpus_per_socket(self) -> int:
-        """The kubelet's ``CPUsPerSocket``: NumCPUs / NumSockets, integer division, which
-        is not every socket's size where sockets differ (docs/design.md#allocator)."""
+        """The kubelet's ``CPUsPerSocket``: NumCPUs / NumSockets, 0 without sockets; a
+        socket whose free CPUs number this many is free to it (``isSocketFree``)."""
         counts = self.kubelet_counts
         return counts.cpus // counts.sockets if counts.sockets else 0
 
@@ -170,8 +180,10 @@ class CPUTopology:
 
 def from_snapshot(topology: Topology) -> CPUTopology:
     """The model's topology. A CPU whose uncore cache is unknown is in its socket's, the
-    kubelet's ``getUncoreCacheID`` where a core has no uncore cache."""
-    rows = sorted(kubelet_identity(topology.cpus), key=lambda c: c.id)
+    kubelet's ``getUncoreCacheID`` where a core has no uncore cache. The rows carry the
+    kubelet's core identity already (every snapshot topology is built so): grouping them
+    again would move a CPU that two cores list away from the core Discover gave it."""
+    rows = sorted(topology.cpus, key=lambda c: c.id)
     cpus = tuple(replace(c, uncore=None) for c in rows)
     uncore = tuple((c.id, uncore_of(c)) for c in rows)
     return CPUTopology(cpus=cpus, memory=topology.memory, uncore=uncore,

@@ -14,6 +14,8 @@
 //	state    the managers' state, the default CPU set and the checkpoint files' bytes
 //	reconcile the CPU manager's reconcile loop with the given pod statuses (reconcile.go)
 //	serve    the PodResources v1 server on a unix socket, backed by these managers
+//	topology topology.Discover on a machine description, and the facts it derives
+//	         (topology_facts.go); needs no node
 //
 // What is faked, because it needs a container runtime or an API server (see fakes.go): the
 // pod lister (the pods admitted here), the runtime (UpdateContainerResources does nothing),
@@ -37,6 +39,7 @@ type request struct {
 	Socket    string          `json:"socket,omitempty"`
 	// reconcile: each pod's container states, by pod UID then container name (reconcile.go).
 	Statuses map[string]map[string]string `json:"statuses,omitempty"`
+	Machine  *machineRequest              `json:"machine,omitempty"`
 }
 
 type cpuInfo struct {
@@ -85,6 +88,8 @@ type response struct {
 	Readmitted []readmission `json:"readmitted,omitempty"`
 	// After a reconcile: the cpuset each container runs on.
 	Reconciled *reconcileReport `json:"reconciled,omitempty"`
+	// After a topology op: what Discover made of the machine.
+	Topology *topologyFacts `json:"topology,omitempty"`
 }
 
 func main() {
@@ -117,6 +122,13 @@ func main() {
 func handle(np **node, req *request) response {
 	if req.Op == "version" {
 		return response{OK: true, Version: kubeletVersion}
+	}
+	if req.Op == "topology" {
+		facts, err := discoverFacts(req.Machine)
+		if err != nil {
+			return response{Error: err.Error()}
+		}
+		return response{OK: facts.Error == "", Topology: facts}
 	}
 	if req.Op == "setup" {
 		if *np != nil {
