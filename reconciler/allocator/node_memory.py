@@ -73,6 +73,11 @@ class NodeMemory(NodeCore):
                 apps[t] = apps.get(t, 0) + q
         return {t: max(q + sidecars.get(t, 0), init_peak.get(t, 0)) for t, q in apps.items()}
 
+    def _asked(self, requested: dict[str, int], pod: PodSpec) -> int:
+        """The bytes of memory the memory manager is a provider for (0: it gives none)."""
+        return 0 if self._skipped(pod) else requested.get("memory", 0) or \
+            sum(requested.values())
+
     def _skipped(self, pod: PodSpec) -> bool:
         """No memory manager work at all: policy None, not Guaranteed, or pod-level
         resources the kubelet's gates do not let it manage."""

@@ -165,11 +165,6 @@ class NodePaths(NodeHints):
             self._take_devices(work, c, merged[0], ordinary_init, slices, pod)
         return with_devices(placement, slices.devices, slices.device_errors)
 
-    def _asked(self, requested: dict[str, int], pod: PodSpec) -> int:
-        """The bytes of memory the memory manager is a provider for (0: it gives none)."""
-        return 0 if self._skipped(pod) else requested.get("memory", 0) or \
-            sum(requested.values())
-
     def _legacy(self, pod: PodSpec, work: Work) -> PodPlacement:
         """Per-container exclusive CPUs from the node pool; init-container CPUs are reused,
         and those no later container reused stay held by the pod."""
