@@ -119,8 +119,10 @@ func handle(np **node, req *request) response {
 		return response{OK: true, Version: kubeletVersion}
 	}
 	if req.Op == "setup" {
-		if *np != nil {
-			(*np).close()
+		if old := *np; old != nil {
+			old.mu.Lock()
+			old.close()
+			old.mu.Unlock()
 			*np = nil
 		}
 		if req.Setup == nil {
@@ -137,6 +139,8 @@ func handle(np **node, req *request) response {
 	if n == nil {
 		return response{Error: fmt.Sprintf("%s: no node: send a setup first", req.Op)}
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	switch req.Op {
 	case "admit":
 		reason, msg, err := n.admit(req.Pod)
