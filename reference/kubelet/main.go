@@ -18,7 +18,12 @@
 // What is faked, because it needs a container runtime or an API server (see fakes.go): the
 // pod lister (the pods admitted here), the runtime (UpdateContainerResources does nothing),
 // the pod status provider (no status: the reconcile loop skips every container), sources
-// ready (always), container IDs ("<pod uid>/<container name>").
+// ready (once the node has started), container IDs ("<pod uid>/<container name>").
+//
+// One request runs at a time, and a start (setup, restart) answers only once what the
+// managers run on goroutines of their own is done (docs/design.md#reference): the CPU
+// manager's first reconcile pass (fakes.go) and the device manager's checkpoint of each
+// plugin's device list (devicewait.go).
 package main
 
 import (
