@@ -5,8 +5,8 @@ kubelet's managers runs beside the script's requests.
 The fault the first test guards against was one workload in 3,000 to 4,000: after a restart
 a pod's devices were gone, because the checkpoint write of a plugin's device list, snapshotted
 before the pod's allocation, landed after it. The condition behind it (an answer given while
-such a write is still on its way) is seen at every setup with devices: without the wait, about
-half of the setups answered with a checkpoint that did not hold every list yet.
+such a write is still on its way) is seen at every setup with devices: without the wait, half or
+more of the setups answered with a checkpoint that did not hold every list yet.
 
 The second runs restart-heavy workloads on the reference built with Go's race detector
 (bench/reference_race.py), when that build is there: its first build takes minutes, so it is
