@@ -81,16 +81,16 @@ COVERED = ("podres-exporter/reference/kubelet",
            f"{KUBELET}/apis/podresources")
 
 
-def binary_path(version: str, *, cover: bool = False) -> Path:
-    return BUILD / f"kubelet-{version}{'-cover' if cover else ''}"
+def binary_path(version: str, *, cover: bool = False, race: bool = False) -> Path:
+    return BUILD / f"kubelet-{version}{'-cover' if cover else ''}{'-race' if race else ''}"
 
 
 def _sources() -> list[Path]:
     return sorted(p for p in SOURCE.iterdir() if p.suffix in (".go", ".mod", ".sum"))
 
 
-def stale(version: str, *, cover: bool = False) -> bool:
-    out = binary_path(version, cover=cover)
+def stale(version: str, *, cover: bool = False, race: bool = False) -> bool:
+    out = binary_path(version, cover=cover, race=race)
     if not out.exists():
         return True
     built = out.stat().st_mtime
@@ -102,15 +102,17 @@ def go_binary() -> str | None:
         "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
 
 
-def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
+def build(version: str, *, quiet: bool = True, cover: bool = False, race: bool = False
+          ) -> Path:
     """The reference binary for ``version``, built if missing or older than its sources
-    (``cover``: counting statements of :data:`COVERED`, a binary of its own).
+    (``cover``: counting statements of :data:`COVERED`; ``race``: with Go's race detector,
+    bench/reference_race.py; each a binary of its own).
     Raises :class:`ReferenceUnavailable` with the reason when it cannot be built."""
     if version not in VERSIONS:
         raise ReferenceUnavailable(f"unknown kubelet version {version!r} "
                                    f"(one of {', '.join(VERSIONS)})")
-    out = binary_path(version, cover=cover)
-    if not stale(version, cover=cover):
+    out = binary_path(version, cover=cover, race=race)
+    if not stale(version, cover=cover, race=race):
         return out
     go = go_binary()
     if go is None:
@@ -123,6 +125,8 @@ def build(version: str, *, quiet: bool = True, cover: bool = False) -> Path:
     cmd = [go, "build", f"-modfile={modfile}", "-ldflags=-s -w", "-o", str(out)]
     if cover:
         cmd += ["-cover", f"-coverpkg={','.join(COVERED)}"]
+    if race:
+        cmd.append("-race")
     if tag:
         cmd.append(f"-tags={tag}")
     cmd.append(".")

@@ -119,8 +119,9 @@ func validDeviceResource(r deviceResource) error {
 
 // startDevices starts the device manager as the container manager does, last, with the
 // containers known so far (all of them running but ordinary init containers, which have
-// finished), then lets every plugin register and waits until the manager lists its devices:
-// the plugins are back before the pods are admitted again.
+// finished), then lets every plugin register and waits until the manager has taken in every
+// plugin's device list and written its checkpoint of it (devicewait.go): the plugins are back
+// before the pods are admitted again, and no write of a list can land after an allocation.
 func (n *node) startDevices() error {
 	if n.devs == nil {
 		return nil
@@ -136,6 +137,11 @@ func (n *node) startDevices() error {
 			running.Insert(containerID(string(p.UID), c.Name))
 		}
 	}
+	writes, err := watchCheckpointWrites(n.devs.dir)
+	if err != nil {
+		return err
+	}
+	defer writes.close()
 	dm := n.devs.dm
 	if err := dm.Start(n.logger, devicemanager.ActivePodsFunc(n.activePods), n.fakes,
 		n.containers.Clone(), running); err != nil {
@@ -150,12 +156,11 @@ func (n *node) startDevices() error {
 			return fmt.Errorf("device plugin %s: register: %w", p.res.Name, err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !n.devicesListed() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("device plugins: the device manager did not list their devices")
-		}
-		time.Sleep(time.Millisecond)
+	if err := writes.wait(len(n.devs.plugins), time.Now().Add(startLimit)); err != nil {
+		return err
+	}
+	if !n.devicesListed() {
+		return fmt.Errorf("device plugins: the device manager does not list their devices")
 	}
 	return nil
 }

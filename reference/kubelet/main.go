@@ -20,7 +20,12 @@
 // What is faked, because it needs a container runtime or an API server (see fakes.go): the
 // pod lister (the pods admitted here), the runtime (UpdateContainerResources does nothing),
 // the pod status provider (no status: the reconcile loop skips every container), sources
-// ready (always), container IDs ("<pod uid>/<container name>").
+// ready (once the node has started), container IDs ("<pod uid>/<container name>").
+//
+// One request runs at a time, and a start (setup, restart) answers only once what the
+// managers run on goroutines of their own is done (docs/design.md#reference): the CPU
+// manager's first reconcile pass (fakes.go) and the device manager's checkpoint of each
+// plugin's device list (devicewait.go).
 package main
 
 import (
@@ -131,8 +136,10 @@ func handle(np **node, req *request) response {
 		return response{OK: facts.Error == "", Topology: facts}
 	}
 	if req.Op == "setup" {
-		if *np != nil {
-			(*np).close()
+		if old := *np; old != nil {
+			old.mu.Lock()
+			old.close()
+			old.mu.Unlock()
 			*np = nil
 		}
 		if req.Setup == nil {
@@ -149,6 +156,8 @@ func handle(np **node, req *request) response {
 	if n == nil {
 		return response{Error: fmt.Sprintf("%s: no node: send a setup first", req.Op)}
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	switch req.Op {
 	case "admit":
 		reason, msg, err := n.admit(req.Pod)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,7 +35,15 @@ import (
 // long keeps it from running again after the one pass Start makes.
 const reconcilePeriod = 24 * time.Hour
 
+// How long a start waits for what the managers do on goroutines of their own (the CPU
+// manager's first reconcile pass, the device plugins' registration): far beyond what they
+// take, so that only a reference that is broken, not one that is slow, reaches it.
+const startLimit = 20 * time.Second
+
 type node struct {
+	// Held by each request of the script while it runs, and by each call of the PodResources
+	// server that "serve" starts, which reads the node from goroutines of its own.
+	mu      sync.Mutex
 	cfg     *setupRequest
 	dir     string
 	ownDir  bool
@@ -214,10 +223,16 @@ func (n *node) start() error {
 	if n.fakes != nil {
 		n.fakes.ready.Store(false) // the managers being replaced sweep nothing any more
 	}
-	f := &fakes{n: n}
+	f := newFakes(n)
 	n.fakes = f
-	if err := cpu.Start(n.ctx, n.activePods, f, f, f, n.containers.Clone()); err != nil {
+	if err := cpu.Start(n.ctx, f.cpuActivePods, f, f, f, n.containers.Clone()); err != nil {
 		return fmt.Errorf("cpu manager start: %w", err)
+	}
+	// The none policy runs no reconcile loop (its Start returns before launching one).
+	if orDefault(cfg.CPUPolicy, "static") != "none" {
+		if err := f.pass.wait(startLimit); err != nil {
+			return err
+		}
 	}
 	if err := mem.Start(n.ctx, n.activePods, f, f, f, n.containers.Clone()); err != nil {
 		return fmt.Errorf("memory manager start: %w", err)
@@ -473,7 +488,7 @@ func (n *node) serve(socket string) error {
 	}
 	p := providers{n}
 	all := podresources.PodResourcesProviders{Pods: p, Devices: p, Cpus: p, Memory: p, DynamicResources: p}
-	s, err := listen(socket, func(g *grpc.Server) {
+	s, err := listen(socket, &n.mu, func(g *grpc.Server) {
 		podresourcesapi.RegisterPodResourcesListerServer(g, podresources.NewV1PodResourcesServer(n.ctx, all))
 	})
 	if err != nil {
