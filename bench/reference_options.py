@@ -175,16 +175,18 @@ def run_options(version: str, seed: int, count: int, ref: Reference) -> Iterator
 
 def options_main(prog: str, description: str,
                  run: Callable[[argparse.Namespace, Reference], int],
-                 argv: Sequence[str] | None = None, *, label: str = "options") -> int:
-    """The command line of a random-configuration run (this module's and
-    bench/reference_memory_options.py's): the version, first seed, count and how many
-    disagreements to print, then ``run(args, ref)`` on that version's reference, whose
-    result is the exit status; 2 when the reference cannot run."""
+                 argv: Sequence[str] | None = None, *, label: str = "options",
+                 count: int = 300, what: str = "configurations") -> int:
+    """The command line of a random run beside the differential (this module's,
+    bench/reference_memory_options.py's and bench/reference_topology.py's): the version,
+    first seed, count of random ``what`` and how many disagreements to print, then
+    ``run(args, ref)`` on that version's reference, whose result is the exit status; 2 when
+    the reference cannot run."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=300,
-                        help="random configurations (default 300)")
+    parser.add_argument("--count", type=int, default=count,
+                        help=f"random {what} (default {count})")
     parser.add_argument("--show", type=int, default=5,
                         help="disagreements to print in full (default 5)")
     args = parser.parse_args(argv)

@@ -36,13 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.reference import (
-    VERSIONS,
     Case,
     Reference,
-    ReferenceUnavailable,
     random_topology,
     setup_request,
 )
+from bench.reference_options import options_main
 from reconciler.allocator import CPUTopology, ModelConfig
 from reconciler.allocator.topology import TopologyError, from_snapshot
 from reconciler.kubelet_topology import DiscoverError, RawCore, RawNode, discover
@@ -346,35 +345,26 @@ def run_topology(version: str, seed: int, count: int, ref: Reference
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reference_topology",
-        description="Random machine descriptions, healthy and broken, through the kubelet's "
-                    "topology.Discover and through the model: the same refusal, or the same "
-                    "counts, ids and groupings (docs/design.md#reference).")
-    parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
-    parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=500,
-                        help="random machines (default 500)")
-    parser.add_argument("--show", type=int, default=5,
-                        help="disagreements to print in full (default 5)")
-    args = parser.parse_args(argv)
-    try:
-        ref = Reference(args.version)
-    except ReferenceUnavailable as exc:
-        print(f"topology {args.version}: unavailable: {exc}", file=sys.stderr)
-        return 2
+    return options_main(
+        "python -m bench.reference_topology",
+        "Random machine descriptions, healthy and broken, through the kubelet's "
+        "topology.Discover and through the model: the same refusal, or the same counts, ids "
+        "and groupings (docs/design.md#reference).", _run, argv, label="topology",
+        count=500, what="machines")
+
+
+def _run(args: argparse.Namespace, ref: Reference) -> int:
     agree = shown = 0
     kinds: Counter[str] = Counter()
-    with ref:
-        for outcome in run_topology(args.version, args.seed, args.count, ref):
-            kinds[outcome.machine.kind.partition(",")[0] or "raw"] += 1
-            if outcome.agrees:
-                agree += 1
-            elif shown < args.show:
-                shown += 1
-                print(f"disagreement (seed {outcome.seed}): {outcome.machine.describe()}")
-                for line in outcome.differences[:4]:
-                    print(f"  {line}")
+    for outcome in run_topology(args.version, args.seed, args.count, ref):
+        kinds[outcome.machine.kind.partition(",")[0] or "raw"] += 1
+        if outcome.agrees:
+            agree += 1
+        elif shown < args.show:
+            shown += 1
+            print(f"disagreement (seed {outcome.seed}): {outcome.machine.describe()}")
+            for line in outcome.differences[:4]:
+                print(f"  {line}")
     print("(" + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) + ")")
     print(f"topology {args.version}: {agree}/{args.count} agree")
     return 0 if agree == args.count else 1
