@@ -397,7 +397,7 @@ def _table(result: dict[str, Any]) -> str:
                                              ("ok" if ratio <= target else "OVER"))
         lines.append(f"{label:<24} {ms:>10.2f} {lo:>9.2f} {hi:>9.2f} {ratio:>8.2f} "
                      f"{verdict:>10}")
-    lines.append(f"cold × floor: {result['cold_ratio']:.2f} paired round by round (the "
+    lines.append(f"cold × floor: {result['cold_ratio']:.2f} minimum over minimum (the "
                  f"target's), {result['cold_ratio_of_medians']:.2f} median over median, "
                  f"{result['cold_ratio_paired']:.2f} paired round by round")
     return "\n".join(lines)
