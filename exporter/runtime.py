@@ -64,13 +64,18 @@ except (OSError, AttributeError):
 # buffer on a 1000-pod node) every block under 12 MB comes from the heap or a thread's
 # arena instead, where a freed one leaves a hole that is rarely handed back: the /pods
 # body read back for a recompute (1.2 MB), the rendered bodies. Setting the threshold
-# turns that raise off (mallopt's contract); 128 KiB is glibc's own starting value.
+# turns that raise off (mallopt's contract). It is set at 2 MiB, not glibc's starting 128
+# KiB: at 128 KiB every scrape's half-megabyte body, its copies and the transport's unsent
+# rest each took a fresh mapping, faulted in page by page, which put the plain /metrics
+# p99 at 1.3-1.8x its static twin (1.0-1.2x at 2 MiB), and the resident set was no lower
+# (docs/performance.md, "Issue 33, fourth pass"). The /pods buffers, over 2 MiB on a busy
+# node, still get mappings of their own.
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 * 1024
+MMAP_THRESHOLD = 2 * 1024 * 1024
 
 
 def fix_mmap_threshold() -> bool:
-    """Keep glibc's mmap threshold where it starts (see above); whether the platform
+    """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` (see above); whether the platform
     could. Call once, before the first large read. Elsewhere (musl, macOS) nothing is
     done: their allocators have no such threshold to move."""
     if _MALLOPT is None:

@@ -11,7 +11,7 @@ import pytest
 from foundation.helpers import REPO
 
 # In a child process, so that this one's allocator is left as it was: a 12 MB block (the
-# size of a 1000-pod /pods body) is freed, then a 1 MB one is made; prints whether the
+# size of a 1000-pod /pods body) is freed, then a 4 MB one is made; prints whether the
 # latter has a mapping of its own (unmapped when freed) or sits in the heap.
 _PROBE = """
 import ctypes, sys
@@ -20,7 +20,7 @@ if sys.argv[1] == "fixed":
     assert fix_mmap_threshold()
 big = bytearray(12 << 20)
 del big
-block = bytearray(1 << 20)
+block = bytearray(4 << 20)
 address = ctypes.addressof((ctypes.c_char * len(block)).from_buffer(block))
 for line in open("/proc/self/maps"):
     span, *rest = line.split()
@@ -39,5 +39,5 @@ def _where(mode: str) -> str:
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="glibc's mmap threshold")
 def test_a_freed_large_block_does_not_move_later_ones_into_the_heap() -> None:
-    assert _where("default") == "heap"  # glibc raised its threshold past 1 MB
+    assert _where("default") == "heap"  # glibc raised its threshold past 4 MB
     assert _where("fixed") == "own"
