@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from exporter.assemble import SourceKey, snapshot_from_raw
 from exporter.errors import SourceError
-from exporter.rawnode import Body, PackedBody, RawNode
+from exporter.rawnode import Body, PackedBody, RawNode, body_digest
 from reconciler.allocator.live import NodeState, node_state
 from reconciler.ledger import Ledger
 from reconciler.reconcile import reconcile
@@ -75,7 +75,7 @@ class LedgerByContent:
         if isinstance(pods, PackedBody):
             return pods.digest
         if pods is not self._pods_digest[0]:
-            self._pods_digest = (pods, digest(pods))
+            self._pods_digest = (pods, body_digest(pods))
         return self._pods_digest[1]
 
     async def ledger(self, raw: RawNode, key: bytes, errors: dict[SourceKey, SourceError]

@@ -26,6 +26,11 @@ from reconciler.snapshot import Topology
 CHECKPOINT_FILES = ("cpu_manager_state", "memory_manager_state")
 
 
+def body_digest(data: bytes) -> bytes:
+    """The digest a body is known by, held plain or deflated (the ledger cache's key)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
 class PackedBody:
     """A kubelet body held deflated between polls (``serve`` keeps the reduced ``/pods``
     so: ~1.2 MB on a 1000-pod node, resident for as long as it is held, against ~0.2 MB
@@ -37,7 +42,7 @@ class PackedBody:
     def __init__(self, data: bytes) -> None:
         self.packed = zlib.compress(data, 1)
         self.size = len(data)
-        self.digest = hashlib.blake2b(data, digest_size=16).digest()
+        self.digest = body_digest(data)
 
     def unpack(self) -> bytes:
         return zlib.decompress(self.packed)

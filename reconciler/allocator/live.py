@@ -140,8 +140,16 @@ def free_resources(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
     history records it for ``plan --fleet`` (:mod:`reconciler.allocator.fleet`). It reads
     the snapshot's topology, not the model's form of it: ``serve`` calls it on every
     changed ledger, and converting a 512-CPU topology takes some 4 ms."""
+    free, memory, _ = _seeds(snapshot, ledger, topo)
+    return free, memory
+
+
+def _seeds(snapshot: NodeSnapshot, ledger: Ledger, topo: Topology
+           ) -> tuple[frozenset[int], dict[int, int], tuple[tuple[int, ...], ...]]:
+    """:func:`free_resources` and the memory groups, the ledger's pooled pods found once."""
     free = frozenset(c.id for c in ledger.cpu_map if c.pool == "node_shared")
-    return free, free_memory(snapshot, topo, pooled_pods(ledger))
+    pooled = pooled_pods(ledger)
+    return free, free_memory(snapshot, topo, pooled), memory_groups(snapshot, topo, pooled)
 
 
 def node_devices(snapshot: NodeSnapshot) -> NodeDevices:
@@ -175,8 +183,7 @@ def live_node(snapshot: NodeSnapshot, ledger: Ledger, config: ModelConfig) -> Li
         raise LiveNodeError("the node's CPU topology is unknown (sysfs or --topology)")
     topo = from_snapshot(snapshot.topology)
     model = NodeModel(topo, config, node_devices(snapshot))
-    free, mem_free = free_resources(snapshot, ledger, snapshot.topology)
-    groups = memory_groups(snapshot, snapshot.topology, pooled_pods(ledger))
+    free, mem_free, groups = _seeds(snapshot, ledger, snapshot.topology)
     model.seed(free, mem_free, groups)
     used = devices_in_use(snapshot)
     model.dev_free = {name: ids - used.get(name, set()) for name, ids in model.dev_free.items()}
@@ -213,7 +220,6 @@ def node_state(snapshot: NodeSnapshot, ledger: Ledger) -> NodeState | None:
     cannot place anything there)."""
     if snapshot.topology is None or not snapshot.topology.cpus:
         return None
-    free, memory = free_resources(snapshot, ledger, snapshot.topology)
-    groups = memory_groups(snapshot, snapshot.topology, pooled_pods(ledger))
+    free, memory, groups = _seeds(snapshot, ledger, snapshot.topology)
     return NodeState(snapshot.topology, snapshot.kubelet_config, free,
                      tuple(sorted(memory.items())), memory_groups=groups)
