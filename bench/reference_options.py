@@ -190,6 +190,8 @@ def options_main(prog: str, description: str,
     parser.add_argument("--show", type=int, default=5,
                         help="disagreements to print in full (default 5)")
     args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error("--count must be at least 1")
     try:
         ref = Reference(args.version)
     except ReferenceUnavailable as exc:

@@ -138,3 +138,16 @@ def test_random_machines_agree(version: str, need_reference: Callable[[str], Non
     assert any(not any(f.cpus.values()) for f in read)
     assert any(f.per[0] == 0 and any(f.cpus.values()) for f in read)
     assert any(o.machine.topo is not None for o in outcomes)
+
+
+@pytest.mark.parametrize("module", ["bench.reference_topology", "bench.reference_options",
+                                    "bench.reference_memory_options"])
+def test_a_count_below_one_is_refused_in_one_line(
+        module: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A random run of no cases agreed "0/0" (and "0/-3") and exited 0."""
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(module).main(["--count", "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().endswith("--count must be at least 1")
