@@ -691,17 +691,15 @@ def run(version: str, seed: int, count: int, ref: Reference | None = None, *,
         yield outcome
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reference",
-        description="Run N random nodes and workloads through the real kubelet's CPU, memory "
-                    "and topology managers and through the allocator model, and compare "
-                    "them placement by placement (docs/design.md#reference).")
+def workload_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a run of random workloads (this module's and bench.reference_race's):
+    the kubelet minor, the first seed, how many workloads (refused below 1 when parsed) and
+    the memory and device mixes."""
     parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS),
                         help="kubelet minor to check against (default 1.37)")
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=100,
-                        help="random workloads to run (default 100)")
+    parser.add_argument("--count", type=at_least_one, default=100,
+                        help="random workloads to run, at least 1 (default 100)")
     parser.add_argument("--memory", action="store_true",
                         help="run every workload under the Static memory manager, with "
                              "reserved memory and hugepages per NUMA node, and compare memory "
@@ -709,6 +707,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--devices", action="store_true",
                         help="give every workload device-plugin devices (by default a share "
                              "of them has some) and compare each container's devices")
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a count of random cases, refused below 1 (a run of none would
+    print 0/0 agree and exit 0)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return count
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reference",
+        description="Run N random nodes and workloads through the real kubelet's CPU, memory "
+                    "and topology managers and through the allocator model, and compare "
+                    "them placement by placement (docs/design.md#reference).")
+    workload_flags(parser)
     parser.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT, metavar="S",
                         help="seconds the reference may take to answer one request of a "
                              "case before it is killed and restarted and the case counts as "
@@ -718,8 +737,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=5,
                         help="disagreements to print in full (default 5)")
     args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error("--count must be at least 1")
     if not args.case_timeout > 0:
         parser.error("--case-timeout must be more than 0 seconds")
     try:

@@ -28,6 +28,7 @@ from bench.reference import (
     Case,
     Reference,
     ReferenceUnavailable,
+    at_least_one,
     random_distances,
     random_topology,
     setup_request,
@@ -185,13 +186,11 @@ def options_main(prog: str, description: str,
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--version", default="1.37", choices=sorted(VERSIONS))
     parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=count,
+    parser.add_argument("--count", type=at_least_one, default=count,
                         help=f"random {what} (default {count})")
     parser.add_argument("--show", type=int, default=5,
                         help="disagreements to print in full (default 5)")
     args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error("--count must be at least 1")
     try:
         ref = Reference(args.version)
     except ReferenceUnavailable as exc:

@@ -33,6 +33,7 @@ from bench.reference import (
     build,
     random_case,
     run_case,
+    workload_flags,
 )
 from reconciler.kube import PodSpec
 
@@ -95,21 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run restart-heavy random workloads through the kubelet reference built "
                     "with Go's race detector, and print every data race it reports "
                     "(docs/design.md#reference).")
-    parser.add_argument("--version", default="1.37", choices=("1.35", "1.36", "1.37"),
-                        help="kubelet minor (default 1.37)")
-    parser.add_argument("--seed", type=int, default=1, help="first random seed (default 1)")
-    parser.add_argument("--count", type=int, default=100,
-                        help="random workloads to run (default 100)")
-    parser.add_argument("--memory", action="store_true",
-                        help="every workload under the Static memory manager (by default a "
-                             "share of them)")
-    parser.add_argument("--devices", action="store_true",
-                        help="device-plugin devices on every workload (by default a share)")
+    workload_flags(parser)
     parser.add_argument("--build-only", action="store_true",
                         help="build the race reference for --version if needed, and stop")
     args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error("--count must be at least 1")
     try:
         started = time.monotonic()
         path = build(args.version, race=True, quiet=False)

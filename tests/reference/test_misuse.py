@@ -15,7 +15,7 @@ def test_the_runner_refuses_a_bad_count(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exc:
         main(["--count", "0"])
     assert exc.value.code == 2
-    assert "--count must be at least 1" in capsys.readouterr().err
+    assert "argument --count: must be at least 1" in capsys.readouterr().err
 
 
 def test_an_unknown_version_is_named() -> None:
