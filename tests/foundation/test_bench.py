@@ -97,6 +97,13 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     # The ratios that move with the machine's load are printed beside, for information.
     assert {"cold_ratio_of_medians", "cold_ratio_paired"} <= set(result)
     assert any(line.startswith("cold × floor:") for line in lines)
+    # And over the floor whose two calls are asked at once, as the reader asks them: its
+    # own samples (three a round, as the target's floor), minimum over minimum.
+    assert result["cold_ratio_gathered_floor"] == round(
+        result["spread_ms"]["cold"][0] / result["spread_ms"]["gathered_floor"][0], 2)
+    low, high = result["spread_ms"]["gathered_floor"]
+    assert 0 < low <= result["gathered_floor_ms"] <= high
+    assert any(line.startswith("floor, calls gathered") for line in lines)
 
 
 def test_cycle_ratios_of_a_busy_machine() -> None:
