@@ -248,6 +248,13 @@ async def _cycles(options: SourceOptions, rounds: int,
             "ledger_pods": len(ledger.pods), "ledger_containers": len(ledger.containers)}
 
 
+def _decode(list_raw: bytes, alloc_raw: bytes | None) -> None:
+    """Protobuf's decode of the two PodResources answers: every floor's share of work."""
+    decode_list(list_raw)
+    if alloc_raw is not None:
+        decode_allocatable_message(alloc_raw)
+
+
 async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: Path
                   ) -> dict[str, Any]:
     socket_path = str(workdir / "kubelet.sock")
@@ -263,26 +270,20 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         async def floor_once() -> None:
             list_raw = await client.list_raw()
             alloc_raw = await client.allocatable_raw()
-            decode_list(list_raw)
-            if alloc_raw is not None:
-                decode_allocatable_message(alloc_raw)
+            _decode(list_raw, alloc_raw)
 
         async def gathered_floor_once() -> None:
             # The same two calls asked at once, as the reader asks them (exporter/fetch.py).
             list_raw, alloc_raw = await asyncio.gather(client.list_raw(),
                                                        client.allocatable_raw())
-            decode_list(list_raw)
-            if alloc_raw is not None:
-                decode_allocatable_message(alloc_raw)
+            _decode(list_raw, alloc_raw)
 
         async def kubelet_floor_once() -> None:
             assert kubelet_client is not None
             list_raw, alloc_raw, pods, configz = await asyncio.gather(
                 client.list_raw(), client.allocatable_raw(),
                 kubelet_client.fetch("/pods"), kubelet_client.fetch("/configz"))
-            decode_list(list_raw)
-            if alloc_raw is not None:
-                decode_allocatable_message(alloc_raw)
+            _decode(list_raw, alloc_raw)
             json.loads(pods)
             json.loads(configz)
 
