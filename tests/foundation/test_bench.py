@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 
 import pytest
 
-from exporter.assemble import assemble
+from exporter.assemble import assemble, snapshot_from_raw
 from exporter.sources.convert import allocatable_from_proto, pods_from_proto
 from exporter.sources.kubelet_bodies import config_from_object, pod_list_from_object
 from foundation.helpers import REPO, check_invariants
@@ -104,6 +105,32 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
     low, high = result["spread_ms"]["gathered_floor"]
     assert 0 < low <= result["gathered_floor_ms"] <= high
     assert any(line.startswith("floor, calls gathered") for line in lines)
+    # The bound: the reporting pods' own work after the gathered fetch, over the floor.
+    low, high = result["spread_ms"]["reporting_alone"]
+    assert 0 < low <= result["reporting_alone_ms"] <= high
+    assert result["cold_ratio_bound"] == round(
+        (low + result["spread_ms"]["gathered_floor"][0]) / result["spread_ms"]["floor"][0], 2)
+    assert result["reporting_pods"] == result["kinds"]["hybrid"] + result["kinds"]["legacy"]
+    assert any(line.startswith("reporting pods alone") for line in lines)
+
+
+def test_reporting_alone_keeps_the_pods_that_report_and_nothing_else() -> None:
+    node = synth.generate(60, 32, seed=3)
+    raw = cycle.reporting_alone(node)
+    ledger = reconcile(snapshot_from_raw(raw, "n").snapshot)
+    reporting = {(p.namespace, p.name) for p in node.pods if not p.name.startswith("shared-")}
+    assert reporting and len(reporting) < len(node.pods)
+    assert {(p.namespace, p.name) for p in ledger.pods} == reporting
+    # Their figures are the full node's: the pods that report nothing change none of them.
+    full = reconcile(snapshot_from_raw(replace(node.state.raw(node.topology), pods=None,
+                                               configz=None), "n").snapshot)
+    assert [e for e in full.pods if (e.namespace, e.name) in reporting] == list(ledger.pods)
+    assert raw.allocatable == node.state.raw().allocatable and raw.topology is node.topology
+
+
+def test_cold_bound_is_the_reporting_pods_after_the_quickest_fetch() -> None:
+    # 4 ms of the reporting pods' work after a 1 ms gathered fetch, over a 1.25 ms floor.
+    assert cycle.cold_bound([5.0, 4.0], [1.5, 1.0], [2.0, 1.25]) == 4.0
 
 
 def test_cycle_ratios_of_a_busy_machine() -> None:
