@@ -91,7 +91,9 @@ from exporter.sources.podresources import (
     decode_list,
 )
 from exporter.sources.topology import topology_to_json
+from reconciler.ledger import PodEntries
 from reconciler.reconcile import reconcile
+from reconciler.snapshot import PodAlloc
 
 STEADY_TARGET = 2.0
 COLD_TARGET = 5.0
@@ -128,14 +130,23 @@ def _stages(raw: Any, node_name: str) -> tuple[float, float]:
     return (assembled - start) * 1000.0, (time.perf_counter() - assembled) * 1000.0
 
 
-def reporting_alone(node: SyntheticNode) -> RawNode:
-    """The node's raw answers with only the pods that report CPUs or memory, at pod or
-    container level (the pods the reconciler works through one by one)."""
-    reporting = [p for p in node.pods
-                 if p.cpu_ids or p.memory or any(c.cpu_ids or c.memory for c in p.containers)]
-    raw = node.state.raw(node.topology)
-    return replace(raw, list_response=pods_to_proto(reporting).SerializeToString(),
-                   pods=None, configz=None)
+def _podresources_raw(node: SyntheticNode) -> RawNode:
+    """The node's PodResources answers and topology, without the kubelet's HTTPS bodies."""
+    return replace(node.state.raw(node.topology), pods=None, configz=None)
+
+
+def reporting(node: SyntheticNode) -> list[PodAlloc]:
+    """The pods that report CPUs or memory, at pod or container level: those the reconciler
+    works through one by one (``PodEntries.holding`` of the node's ledger)."""
+    entries = reconcile(snapshot_from_raw(_podresources_raw(node), "bench").snapshot).pods
+    assert isinstance(entries, PodEntries)  # what reconcile builds
+    return [node.pods[i] for i in entries.holding]
+
+
+def reporting_alone(node: SyntheticNode, pods: list[PodAlloc]) -> RawNode:
+    """The node's PodResources answers with only ``pods`` listed."""
+    return replace(_podresources_raw(node),
+                   list_response=pods_to_proto(pods).SerializeToString())
 
 
 def _own_work(raw: RawNode, node_name: str) -> float:
@@ -331,9 +342,10 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
                 await kubelet_floor_once()
         base = SourceOptions(socket=socket_path, token_file=None, sysfs=None,
                              topology_file=str(topology_file), node_name="bench")
+        reporting_pods = reporting(node)
         main = await _cycles(base, rounds, {"floor": floor_once,
                                             "gathered_floor": gathered_floor_once},
-                             _Kernel(node, workdir), reporting_alone(node))
+                             _Kernel(node, workdir), reporting_alone(node, reporting_pods))
         extra = None
         if kubelet:
             extra = await _cycles(replace(base, kubelet_url=sim.http_url,
@@ -368,7 +380,7 @@ async def measure(node: SyntheticNode, *, rounds: int, kubelet: bool, workdir: P
         "gathered_floor_ms": _median(main["gathered_floor"]),
         "cold_ratio_gathered_floor": ratio_of_minima(main["cold"], main["gathered_floor"]),
         # For information: the reporting pods' own work alone, and the cold ratio it bounds.
-        "reporting_pods": sum(n for kind, n in node.kinds.items() if kind != "shared"),
+        "reporting_pods": len(reporting_pods),
         "reporting_alone_ms": _median(main["alone"]),
         "cold_ratio_bound": cold_bound(main["alone"], main["gathered_floor"], floor),
         "render_ms": _median(main["render"]),

@@ -126,8 +126,9 @@ def _assert_ratio(ratio: float, over: float, under: float, terms: int = 1) -> No
 
 def test_reporting_alone_keeps_the_pods_that_report_and_nothing_else() -> None:
     node = synth.generate(60, 32, seed=3)
-    raw = cycle.reporting_alone(node)
+    raw = cycle.reporting_alone(node, cycle.reporting(node))
     ledger = reconcile(snapshot_from_raw(raw, "n").snapshot)
+    # The synthetic node names each pod by its kind: the shared ones report nothing.
     reporting = {(p.namespace, p.name) for p in node.pods if not p.name.startswith("shared-")}
     assert reporting and len(reporting) < len(node.pods)
     assert {(p.namespace, p.name) for p in ledger.pods} == reporting
