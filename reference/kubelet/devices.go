@@ -119,8 +119,8 @@ func validDeviceResource(r deviceResource) error {
 
 // startDevices starts the device manager as the container manager does, last, with the
 // containers known so far (all of them running but ordinary init containers, which have
-// finished), then lets every plugin register and waits until the manager has taken in every
-// plugin's device list and written its checkpoint of it (devicewait.go): the plugins are back
+// finished), then lets each plugin register in turn and waits until the manager has taken in
+// its device list and written its checkpoint of it (devicewait.go): the plugins are back
 // before the pods are admitted again, and no write of a list can land after an allocation.
 func (n *node) startDevices() error {
 	if n.devs == nil {
@@ -148,6 +148,11 @@ func (n *node) startDevices() error {
 		return fmt.Errorf("device manager start: %w", err)
 	}
 	sock := filepath.Join(n.devs.dir, "kubelet.sock")
+	deadline := time.Now().Add(startLimit)
+	// One plugin at a time, each list's write landed before the next plugin registers: two
+	// lists taken in at once write two snapshots whose renames may land in either order, and
+	// the one taken first, landing last, leaves a checkpoint without the other list (1 setup
+	// in some 90 with three plugins, counting the writes of all of them at the end).
 	for _, p := range n.devs.plugins {
 		if err := p.serve(); err != nil {
 			return err
@@ -155,9 +160,9 @@ func (n *node) startDevices() error {
 		if err := p.register(n.ctx, sock); err != nil {
 			return fmt.Errorf("device plugin %s: register: %w", p.res.Name, err)
 		}
-	}
-	if err := writes.wait(len(n.devs.plugins), time.Now().Add(startLimit)); err != nil {
-		return err
+		if err := writes.wait(1, deadline); err != nil {
+			return fmt.Errorf("device plugin %s: %w", p.res.Name, err)
+		}
 	}
 	if !n.devicesListed() {
 		return fmt.Errorf("device plugins: the device manager does not list their devices")
