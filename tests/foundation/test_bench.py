@@ -10,6 +10,8 @@ from dataclasses import replace
 import pytest
 
 from exporter.assemble import assemble, snapshot_from_raw
+from exporter.metrics.exposition import node_exposition
+from exporter.options import PollOptions
 from exporter.sources.convert import allocatable_from_proto, pods_from_proto
 from exporter.sources.kubelet_bodies import config_from_object, pod_list_from_object
 from foundation.helpers import REPO, check_invariants
@@ -112,6 +114,14 @@ def test_cycle_prints_json_last(capsys: pytest.CaptureFixture[str]) -> None:
                   result["spread_ms"]["floor"][0], terms=2)
     assert result["reporting_pods"] == result["kinds"]["hybrid"] + result["kinds"]["legacy"]
     assert any(line.startswith("reporting pods alone") for line in lines)
+    # And with the other pods at their least: one more sum of minima, at least the bound.
+    low, high = result["spread_ms"]["others_least"]
+    assert 0 < low <= result["others_least_ms"] <= high
+    _assert_ratio(result["cold_ratio_least"], result["spread_ms"]["reporting_alone"][0] + low
+                  + result["spread_ms"]["gathered_floor"][0], result["spread_ms"]["floor"][0],
+                  terms=3)
+    assert result["cold_ratio_least"] >= result["cold_ratio_bound"]
+    assert any(line.startswith("other pods at least") for line in lines)
 
 
 def _assert_ratio(ratio: float, over: float, under: float, terms: int = 1) -> None:
@@ -141,7 +151,27 @@ def test_reporting_alone_keeps_the_pods_that_report_and_nothing_else() -> None:
 
 def test_cold_bound_is_the_reporting_pods_after_the_quickest_fetch() -> None:
     # 4 ms of the reporting pods' work after a 1 ms gathered fetch, over a 1.25 ms floor.
-    assert cycle.cold_bound([5.0, 4.0], [1.5, 1.0], [2.0, 1.25]) == 4.0
+    assert cycle.cold_bound([[5.0, 4.0], [1.5, 1.0]], [2.0, 1.25]) == 4.0
+    # With the other pods' 1.5 ms at their least added: a sum of minima.
+    assert cycle.cold_bound([[5.0, 4.0], [2.0, 1.5], [1.5, 1.0]], [2.0, 1.25]) == 5.2
+
+
+def test_other_pods_least_writes_their_series_as_the_exposition_does() -> None:
+    node = synth.generate(60, 32, seed=3)
+    reporting = cycle.reporting(node)
+    least = cycle.others_lines(cycle.others(node, reporting)).splitlines()
+    # Every pod but the reporting ones, each container once: the shared pods' four or five.
+    shared = [p for p in node.pods if p.name.startswith("shared-")]
+    assert len(least) == sum(len(p.containers) for p in shared) > 0
+    # The same lines, byte for byte, as the full node's exposition gives those pods.
+    full = reconcile(snapshot_from_raw(replace(node.state.raw(node.topology), pods=None,
+                                               configz=None), "n").snapshot)
+    body = node_exposition(full, pods_max_series=PollOptions().pods_max_series)[0].decode()
+    names = {f'pod="{p.name}"' for p in shared}
+    theirs = [line for line in body.splitlines()
+              if line.startswith("podres_container_cpus{")
+              and line.split(",")[1] in names]
+    assert sorted(least) == sorted(theirs)
 
 
 def test_cycle_ratios_of_a_busy_machine() -> None:
