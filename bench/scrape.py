@@ -153,8 +153,8 @@ class _StaticBody:
         self.ready = True
         self.last_success = 0.0
 
-    def metrics_body(self, encoding: Encoding = "identity") -> bytes:
-        return self.bodies[encoding]
+    def metrics_body(self, encoding: Encoding = "identity") -> tuple[bytes, bytes]:
+        return self.bodies[encoding], b""
 
     def current(self) -> None:
         return None

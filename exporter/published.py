@@ -115,9 +115,10 @@ class PublishedState:
         self._seen_anomalies: set[tuple[Any, ...]] = set()
         self._logged_errors: dict[tuple[str, str], str] = {}
         # The last scrape body per encoding, reused while neither the ledger nor the
-        # self-metrics changed: concatenating a ~0.5 MB exposition on every scrape cost ~30%
-        # of scrape latency.
-        self._bodies: dict[Encoding, tuple[Published | None, bytes, SelfState, bytes]] = {}
+        # self-metrics changed: rendering the self-metrics (or compressing) on every scrape
+        # would cost each one that much again.
+        self._bodies: dict[Encoding, tuple[Published | None, bytes, SelfState,
+                                           tuple[bytes, bytes]]] = {}
 
     # -- written by the poll loop ---------------------------------------------------------
 
@@ -223,10 +224,13 @@ class PublishedState:
             history_dropped_total=None if history is None else history[1],
             version=__version__)
 
-    def metrics_body(self, encoding: Encoding = "identity") -> bytes:
-        """The /metrics body: the exposition rendered at the last ledger change (compressed
-        at most once per change) followed by the self-metrics, rendered again only when
-        they changed (at a poll, mostly): a scrape costs a comparison."""
+    def metrics_body(self, encoding: Encoding = "identity") -> tuple[bytes, bytes]:
+        """The /metrics body as two parts to send one after the other: the exposition
+        rendered at the last ledger change, then the self-metrics (the kernel families
+        before them), rendered again only when they changed (at a poll, mostly): a scrape
+        costs a comparison. Joined, the two would be a second half-megabyte copy of the
+        exposition, made at every poll and held between scrapes. Gzip is one member of both
+        (compressed at most once per change), and an empty second part."""
         published = self.current()
         state = self.self_state()
         cached = self._bodies.get(encoding)
@@ -235,14 +239,15 @@ class PublishedState:
                 and cached[2] == state):
             return cached[3]
         live = kernel + render_self(state).encode("utf-8")
+        parts: tuple[bytes, bytes]
         if published is None:
-            body = gzip_bytes(live) if encoding == "gzip" else live
+            parts = (gzip_bytes(live), b"") if encoding == "gzip" else (live, b"")
         elif encoding == "gzip":
-            body = published.exposition_gzip.finish(live)
+            parts = (published.exposition_gzip.finish(live), b"")
         else:
-            body = published.exposition + live
-        self._bodies[encoding] = (published, kernel, state, body)
-        return body
+            parts = (published.exposition, live)
+        self._bodies[encoding] = (published, kernel, state, parts)
+        return parts
 
 
 def cpumap(ledger: Ledger, enforced: EnforcedCpusets | None = None) -> dict[str, Any]:

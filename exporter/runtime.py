@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import asyncio.sslproto
 import ctypes
 import ctypes.util
 import gc
+from collections.abc import Callable
 from typing import Any
 
 # A poll of a busy node builds tens of thousands of short-lived objects (an entry per
@@ -90,3 +92,28 @@ def release_free_memory() -> bool:
         return False
     _MALLOC_TRIM(0)
     return True
+
+
+# A scrape's half-megabyte answer leaves its copies (the joined body, what the transport
+# could not send at once) freed in glibc's heap, and glibc hands back only the top of it:
+# after a burst of scrapes some 1 MiB stayed resident until the next recompute
+# (docs/performance.md, "Scrapes leave nothing behind"). Once the answers have stopped
+# for this long, the free pages go back; a scraper every few seconds or less keeps
+# pushing it on, so a burst costs one release, not one an answer.
+RELEASE_IDLE_SECONDS = 0.5
+
+
+class IdleRelease:
+    """``release`` (``release_free_memory``) once no node-sized answer has started for
+    ``delay`` seconds: ``note()`` at each one, from the event loop."""
+
+    def __init__(self, delay: float = RELEASE_IDLE_SECONDS,
+                 release: Callable[[], object] = release_free_memory) -> None:
+        self.delay = delay
+        self.release = release
+        self._timer: asyncio.TimerHandle | None = None
+
+    def note(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self.delay, self.release)

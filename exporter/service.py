@@ -144,7 +144,7 @@ class Exporter:
     def cpuload(self) -> dict[str, Any] | None:
         return self.state.cpuload()
 
-    def metrics_body(self, encoding: Encoding = "identity") -> bytes:
+    def metrics_body(self, encoding: Encoding = "identity") -> tuple[bytes, bytes]:
         return self.state.metrics_body(encoding)
 
 

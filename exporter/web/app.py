@@ -7,9 +7,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 
 from exporter.metrics.compression import Encoding, choose_encoding
+from exporter.runtime import IdleRelease
 from exporter.service import Exporter
 from exporter.web import runbook
 from exporter.web.basicauth import Verdict
@@ -29,6 +31,8 @@ _LANDING = """<!doctype html>
 """
 
 EXPORTER_KEY = web.AppKey("exporter", Exporter)
+# The node-sized answers (/metrics, the ledger, the CPU map) note themselves here.
+RELEASE_KEY = web.AppKey("release", IdleRelease)
 
 
 # On every answer: a JSON error may echo the request (a name, a parameter), and a browser
@@ -66,17 +70,48 @@ def auth_middleware(config: WebConfig) -> Any:
     return auth
 
 
-def _encoded(body: bytes, encoding: Encoding, content_type: str) -> web.Response:
+class Parts(payload.Payload):
+    """A body written as its parts, one after the other, never joined (``/metrics``: the
+    exposition as rendered at the ledger's change, then the live self-metrics)."""
+
+    _value: tuple[bytes, ...]
+
+    def __init__(self, parts: tuple[bytes, ...], content_type: str) -> None:
+        super().__init__(parts, content_type=content_type)
+        self._size = sum(map(len, parts))
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._value).decode(encoding, errors)
+
+    async def as_bytes(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"".join(self._value)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for part in self._value:
+            if part:
+                await writer.write(part)
+
+
+def _encoded(request: web.Request, body: bytes | tuple[bytes, bytes], encoding: Encoding,
+             content_type: str) -> web.Response:
+    """A node-sized answer: once they stop for a while, what they freed goes back."""
+    request.app[RELEASE_KEY].note()
     headers = {"Content-Type": content_type, "Vary": "Accept-Encoding"}
     if encoding == "gzip":
         headers["Content-Encoding"] = "gzip"
+    if isinstance(body, tuple):
+        head, tail = body
+        if tail:
+            return web.Response(body=Parts(body, content_type), headers=headers)
+        body = head  # one part: sent with the headers, as any body
     return web.Response(body=body, headers=headers)
 
 
 async def metrics(request: web.Request) -> web.Response:
     exporter = request.app[EXPORTER_KEY]
     encoding = choose_encoding(request.headers.get("Accept-Encoding"))
-    return _encoded(exporter.metrics_body(encoding), encoding, METRICS_CONTENT_TYPE)
+    return _encoded(request, exporter.metrics_body(encoding), encoding,
+                    METRICS_CONTENT_TYPE)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -103,7 +138,7 @@ async def ledger(request: web.Request) -> web.Response:
     if current is None:
         return _unavailable(exporter)
     encoding = choose_encoding(request.headers.get("Accept-Encoding"))
-    return _encoded(current.ledger_body(encoding), encoding, "application/json")
+    return _encoded(request, current.ledger_body(encoding), encoding, "application/json")
 
 
 async def cpumap(request: web.Request) -> web.Response:
@@ -112,7 +147,7 @@ async def cpumap(request: web.Request) -> web.Response:
     if current is None:
         return _unavailable(exporter)
     encoding = choose_encoding(request.headers.get("Accept-Encoding"))
-    return _encoded(current.cpumap_body(encoding), encoding, "application/json")
+    return _encoded(request, current.cpumap_body(encoding), encoding, "application/json")
 
 
 async def devices(request: web.Request) -> web.Response:
@@ -171,6 +206,7 @@ def build_app(exporter: Exporter, web_config: WebConfig | None = None,
               extra: Callable[[web.Application], None] | None = None) -> web.Application:
     app = web.Application(middlewares=[auth_middleware(web_config or WebConfig())])
     app[EXPORTER_KEY] = exporter
+    app[RELEASE_KEY] = IdleRelease()
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)

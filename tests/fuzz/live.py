@@ -63,7 +63,7 @@ class LiveNode:
         # The simulator serves every body as it is, malformed List and /configz included.
         self.sim.set_state(raw)
         self.loop.run(asyncio.wait_for(self.exporter.poll_once(), 30))
-        body = self.exporter.metrics_body().decode("utf-8")
+        body = b"".join(self.exporter.metrics_body()).decode("utf-8")
         families = {f.name for f in text_string_to_metric_families(body)}
         assert "podres_up" in families, body[:500]
         self.bodies.setdefault(hash(body), body)

@@ -186,7 +186,7 @@ def test_configured_sources_have_their_operations_at_zero_before_any_poll(
                                       sysfs=None, topology_file="/nonexistent.json",
                                       kubelet_root=str(short_tmp)))
     exporter = Exporter(reader)
-    samples = parse_exposition(exporter.metrics_body().decode())
+    samples = parse_exposition(b"".join(exporter.metrics_body()).decode())
     errors = {(dict(k)["source"], dict(k)["operation"]): v
               for k, v in series(samples, "podres_source_errors_total").items()}
     expected = {(s, op) for s in ("podresources", "kubelet", "topology", "checkpoint",

@@ -38,7 +38,7 @@ async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
     stop = asyncio.Event()
     try:
         assert await exporter.poll_once()
-        assert "podres_source_up{" in exporter.metrics_body().decode()
+        assert "podres_source_up{" in b"".join(exporter.metrics_body()).decode()
         reader.broken = True
         task = asyncio.create_task(exporter.run(stop))
         while exporter.state.errors_total[("exporter", "poll")] < 1:
@@ -48,7 +48,7 @@ async def test_no_source_health_after_a_poll_that_failed_inside_the_exporter(
     finally:
         await reader.close()
     assert exporter.state.source_up == {}
-    assert "podres_source_up{" not in exporter.metrics_body().decode()
+    assert "podres_source_up{" not in b"".join(exporter.metrics_body()).decode()
     assert not exporter.state.up
 
 
@@ -81,11 +81,11 @@ async def test_up_turns_1_only_with_the_ledger_of_that_poll(
         monkeypatch.setattr(PublishedState, "publish", slow_publish)
         task = asyncio.create_task(exporter.poll_once())
         await rendering.wait()
-        body = exporter.metrics_body().decode()
+        body = b"".join(exporter.metrics_body()).decode()
         seen.append(("podres_up 0" in body, 'pod="worker"' in body))
         release.set()
         assert await task
-        body = exporter.metrics_body().decode()
+        body = b"".join(exporter.metrics_body()).decode()
         seen.append(("podres_up 1" in body, 'pod="worker"' in body))
     finally:
         await reader.close()

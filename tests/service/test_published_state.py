@@ -34,7 +34,7 @@ def test_a_cached_body_follows_the_self_metrics(short_tmp: Path, encoding: Encod
                                                  sysfs=None)))
 
     def errors() -> float | None:
-        body = exporter.metrics_body(encoding)
+        body = b"".join(exporter.metrics_body(encoding))
         text = (one_member(body) if encoding == "gzip" else body).decode()
         return value(parse_exposition(text), "podres_source_errors_total",
                      source="podresources", operation="List")
@@ -80,6 +80,22 @@ async def test_ready_and_current_follow_the_last_success_and_staleness() -> None
     assert state.current().ledger is ledger  # type: ignore[union-attr]
     clock.now += 61
     assert state.ready and state.stale and state.current() is None
+
+
+async def test_the_plain_body_is_the_exposition_as_rendered_then_the_live_lines() -> None:
+    # Sent as two parts, never joined: no second copy of the node's exposition is made
+    # at each poll and held between scrapes.
+    state = state_of()
+    await state.publish(reconcile(assemble(())))
+    state.succeeded()
+    published = state.current()
+    assert published is not None
+    exposition, live = state.metrics_body("identity")
+    assert exposition is published.exposition
+    assert live.startswith(b"# HELP podres_") and b"podres_up 1" in live
+    # The compressed body is one member of both, in one part.
+    compressed, nothing = state.metrics_body("gzip")
+    assert one_member(compressed) == exposition + live and nothing == b""
 
 
 def test_source_health_counts_what_was_observed_and_says_what_fails_now(
