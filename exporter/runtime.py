@@ -94,12 +94,12 @@ def release_free_memory() -> bool:
     return True
 
 
-# A scrape's half-megabyte answer leaves its copies (the joined body, what the transport
-# could not send at once) freed in glibc's heap, and glibc hands back only the top of it:
-# after a burst of scrapes some 1 MiB stayed resident until the next recompute
-# (docs/performance.md, "Scrapes leave nothing behind"). Once the answers have stopped
-# for this long, the free pages go back; a scraper every few seconds or less keeps
-# pushing it on, so a burst costs one release, not one an answer.
+# A scrape's half-megabyte answer leaves what it copied (the part of the body the transport
+# could not send at once, the compressor that completes a gzip body) freed in glibc's
+# heap, which glibc hands back only from its top: after a burst of scrapes some 1 MiB
+# stayed resident until the next recompute (docs/performance.md, "Scrapes leave nothing
+# behind"). Once the answers have stopped for this long, the free pages go back; answers
+# closer together push it on, so a burst costs one release, not one an answer.
 RELEASE_IDLE_SECONDS = 0.5
 
 
